@@ -1,0 +1,133 @@
+/* Modules and variants register themselves; nothing central lists them.
+ *
+ * A variant file ends with one macro:
+ *     KL_VARIANT(rmsnorm, v2_vec16, launch_v2, .min_cc = 80, .summary = "16-byte loads ...")
+ * It places a POINTER to a static descriptor in the linker section "kl_variants" (whole structs
+ * would be padded by the linker and break the walk). The linker's __start_/__stop_ symbols
+ * bound the section. Kernels are built as a CMake OBJECT library, so no registration is dropped
+ * the way a static archive drops unreferenced objects.
+ *
+ * Designated initializers must follow the field order below (nvcc compiles .cu files as C++20,
+ * which requires declaration order): .min_cc, .summary, .mutant. */
+#ifndef KL_REGISTRY_H
+#define KL_REGISTRY_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "compare.h"
+#include "golden.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef void (*kl_fnptr)(void);
+
+struct kl_variant {
+    const char *module;  /* module name, e.g. "rmsnorm" */
+    const char *name;    /* e.g. "v2_vec16" */
+    kl_fnptr launch;     /* the module's launcher type (kernels/<module>/<module>.h), cast */
+    const char *file;    /* __FILE__ of the registration */
+    int line;
+    int min_cc;          /* minimum compute capability x10 (80 = sm_80); 0 = runs on the CPU */
+    const char *summary; /* one line for `kernlab list` */
+    int mutant;          /* deliberately wrong, built into the tests only; never listed or benched */
+};
+
+#define KL_VARIANT(mod, vname, fn, ...)                                                        \
+    static const struct kl_variant kl_variant_desc_##mod##_##vname = {                         \
+        .module = #mod, .name = #vname, .launch = (kl_fnptr)(fn), .file = __FILE__,             \
+        .line = __LINE__, __VA_ARGS__};                                                         \
+    __attribute__((used, section("kl_variants"))) const struct kl_variant                      \
+        *kl_variant_ptr_##mod##_##vname = &kl_variant_desc_##mod##_##vname
+
+/* ---- outputs compared by the generic tensor-module checker ---- */
+
+#define KL_MAX_OUTPUTS 4
+
+struct kl_out {
+    const char *name;    /* array name in the golden case: "out", "residual_out", ... */
+    enum kl_dtype dtype; /* the kernel's output dtype (chooses the tolerance row) */
+    bool exact;          /* data movement: bit-exact */
+    int64_t n;
+    double *v;           /* n values, owned */
+};
+
+struct kl_outputs {
+    int count;
+    struct kl_out o[KL_MAX_OUTPUTS];
+};
+void kl_outputs_free(struct kl_outputs *o);
+/* Sets output i (name, dtype, exact, n) with zeroed storage. */
+void kl_outputs_set(struct kl_outputs *o, int i, const char *name, enum kl_dtype dtype, bool exact,
+                    int64_t n);
+
+/* A tensor module (everything but radix) supplies these; verify/check/tests are then generic. */
+struct kl_tensor_ops {
+    /* Builds a problem from a golden case; `expected` gets the stored outputs. */
+    void *(*load)(const struct kl_case *c, struct kl_outputs *expected, struct kl_err *err);
+    /* Problem i of the check catalogue (edge cases first, then random shapes), inputs drawn from
+     * seed; writes its label ("hidden=111 rows=3 bf16"); NULL when i is past the end. */
+    void *(*make)(int i, uint64_t seed, char *label, size_t label_len);
+    /* The CPU reference (reference/<module>.c), float64 accumulation. Allocates out. */
+    int (*reference)(const void *prob, struct kl_outputs *out, struct kl_err *err);
+    /* Runs variant v on the GPU: uploads inputs, poisons outputs, launches, downloads. */
+    int (*run)(const struct kl_variant *v, const void *prob, struct kl_outputs *out,
+               struct kl_err *err);
+    void (*free)(void *prob);
+};
+
+enum kl_status { KL_PASS, KL_FAIL, KL_SKIP };
+
+struct kl_verdict {
+    enum kl_status status;
+    double rel_l2, max_abs;
+    char why[768];
+};
+
+struct kl_bench_args;  /* perf/bench.h */
+struct kl_perf_ops;    /* perf/bench.h */
+
+struct kl_module {
+    const char *name;
+    const char *summary;
+    int min_cc;         /* 0: the module's work runs on the CPU */
+    const char *semantics; /* a paragraph for the guide: what it computes, exactly */
+    const struct kl_tensor_ops *tensor;
+    /* Modules that are not tensor-shaped (radix) give their own; NULL means the generic one. */
+    void (*verify)(const struct kl_case *c, const struct kl_variant *v, struct kl_verdict *out);
+    /* Fresh random inputs + the edge catalogue against the reference; one line per problem
+     * to `log`; returns the number of failures. */
+    int (*check)(const struct kl_variant *v, uint64_t seed, FILE *log);
+    const struct kl_perf_ops *perf;                 /* GPU workloads, timed by perf/ */
+    int (*bench)(const struct kl_bench_args *args); /* or a module's own bench (radix: CPU) */
+};
+
+#define KL_MODULE(mod, ...)                                                                   \
+    static const struct kl_module kl_module_desc_##mod = {.name = #mod, __VA_ARGS__};          \
+    __attribute__((used, section("kl_modules"))) const struct kl_module                      \
+        *kl_module_ptr_##mod = &kl_module_desc_##mod
+
+/* Walks. Modules are returned sorted by name, variants by (module, name). */
+int kl_module_count(void);
+const struct kl_module *kl_module_at(int i);
+const struct kl_module *kl_module_find(const char *name);
+/* Variants of a module; mutants only when include_mutants. */
+int kl_variant_count(const char *module, bool include_mutants);
+const struct kl_variant *kl_variant_at(const char *module, int i, bool include_mutants);
+const struct kl_variant *kl_variant_find(const char *module, const char *name);
+/* The last (highest-numbered) non-mutant variant this device can run: what bench, story and
+ * guides call "best" unless measurements say otherwise. */
+const struct kl_variant *kl_variant_latest(const char *module, int device_cc);
+
+/* Generic verify/check for tensor modules (lab/core/verify.c); modules' own hooks win. */
+void kl_verify_case(const struct kl_module *m, const struct kl_case *c, const struct kl_variant *v,
+                    struct kl_verdict *out);
+int kl_check_module(const struct kl_module *m, const struct kl_variant *v, uint64_t seed, FILE *log);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
