@@ -1,18 +1,85 @@
-/* `kernlab bench`: workloads, timing, ceilings, counters, roofline and the gate. */
+/* `kernlab bench`: workloads, timing, ceilings, counters, roofline and the gate
+ * (DESIGN.md section 6). A module describes its workloads with kl_perf_ops; perf/bench.c
+ * does the rest the same way for every module. */
 #ifndef KL_BENCH_H
 #define KL_BENCH_H
 
+#include <cuda_runtime_api.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
-#include "../lab/core/check.h"
-#include "../lab/core/registry.h"
-#include "../lab/core/results.h"
+#include "lab/core/check.h"
+#include "lab/core/registry.h"
+#include "lab/core/results.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+struct cJSON;
+
+/* ---- ceilings, measured at the start of a run (perf/ceilings.cu) ---- */
+struct kl_ceilings {
+    struct kl_device_info dev; /* name, cc, sms, l2, copy_gbs, gemm_tflops */
+    double copy_bytes;         /* size of the copy measured (read + write) */
+    double launch_us_stream;   /* empty kernel, back to back on a stream, per launch */
+    double launch_us_graph;    /* empty kernel inside a CUDA graph, per launch */
+    int sm_clock_mhz, mem_clock_mhz, max_sm_clock_mhz; /* NVML when available, else 0 */
+    double dram_peak_gbs;      /* from the memory clock and bus width (theoretical) */
+    char driver[32], runtime[32];
+};
+/* Measures everything; prints progress to `progress` (may be NULL). -1 without a GPU. */
+int kl_ceilings_measure(struct kl_ceilings *c, FILE *progress, struct kl_err *err);
+void kl_ceilings_print(FILE *f, const struct kl_ceilings *c);
+struct cJSON *kl_ceilings_json(const struct kl_ceilings *c);
+
+/* ---- clocks through NVML, dlopen'ed (never linked: CI has no libnvidia-ml) ---- */
+struct kl_clocks {
+    bool valid;
+    int sm_mhz, mem_mhz, max_sm_mhz;
+    unsigned long long throttle_reasons;
+};
+void kl_clocks_read(struct kl_clocks *c);
+
+/* ---- timing (perf/timing.cu) ---- */
+typedef int (*kl_launch_set_fn)(void *ctx, int set, cudaStream_t stream); /* returns a cudaError_t */
+struct kl_timing {
+    double min_us, median_us, max_us;
+    int reps;
+    bool graph; /* per-launch time from graph replays (small workloads) */
+};
+/* Times launch over `reps` repetitions, rotating over `sets` input sets, after a warm-up.
+ * use_graph: captures `per_graph` launches in a CUDA graph and times replays, reporting the
+ * time per launch; otherwise events around every single launch. */
+int kl_time(kl_launch_set_fn launch, void *ctx, int sets, int reps, bool use_graph, struct kl_timing *t,
+            struct kl_err *err);
+
+/* ---- one module's workloads ---- */
+struct kl_workload {
+    const char *name;    /* "prefill-16k" */
+    const char *summary; /* "16384 x 4096 bf16" */
+    int64_t shape[6];    /* module-specific */
+    int flags;           /* module-specific */
+};
+
+enum kl_bound_metric { KL_METRIC_BW, KL_METRIC_TC };
+
+struct kl_perf_ops {
+    int n_workloads;
+    const struct kl_workload *workloads;
+    enum kl_bound_metric metric; /* which ceiling the module is judged against */
+    double (*bytes)(const struct kl_workload *w); /* fewest bytes: inputs read once, outputs written once */
+    double (*flops)(const struct kl_workload *w);
+    size_t (*set_bytes)(const struct kl_workload *w); /* device bytes one input set occupies */
+    /* Device state with `sets` independent input sets (rotated to defeat the L2). */
+    void *(*setup)(const struct kl_workload *w, int sets, uint64_t seed, struct kl_err *err);
+    int (*launch)(const struct kl_variant *v, void *state, int set, cudaStream_t stream);
+    /* Re-checks the output of set 0 (left by the last timed launch of it) against the reference. */
+    int (*check)(const struct kl_variant *v, void *state, struct kl_cmp *out, struct kl_err *err);
+    void (*teardown)(void *state);
+    struct cJSON *(*params)(const struct kl_workload *w);
+};
 
 /* What one `kernlab bench` invocation asks of a module. */
 struct kl_bench_args {
@@ -22,10 +89,12 @@ struct kl_bench_args {
     FILE *json;           /* results lines go here, or NULL */
     bool gate;            /* compare with perf/targets/<arch>.csv */
     bool counters;        /* collect CUPTI counters (GPU modules) */
-    const struct kl_device_info *device; /* GPU + measured ceilings; NULL when no GPU */
-    const struct kl_targets *targets;    /* NULL when not gating */
+    const struct kl_ceilings *ceil; /* measured ceilings; NULL when no GPU */
+    const struct kl_targets *targets; /* NULL when not gating */
     int *gate_misses;     /* incremented, with a line on stderr, per missed target */
+    int *failures;        /* incremented per row that failed its re-check or could not run */
     FILE *table;          /* human-readable table (stdout) */
+    uint64_t seed;
 };
 
 /* Targets file perf/targets/<arch>.csv: module,workload,metric,target,source. */
@@ -39,8 +108,13 @@ struct kl_targets {
     struct kl_target *rows;
     char path[512];
 };
-const struct kl_target *kl_target_find(const struct kl_targets *t, const char *module,
-                                       const char *workload);
+/* perf/targets/sm_80_a100.csv for cc 8.x, perf/targets/sm_90.csv for cc 9.x. */
+int kl_targets_load(struct kl_targets *t, const char *dir, int cc, struct kl_err *err);
+const struct kl_target *kl_target_find(const struct kl_targets *t, const char *module, const char *workload);
+void kl_targets_free(struct kl_targets *t);
+
+/* The generic GPU bench of a module with perf ops (perf/bench.c). */
+int kl_bench_module(const struct kl_bench_args *a);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,106 @@
+/* Walks the linker sections that KL_MODULE and KL_VARIANT fill. The bounds are the linker's
+ * __start_<section> / __stop_<section> symbols; they are weak so a binary without any entry
+ * still links (and sees an empty list). */
+#include "registry.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+extern const struct kl_variant *__start_kl_variants[] __attribute__((weak));
+extern const struct kl_variant *__stop_kl_variants[] __attribute__((weak));
+extern const struct kl_module *__start_kl_modules[] __attribute__((weak));
+extern const struct kl_module *__stop_kl_modules[] __attribute__((weak));
+
+static const struct kl_module **modules;
+static const struct kl_variant **variants;
+static int n_modules, n_variants;
+
+static int by_module_name(const void *a, const void *b)
+{
+    return strcmp((*(const struct kl_module *const *)a)->name, (*(const struct kl_module *const *)b)->name);
+}
+
+static int by_variant_name(const void *a, const void *b)
+{
+    const struct kl_variant *x = *(const struct kl_variant *const *)a, *y = *(const struct kl_variant *const *)b;
+    int c = strcmp(x->module, y->module);
+    return c ? c : strcmp(x->name, y->name);
+}
+
+/* Sorted copies, made once: link order is not a stable order to show users. */
+static void load(void)
+{
+    if (modules) return;
+    n_modules = (int)(__stop_kl_modules - __start_kl_modules);
+    n_variants = (int)(__stop_kl_variants - __start_kl_variants);
+    modules = malloc(sizeof *modules * (size_t)(n_modules + 1));
+    variants = malloc(sizeof *variants * (size_t)(n_variants + 1));
+    for (int i = 0; i < n_modules; i++) modules[i] = __start_kl_modules[i];
+    for (int i = 0; i < n_variants; i++) variants[i] = __start_kl_variants[i];
+    qsort(modules, (size_t)n_modules, sizeof *modules, by_module_name);
+    qsort(variants, (size_t)n_variants, sizeof *variants, by_variant_name);
+}
+
+int kl_module_count(void) { return load(), n_modules; }
+const struct kl_module *kl_module_at(int i) { return load(), i >= 0 && i < n_modules ? modules[i] : NULL; }
+
+const struct kl_module *kl_module_find(const char *name)
+{
+    load();
+    for (int i = 0; i < n_modules; i++)
+        if (strcmp(modules[i]->name, name) == 0) return modules[i];
+    return NULL;
+}
+
+static bool counts(const struct kl_variant *v, const char *module, bool include_mutants)
+{
+    return strcmp(v->module, module) == 0 && (include_mutants || !v->mutant);
+}
+
+int kl_variant_count(const char *module, bool include_mutants)
+{
+    load();
+    int n = 0;
+    for (int i = 0; i < n_variants; i++) n += counts(variants[i], module, include_mutants);
+    return n;
+}
+
+const struct kl_variant *kl_variant_at(const char *module, int k, bool include_mutants)
+{
+    load();
+    for (int i = 0; i < n_variants; i++)
+        if (counts(variants[i], module, include_mutants) && k-- == 0) return variants[i];
+    return NULL;
+}
+
+const struct kl_variant *kl_variant_find(const char *module, const char *name)
+{
+    load();
+    for (int i = 0; i < n_variants; i++)
+        if (strcmp(variants[i]->module, module) == 0 && strcmp(variants[i]->name, name) == 0) return variants[i];
+    return NULL;
+}
+
+const struct kl_variant *kl_variant_latest(const char *module, int device_cc)
+{
+    const struct kl_variant *best = NULL;
+    for (int i = 0; i < kl_variant_count(module, false); i++) {
+        const struct kl_variant *v = kl_variant_at(module, i, false);
+        if (v->min_cc <= device_cc) best = v; /* names sort by their vN_ prefix */
+    }
+    return best;
+}
+
+void kl_outputs_free(struct kl_outputs *o)
+{
+    for (int i = 0; i < o->count; i++) free(o->o[i].v);
+    memset(o, 0, sizeof *o);
+}
+
+void kl_outputs_set(struct kl_outputs *o, int i, const char *name, enum kl_dtype dtype, bool exact, int64_t n)
+{
+    struct kl_out *x = &o->o[i];
+    free(x->v);
+    *x = (struct kl_out){name, dtype, exact, n, calloc((size_t)(n ? n : 1), sizeof(double))};
+    if (i >= o->count) o->count = i + 1;
+}

@@ -1,0 +1,119 @@
+#include "tensor.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int64_t kl_numel(const struct kl_tensor *t)
+{
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++) n *= t->dims[i];
+    return n;
+}
+
+size_t kl_nbytes(const struct kl_tensor *t) { return (size_t)kl_numel(t) * kl_dtype_size(t->dtype); }
+
+void kl_tensor_alloc(struct kl_tensor *t, enum kl_dtype dtype, int ndim, const int64_t *dims)
+{
+    KL_CHECK(ndim >= 0 && ndim <= KL_MAX_DIMS, "tensor rank %d out of range", ndim);
+    memset(t, 0, sizeof *t);
+    t->dtype = dtype;
+    t->ndim = ndim;
+    for (int i = 0; i < ndim; i++) t->dims[i] = dims[i];
+    size_t bytes = kl_nbytes(t);
+    t->data = calloc(bytes ? bytes : 1, 1);
+    KL_CHECK(t->data, "out of host memory allocating %zu bytes", bytes);
+}
+
+void kl_tensor_free(struct kl_tensor *t)
+{
+    free(t->data);
+    t->data = NULL;
+}
+
+void kl_tensor_convert(struct kl_tensor *dst, const struct kl_tensor *src, enum kl_dtype dtype)
+{
+    kl_tensor_alloc(dst, dtype, src->ndim, src->dims);
+    int64_t n = kl_numel(src);
+    for (int64_t i = 0; i < n; i++)
+        kl_store_elem(dtype, dst->data, (size_t)i, kl_load_elem(src->dtype, src->data, (size_t)i));
+}
+
+double *kl_tensor_to_f64(const struct kl_tensor *t)
+{
+    int64_t n = kl_numel(t);
+    double *v = malloc(sizeof(double) * (size_t)(n ? n : 1));
+    KL_CHECK(v, "out of host memory");
+    for (int64_t i = 0; i < n; i++) v[i] = kl_load_elem(t->dtype, t->data, (size_t)i);
+    return v;
+}
+
+const char *kl_shape_str(const struct kl_tensor *t, char *buf, size_t len)
+{
+    size_t off = (size_t)snprintf(buf, len, "[");
+    for (int i = 0; i < t->ndim && off < len; i++)
+        off += (size_t)snprintf(buf + off, len - off, "%s%lld", i ? ", " : "", (long long)t->dims[i]);
+    if (off < len) snprintf(buf + off, len - off, "]");
+    return buf;
+}
+
+int kl_tensor_expect(const struct kl_tensor *t, const char *what, int ndim, const int64_t *dims,
+                     struct kl_err *err)
+{
+    char got[96], want[96];
+    bool ok = t->ndim == ndim;
+    for (int i = 0; ok && i < ndim; i++) ok = dims[i] < 0 || dims[i] == t->dims[i];
+    if (ok) return 0;
+    struct kl_tensor w = {.ndim = ndim};
+    for (int i = 0; i < ndim; i++) w.dims[i] = dims[i];
+    return kl_fail(err, "%s: shape %s, expected %s", what, kl_shape_str(t, got, sizeof got),
+                   kl_shape_str(&w, want, sizeof want));
+}
+
+/* ---- RNG: xoshiro256** seeded through splitmix64 (public-domain algorithms by Vigna) ---- */
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+void kl_rng_seed(struct kl_rng *r, uint64_t seed)
+{
+    for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&seed);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+uint64_t kl_rng_u64(struct kl_rng *r)
+{
+    uint64_t *s = r->s, result = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return result;
+}
+
+double kl_rng_uniform(struct kl_rng *r) { return (double)(kl_rng_u64(r) >> 11) * 0x1p-53; }
+
+double kl_rng_normal(struct kl_rng *r)
+{
+    /* Box-Muller; 1 - u keeps the log argument in (0, 1]. */
+    double u = 1.0 - kl_rng_uniform(r), v = kl_rng_uniform(r);
+    return sqrt(-2.0 * log(u)) * cos(2.0 * M_PI * v);
+}
+
+int64_t kl_rng_range(struct kl_rng *r, int64_t n) { return n > 0 ? (int64_t)(kl_rng_u64(r) % (uint64_t)n) : 0; }
+
+void kl_rng_fill_normal(struct kl_rng *r, struct kl_tensor *t, double scale)
+{
+    int64_t n = kl_numel(t);
+    for (int64_t i = 0; i < n; i++) kl_store_elem(t->dtype, t->data, (size_t)i, scale * kl_rng_normal(r));
+}

@@ -1,0 +1,266 @@
+/* The rmsnorm lab module: golden-case loading, the check catalogue, running a variant, and
+ * (further down) the perf workloads. Tests, `kernlab verify/check/bench` all come through here. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/rmsnorm/rmsnorm.h"
+#include "lab/core/registry.h"
+#include "lab/rmsnorm/rmsnorm_module.h"
+#include "reference/rmsnorm.h"
+
+void kl_rmsnorm_problem_free(struct kl_rmsnorm_problem *p)
+{
+    if (!p) return;
+    kl_tensor_free(&p->x);
+    kl_tensor_free(&p->residual);
+    kl_tensor_free(&p->weight);
+    free(p);
+}
+
+static void free_problem(void *p) { kl_rmsnorm_problem_free(p); }
+
+/* Stored <f4 values must be exactly representable in the case's dtype (DESIGN.md section 4):
+ * otherwise the kernel would see different inputs than the expected outputs were made from. */
+static int convert_exact(struct kl_tensor *dst, const struct kl_tensor *src, enum kl_dtype dtype,
+                         const char *path, struct kl_err *err)
+{
+    if (src->dtype != KL_F32 && src->dtype != KL_F64)
+        return kl_fail(err, "%s: dtype %s, expected <f4", path, kl_dtype_name(src->dtype));
+    kl_tensor_convert(dst, src, dtype);
+    int64_t n = kl_numel(src);
+    for (int64_t i = 0; i < n; i++) {
+        double a = kl_load_elem(src->dtype, src->data, (size_t)i), b = kl_load_elem(dtype, dst->data, (size_t)i);
+        if (!(a == b || (isnan(a) && isnan(b)))) {
+            kl_tensor_free(dst);
+            return kl_fail(err, "%s: element %lld (%.9g) is not representable in %s", path, (long long)i, a,
+                           kl_dtype_name(dtype));
+        }
+    }
+    return 0;
+}
+
+static void set_outputs(const struct kl_rmsnorm_problem *p, struct kl_outputs *o)
+{
+    int64_t n = p->num_tokens * p->hidden;
+    kl_outputs_set(o, 0, "out", p->dtype, false, n);
+    if (p->has_residual) kl_outputs_set(o, 1, "residual_out", p->dtype, false, n);
+}
+
+static void *load(const struct kl_case *c, struct kl_outputs *expected, struct kl_err *err)
+{
+    struct kl_rmsnorm_problem *p = calloc(1, sizeof *p);
+    struct kl_tensor x = {0}, w = {0}, r = {0}, out = {0}, rout = {0};
+    char path[1200];
+    double eps;
+    p->dtype = c->dtype;
+    if (kl_case_param_double(c, "eps", KL_RMSNORM_DEFAULT_EPS, &eps, err)) goto fail;
+    p->eps = eps;
+    if (!(eps >= 0)) {
+        kl_fail(err, "%s/meta.json: param \"eps\" must be >= 0", c->dir);
+        goto fail;
+    }
+    if (c->dtype == KL_I32) {
+        kl_fail(err, "%s/meta.json: rmsnorm needs dtype fp32, fp16 or bf16", c->dir);
+        goto fail;
+    }
+    if (kl_case_array(c, "x", &x, false, err) || kl_case_array(c, "weight", &w, false, err)) goto fail;
+    int rc = kl_case_array(c, "residual", &r, true, err);
+    if (rc < 0) goto fail;
+    p->has_residual = rc == 0;
+    if (kl_case_array(c, "out", &out, false, err)) goto fail;
+    if (p->has_residual && kl_case_array(c, "residual_out", &rout, false, err)) goto fail;
+
+    if (kl_tensor_expect(&x, kl_case_path(c, "x.npy", path, sizeof path), 2, (int64_t[]){-1, -1}, err)) goto fail;
+    p->num_tokens = x.dims[0];
+    p->hidden = x.dims[1];
+    if (p->hidden < 1) {
+        kl_fail(err, "%s: hidden must be >= 1", path);
+        goto fail;
+    }
+    int64_t row[2] = {p->num_tokens, p->hidden};
+    if (kl_tensor_expect(&w, kl_case_path(c, "weight.npy", path, sizeof path), 1, &p->hidden, err)) goto fail;
+    if (kl_tensor_expect(&out, kl_case_path(c, "out.npy", path, sizeof path), 2, row, err)) goto fail;
+    if (p->has_residual &&
+        (kl_tensor_expect(&r, kl_case_path(c, "residual.npy", path, sizeof path), 2, row, err) ||
+         kl_tensor_expect(&rout, kl_case_path(c, "residual_out.npy", path, sizeof path), 2, row, err)))
+        goto fail;
+    if (convert_exact(&p->x, &x, p->dtype, kl_case_path(c, "x.npy", path, sizeof path), err) ||
+        convert_exact(&p->weight, &w, p->dtype, kl_case_path(c, "weight.npy", path, sizeof path), err) ||
+        (p->has_residual &&
+         convert_exact(&p->residual, &r, p->dtype, kl_case_path(c, "residual.npy", path, sizeof path), err)))
+        goto fail;
+
+    set_outputs(p, expected);
+    for (int64_t i = 0; i < expected->o[0].n; i++) {
+        expected->o[0].v[i] = kl_load_elem(out.dtype, out.data, (size_t)i);
+        if (p->has_residual) expected->o[1].v[i] = kl_load_elem(rout.dtype, rout.data, (size_t)i);
+    }
+    kl_tensor_free(&x), kl_tensor_free(&w), kl_tensor_free(&r), kl_tensor_free(&out), kl_tensor_free(&rout);
+    return p;
+fail:
+    kl_tensor_free(&x), kl_tensor_free(&w), kl_tensor_free(&r), kl_tensor_free(&out), kl_tensor_free(&rout);
+    kl_outputs_free(expected);
+    kl_rmsnorm_problem_free(p);
+    return NULL;
+}
+
+struct kl_rmsnorm_problem *kl_rmsnorm_problem_random(int64_t num_tokens, int64_t hidden, enum kl_dtype dtype,
+                                                     bool residual, double scale, double eps, uint64_t seed)
+{
+    struct kl_rmsnorm_problem *p = calloc(1, sizeof *p);
+    struct kl_rng rng;
+    kl_rng_seed(&rng, seed);
+    p->num_tokens = num_tokens;
+    p->hidden = hidden;
+    p->dtype = dtype;
+    p->eps = eps;
+    p->has_residual = residual;
+    int64_t dims[2] = {num_tokens, hidden};
+    kl_tensor_alloc(&p->x, dtype, 2, dims);
+    kl_tensor_alloc(&p->weight, dtype, 1, &hidden);
+    kl_rng_fill_normal(&rng, &p->x, scale);
+    /* Weights around 1 with spread, as trained RMSNorm gains are; never all ones, which would
+     * hide a variant that forgets the weight. */
+    int64_t nw = kl_numel(&p->weight);
+    for (int64_t i = 0; i < nw; i++) kl_store_elem(dtype, p->weight.data, (size_t)i, 1.0 + 0.5 * kl_rng_normal(&rng));
+    if (residual) {
+        kl_tensor_alloc(&p->residual, dtype, 2, dims);
+        kl_rng_fill_normal(&rng, &p->residual, scale);
+    }
+    return p;
+}
+
+/* The check catalogue: edge cases first (one token, odd and long rows, extreme magnitudes,
+ * eps that matters, the fused form in every dtype, no tokens at all), then random shapes. */
+static const struct edge {
+    int64_t num_tokens, hidden;
+    enum kl_dtype dtype;
+    bool residual;
+    double scale, eps;
+    const char *what;
+} kedges[] = {
+    {1, 4096, KL_BF16, false, 1, 1e-6, "one token"},
+    {3, 111, KL_BF16, false, 1, 1e-6, "odd hidden"},
+    {2, 16384, KL_BF16, false, 1, 1e-6, "long row"},
+    {4, 7, KL_F16, false, 1, 1e-6, "hidden 7"},
+    {5, 1, KL_F32, false, 1, 1e-6, "hidden 1"},
+    {2, 512, KL_BF16, false, 3000, 1e-6, "large magnitude"},
+    {2, 256, KL_F32, false, 1e-3, 1e-5, "eps comparable to mean square"},
+    {7, 4096, KL_BF16, true, 1, 1e-6, "fused add"},
+    {3, 111, KL_F16, true, 1, 1e-6, "fused add, odd hidden"},
+    {4, 1024, KL_F32, true, 1, 1e-6, "fused add, fp32"},
+    {2, 4100, KL_BF16, true, 1, 1e-6, "fused, row not whole 16-byte vectors"},
+    {0, 4096, KL_BF16, false, 1, 1e-6, "no tokens"},
+};
+#define N_EDGES ((int)(sizeof kedges / sizeof kedges[0]))
+#define N_RANDOM 6
+
+static void *make(int i, uint64_t seed, char *label, size_t len)
+{
+    if (i >= N_EDGES + N_RANDOM) return NULL;
+    struct kl_rng rng;
+    kl_rng_seed(&rng, seed * 1000003u + (uint64_t)i);
+    struct edge e;
+    if (i < N_EDGES) {
+        e = kedges[i];
+    } else {
+        static const enum kl_dtype types[3] = {KL_F32, KL_F16, KL_BF16};
+        e = (struct edge){1 + kl_rng_range(&rng, 64), 1 + kl_rng_range(&rng, 9000), types[kl_rng_range(&rng, 3)],
+                          kl_rng_range(&rng, 2) == 1, 1, 1e-6, "random"};
+    }
+    snprintf(label, len, "%s:tokens=%lld,hidden=%lld,%s%s", e.what, (long long)e.num_tokens, (long long)e.hidden,
+             kl_dtype_name(e.dtype), e.residual ? ",fused" : "");
+    for (char *c = label; *c; c++)
+        if (*c == ' ') *c = '_';
+    return kl_rmsnorm_problem_random(e.num_tokens, e.hidden, e.dtype, e.residual, e.scale, e.eps,
+                                     kl_rng_u64(&rng));
+}
+
+static int reference(const void *prob, struct kl_outputs *out, struct kl_err *err)
+{
+    const struct kl_rmsnorm_problem *p = prob;
+    double *x = kl_tensor_to_f64(&p->x), *w = kl_tensor_to_f64(&p->weight);
+    double *r = p->has_residual ? kl_tensor_to_f64(&p->residual) : NULL;
+    set_outputs(p, out);
+    kl_rmsnorm_reference(x, r, w, p->num_tokens, p->hidden, p->eps, out->o[0].v,
+                         p->has_residual ? out->o[1].v : NULL);
+    free(x), free(w), free(r);
+    return 0;
+}
+
+/* Device copies of one problem: inputs uploaded, outputs poisoned with 0xFF bytes (NaN in
+ * every float type), so an element the kernel never writes fails the comparison. */
+int kl_rmsnorm_upload(const struct kl_rmsnorm_problem *p, struct kl_rmsnorm_params *k, struct kl_err *err)
+{
+    memset(k, 0, sizeof *k);
+    size_t bytes = kl_nbytes(&p->x);
+    void *bufs[5] = {0};
+    int n = p->has_residual ? 5 : 3;
+    size_t sizes[5] = {bytes, kl_nbytes(&p->weight), bytes, bytes, bytes};
+    for (int i = 0; i < n; i++)
+        if (kl_dev_alloc(&bufs[i], sizes[i])) {
+            for (int j = 0; j < i; j++) kl_dev_free(bufs[j]);
+            return kl_fail(err, "cudaMalloc of %zu bytes failed", sizes[i]);
+        }
+    kl_dev_upload(bufs[0], p->x.data, bytes);
+    kl_dev_upload(bufs[1], p->weight.data, sizes[1]);
+    kl_dev_fill_bytes(bufs[2], 0xff, bytes);
+    if (p->has_residual) {
+        kl_dev_upload(bufs[3], p->residual.data, bytes);
+        kl_dev_fill_bytes(bufs[4], 0xff, bytes);
+    }
+    *k = (struct kl_rmsnorm_params){.x = bufs[0], .weight = bufs[1], .out = bufs[2], .residual = bufs[3],
+                                    .residual_out = bufs[4], .num_tokens = p->num_tokens, .hidden = p->hidden,
+                                    .eps = (float)p->eps, .dtype = p->dtype};
+    return 0;
+}
+
+void kl_rmsnorm_release(struct kl_rmsnorm_params *k)
+{
+    kl_dev_free((void *)k->x), kl_dev_free((void *)k->weight), kl_dev_free(k->out);
+    if (k->residual) kl_dev_free((void *)k->residual), kl_dev_free(k->residual_out);
+}
+
+/* Downloads out (and residual_out) as doubles into o. */
+int kl_rmsnorm_download(const struct kl_rmsnorm_problem *p, const struct kl_rmsnorm_params *k,
+                        struct kl_outputs *o, struct kl_err *err)
+{
+    set_outputs(p, o);
+    struct kl_tensor host;
+    int64_t dims[2] = {p->num_tokens, p->hidden};
+    kl_tensor_alloc(&host, p->dtype, 2, dims);
+    for (int i = 0; i < o->count; i++) {
+        int rc = kl_dev_download(host.data, i == 0 ? k->out : k->residual_out, kl_nbytes(&host));
+        if (rc) {
+            kl_tensor_free(&host);
+            return kl_fail(err, "copying %s back: %s", o->o[i].name, kl_cuda_error_string(rc));
+        }
+        for (int64_t j = 0; j < o->o[i].n; j++) o->o[i].v[j] = kl_load_elem(p->dtype, host.data, (size_t)j);
+    }
+    kl_tensor_free(&host);
+    return 0;
+}
+
+static int run(const struct kl_variant *v, const void *prob, struct kl_outputs *out, struct kl_err *err)
+{
+    const struct kl_rmsnorm_problem *p = prob;
+    struct kl_rmsnorm_params k;
+    if (kl_rmsnorm_upload(p, &k, err)) return -1;
+    int rc = (int)((kl_rmsnorm_launch_fn)v->launch)(&k, 0);
+    if (!rc) rc = kl_dev_sync();
+    int ret = rc ? kl_fail(err, "%s: launch failed: %s", v->name, kl_cuda_error_string(rc))
+                 : kl_rmsnorm_download(p, &k, out, err);
+    kl_rmsnorm_release(&k);
+    return ret;
+}
+
+static const struct kl_tensor_ops ops = {load, make, reference, run, free_problem};
+
+KL_MODULE(rmsnorm, .summary = "RMSNorm and fused residual add + RMSNorm", .min_cc = 70,
+          .semantics = "out[t,i] = x[t,i] / sqrt(mean_j x[t,j]^2 + eps) * weight[i]. Fused form: residual_out = "
+                       "x + residual, then out = rmsnorm(residual_out) * weight, both written by one kernel. "
+                       "Every transformer layer runs it twice (before attention and before the MLP); it is "
+                       "memory-bound: 2 bytes read and 2 written per bf16 element, ~4 FLOPs per element.",
+          .tensor = &ops, .perf = &kl_rmsnorm_perf);

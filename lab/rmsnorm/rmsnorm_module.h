@@ -1,0 +1,31 @@
+/* What the rmsnorm module shares with its tests and perf workloads. */
+#ifndef KL_RMSNORM_MODULE_H
+#define KL_RMSNORM_MODULE_H
+
+#include <stdbool.h>
+
+#include "kernels/rmsnorm/rmsnorm.h"
+#include "lab/core/registry.h"
+#include "lab/core/tensor.h"
+
+#define KL_RMSNORM_DEFAULT_EPS 1e-6
+
+struct kl_rmsnorm_problem {
+    int64_t num_tokens, hidden;
+    enum kl_dtype dtype;
+    double eps;
+    bool has_residual;
+    struct kl_tensor x, residual, weight; /* host, in dtype */
+};
+
+struct kl_rmsnorm_problem *kl_rmsnorm_problem_random(int64_t num_tokens, int64_t hidden, enum kl_dtype dtype,
+                                                     bool residual, double scale, double eps, uint64_t seed);
+void kl_rmsnorm_problem_free(struct kl_rmsnorm_problem *p);
+int kl_rmsnorm_upload(const struct kl_rmsnorm_problem *p, struct kl_rmsnorm_params *k, struct kl_err *err);
+int kl_rmsnorm_download(const struct kl_rmsnorm_problem *p, const struct kl_rmsnorm_params *k,
+                        struct kl_outputs *o, struct kl_err *err);
+void kl_rmsnorm_release(struct kl_rmsnorm_params *k);
+
+extern const struct kl_perf_ops kl_rmsnorm_perf;
+
+#endif
