@@ -81,33 +81,47 @@ static bool has_meta(const char *dir)
 
 static int by_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-/* A directory without meta.json that holds directories is a collection (golden/, golden/rmsnorm/):
- * its cases are found below it, in name order. Anything else is taken as one case, so an
- * empty directory is reported as a case without meta.json. */
-static void collect_cases(const char *dir, char ***list, int *n, int *cap)
+static bool has_subdirs(const char *dir)
 {
-    char **subs = NULL;
-    int nsub = 0;
-    if (!has_meta(dir) && is_dir(dir)) {
-        DIR *d = opendir(dir);
-        struct dirent *e;
-        while (d && (e = readdir(d))) {
-            if (e->d_name[0] == '.') continue;
-            char p[1100];
-            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-            if (!is_dir(p)) continue;
-            subs = realloc(subs, sizeof *subs * (size_t)(nsub + 1));
-            subs[nsub++] = strdup(p);
-        }
-        if (d) closedir(d);
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    bool found = false;
+    while (d && !found && (e = readdir(d))) {
+        char p[1100];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        found = e->d_name[0] != '.' && is_dir(p);
     }
-    if (nsub == 0) {
+    if (d) closedir(d);
+    return found;
+}
+
+/* A directory without meta.json that holds directories is a collection (golden/, golden/rmsnorm/):
+ * its cases are the directories below it with a meta.json, in name order (golden/gen/ and other
+ * folders without one are passed over). A path given by the user is always taken as a case
+ * when it is not a collection, so an empty directory is reported as a case without meta.json. */
+static void collect_cases(const char *dir, bool given, char ***list, int *n, int *cap)
+{
+    if (has_meta(dir) || !is_dir(dir) || !has_subdirs(dir)) {
+        if (!given && !has_meta(dir)) return;
         if (*n == *cap) *list = realloc(*list, sizeof **list * (size_t)(*cap = *cap * 2 + 8));
         (*list)[(*n)++] = strdup(dir);
+        return;
     }
+    char **subs = NULL;
+    int nsub = 0;
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        char p[1100];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        if (e->d_name[0] == '.' || !is_dir(p)) continue;
+        subs = realloc(subs, sizeof *subs * (size_t)(nsub + 1));
+        subs[nsub++] = strdup(p);
+    }
+    if (d) closedir(d);
     qsort(subs, (size_t)nsub, sizeof *subs, by_str);
     for (int i = 0; i < nsub; i++) {
-        collect_cases(subs[i], list, n, cap);
+        collect_cases(subs[i], false, list, n, cap);
         free(subs[i]);
     }
     free(subs);
@@ -135,10 +149,15 @@ static int cmd_verify(int argc, char **argv)
         } else if (argv[i][0] == '-' && argv[i][1] == '-') {
             return fprintf(stderr, "kernlab verify: unknown option '%s'\n", argv[i]), 2;
         } else {
-            collect_cases(argv[i], &dirs, &ndirs, &cap);
+            {
+            char path[1024];
+            snprintf(path, sizeof path, "%s", argv[i]);
+            for (size_t k = strlen(path); k > 1 && path[k - 1] == '/'; k--) path[k - 1] = 0;
+            collect_cases(path, true, &dirs, &ndirs, &cap);
+        }
         }
     }
-    if (ndirs == 0) return fprintf(stderr, "kernlab verify: no CASE_DIR given\n"), 2;
+    if (ndirs == 0) return fprintf(stderr, "kernlab verify: no CASE_DIR given (or none found under it)\n"), 2;
 
     char why[256];
     const int cc = kl_device_cc(why, sizeof why);

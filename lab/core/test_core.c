@@ -1,0 +1,218 @@
+/* Tests of the lab runtime: dtype conversions on the edge values, .npy round trips and
+ * rejections, meta.json errors, the comparison policy, the registry. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "lab/core/compare.h"
+#include "lab/core/golden.h"
+#include "lab/core/registry.h"
+
+/* bf16: round to nearest even on the edge values. */
+Test(core, bf16_rounds_to_nearest_even)
+{
+    cr_assert_eq(kl_f32_to_bf16(1.0f), 0x3f80);
+    cr_assert_eq(kl_f32_to_bf16(-2.0f), 0xc000);
+    /* 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties go to the even mantissa (1.0). */
+    cr_assert_eq(kl_f32_to_bf16(1.0f + 0x1p-8f), 0x3f80);
+    /* 1 + 3*2^-8 is halfway between 1+2^-7 (odd) and 1+2^-6 (even): up. */
+    cr_assert_eq(kl_f32_to_bf16(1.0f + 3 * 0x1p-8f), 0x3f82);
+    cr_assert_eq(kl_f32_to_bf16(1.0f + 0x1p-8f + 0x1p-20f), 0x3f81); /* just above halfway: up */
+    cr_assert_eq(kl_f32_to_bf16(3.3895314e38f), 0x7f7f);             /* largest finite bf16 */
+    cr_assert_eq(kl_f32_to_bf16(3.40282347e38f), 0x7f80);            /* float max rounds to Inf */
+    cr_assert_eq(kl_f32_to_bf16(INFINITY), 0x7f80);
+    cr_assert_eq(kl_f32_to_bf16(0x1p-133f), 0x0001); /* smallest bf16 subnormal */
+    cr_assert(isnan(kl_bf16_to_f32(kl_f32_to_bf16(NAN))));
+    cr_assert_eq(kl_bf16_to_f32(0x3f81), 1.0f + 0x1p-7f);
+}
+
+Test(core, fp16_rounds_to_nearest_even_with_subnormals_and_overflow)
+{
+    cr_assert_eq(kl_f32_to_f16(1.0f), 0x3c00);
+    cr_assert_eq(kl_f32_to_f16(65504.0f), 0x7bff);   /* largest finite */
+    cr_assert_eq(kl_f32_to_f16(65519.0f), 0x7bff);   /* below the halfway point to 65536 */
+    cr_assert_eq(kl_f32_to_f16(65520.0f), 0x7c00);   /* halfway: ties to even is Inf */
+    cr_assert_eq(kl_f32_to_f16(0x1p-24f), 0x0001);   /* smallest subnormal */
+    cr_assert_eq(kl_f32_to_f16(0x1p-25f), 0x0000);   /* halfway to zero: even (0) */
+    cr_assert_eq(kl_f32_to_f16(0x1.8p-24f), 0x0002); /* 1.5 x smallest: ties to even (2) */
+    cr_assert_eq(kl_f32_to_f16(0x1p-14f), 0x0400);   /* smallest normal */
+    cr_assert_eq(kl_f32_to_f16(1.0f + 0x1p-11f), 0x3c00); /* tie to even */
+    cr_assert_eq(kl_f32_to_f16(1.0f + 3 * 0x1p-11f), 0x3c02);
+    cr_assert_eq(kl_f32_to_f16(-0.0f), 0x8000);
+    cr_assert(isnan(kl_f16_to_f32(kl_f32_to_f16(NAN))));
+    for (uint32_t h = 0; h < 0x7c00; h++) /* every finite positive half survives the round trip */
+        cr_assert_eq(kl_f32_to_f16(kl_f16_to_f32((uint16_t)h)), h, "half 0x%04x", h);
+}
+
+static char tmpdir[256];
+
+static void make_tmp(void)
+{
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/kl_core_XXXXXX");
+    cr_assert(mkdtemp(tmpdir));
+}
+
+static void write_bytes(const char *path, const void *data, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    cr_assert(f);
+    fwrite(data, 1, n, f);
+    fclose(f);
+}
+
+Test(core, npy_round_trips_every_stored_dtype)
+{
+    make_tmp();
+    enum kl_dtype types[] = {KL_F32, KL_F64, KL_I32, KL_I64, KL_U8};
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+        struct kl_tensor t, back;
+        int64_t dims[3] = {2, 3, 5};
+        kl_tensor_alloc(&t, types[k], 3, dims);
+        for (int i = 0; i < 30; i++) kl_store_elem(types[k], t.data, (size_t)i, i * 7 % 31);
+        char path[300];
+        snprintf(path, sizeof path, "%s/t%zu.npy", tmpdir, k);
+        struct kl_err err;
+        cr_assert_eq(kl_npy_write(path, &t, &err), 0, "%s", err.msg);
+        cr_assert_eq(kl_npy_read(path, &back, &err), 0, "%s", err.msg);
+        cr_assert_eq(back.dtype, types[k]);
+        cr_assert_eq(back.ndim, 3);
+        cr_assert_eq(back.dims[2], 5);
+        cr_assert_eq(memcmp(t.data, back.data, kl_nbytes(&t)), 0);
+        kl_tensor_free(&t), kl_tensor_free(&back);
+    }
+}
+
+/* A valid header for a [4] <f4 array, 64-byte aligned as numpy writes it. */
+static size_t npy_header(char *buf, const char *descr, const char *shape)
+{
+    char dict[128];
+    int n = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }", descr, shape);
+    int pad = (64 - (10 + n + 1) % 64) % 64;
+    memcpy(buf, "\x93NUMPY\x01\x00", 8);
+    buf[8] = (char)(n + pad + 1), buf[9] = 0;
+    memcpy(buf + 10, dict, (size_t)n);
+    memset(buf + 10 + n, ' ', (size_t)pad);
+    buf[10 + n + pad] = '\n';
+    return (size_t)(10 + n + pad + 1);
+}
+
+static void expect_npy_error(const char *name, const void *data, size_t n, const char *needle)
+{
+    char path[300];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    write_bytes(path, data, n);
+    struct kl_tensor t;
+    struct kl_err err = {{0}};
+    cr_assert_neq(kl_npy_read(path, &t, &err), 0, "%s was accepted", name);
+    cr_assert(strstr(err.msg, path), "message does not name the file: %s", err.msg);
+    cr_assert(strstr(err.msg, needle), "message '%s' does not say '%s'", err.msg, needle);
+}
+
+Test(core, npy_rejects_bad_files_naming_the_file)
+{
+    make_tmp();
+    char buf[256];
+    size_t h = npy_header(buf, "<f4", "(4,)");
+    memset(buf + h, 0, 20);
+    expect_npy_error("truncated.npy", buf, h + 10, "truncated");
+    expect_npy_error("extra.npy", buf, h + 20, "size mismatch");
+    char bad[256];
+    memcpy(bad, buf, h + 16);
+    bad[1] = 'X';
+    expect_npy_error("magic.npy", bad, h + 16, "bad magic");
+    h = npy_header(buf, ">f4", "(4,)");
+    expect_npy_error("bigendian.npy", buf, h + 16, "unsupported dtype");
+    h = npy_header(buf, "<c8", "(4,)");
+    expect_npy_error("complex.npy", buf, h + 16, "unsupported dtype");
+    expect_npy_error("empty.npy", "", 0, "bad magic");
+}
+
+static void write_text(const char *dir, const char *file, const char *text)
+{
+    char path[400];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    write_bytes(path, text, strlen(text));
+}
+
+Test(core, meta_json_errors_name_the_file)
+{
+    make_tmp();
+    struct kl_case c;
+    struct kl_err err = {{0}};
+    cr_assert_neq(kl_case_open(&c, tmpdir, &err), 0);
+    cr_assert(strstr(err.msg, "meta.json"), "%s", err.msg);
+    write_text(tmpdir, "meta.json", "{\"module\": \"rmsnorm\", ");
+    cr_assert_neq(kl_case_open(&c, tmpdir, &err), 0);
+    cr_assert(strstr(err.msg, "bad JSON"), "%s", err.msg);
+    write_text(tmpdir, "meta.json", "{\"case\": \"x\"}");
+    cr_assert_neq(kl_case_open(&c, tmpdir, &err), 0);
+    cr_assert(strstr(err.msg, "module"), "%s", err.msg);
+    write_text(tmpdir, "meta.json", "{\"module\": \"rmsnorm\", \"dtype\": \"fp8\"}");
+    cr_assert_neq(kl_case_open(&c, tmpdir, &err), 0);
+    cr_assert(strstr(err.msg, "fp8"), "%s", err.msg);
+    write_text(tmpdir, "meta.json", "{\"module\": \"rmsnorm\", \"dtype\": \"bf16\", \"params\": {\"eps\": \"big\"}, "
+                                    "\"unknown_key\": 1}");
+    cr_assert_eq(kl_case_open(&c, tmpdir, &err), 0, "%s", err.msg);
+    double eps;
+    cr_assert_neq(kl_case_param_double(&c, "eps", 1e-6, &eps, &err), 0);
+    cr_assert(strstr(err.msg, "eps"), "%s", err.msg);
+    cr_assert_eq(kl_case_param_double(&c, "absent", 0.5, &eps, &err), 0);
+    cr_assert_eq(eps, 0.5);
+    kl_case_close(&c);
+}
+
+Test(core, compare_fails_nan_and_poison_and_passes_rounding)
+{
+    double want[4] = {1, 2, 3, 4}, got[4] = {1, 2, 3, 4};
+    struct kl_cmp c;
+    kl_compare(got, want, 4, kl_policy_for(KL_BF16, false), &c);
+    cr_assert(c.pass);
+    got[2] = NAN;
+    kl_compare(got, want, 4, kl_policy_for(KL_BF16, false), &c);
+    cr_assert(!c.pass);
+    cr_assert_eq(c.n_bad, 1);
+    cr_assert_eq(c.first[0].index, 2);
+    got[2] = INFINITY;
+    kl_compare(got, want, 4, kl_policy_for(KL_BF16, false), &c);
+    cr_assert(!c.pass);
+    /* One bf16 rounding of each element passes; an error of 3 units of roundoff does not. */
+    for (int i = 0; i < 4; i++) got[i] = kl_round_to(KL_BF16, want[i] * (1 + 0x1p-9));
+    kl_compare(got, want, 4, kl_policy_for(KL_BF16, false), &c);
+    cr_assert(c.pass);
+    got[3] = want[3] * (1 + 3 * 0x1p-8);
+    kl_compare(got, want, 4, kl_policy_for(KL_BF16, false), &c);
+    cr_assert(!c.pass);
+    /* Exact comparison: any difference fails. */
+    double a[2] = {1, 2}, b[2] = {1, nextafter(2, 3)};
+    kl_compare(b, a, 2, kl_policy_for(KL_BF16, true), &c);
+    cr_assert(!c.pass);
+}
+
+Test(core, compare_catches_a_systematic_error_inside_the_element_bound)
+{
+    /* Every element 1.5 units of bf16 roundoff too large: inside rtol = 2u per element, but a
+     * systematic shift, which rel_l2 <= u must reject. */
+    enum { N = 1000 };
+    double want[N], got[N];
+    for (int i = 0; i < N; i++) want[i] = 1 + i * 1e-3, got[i] = want[i] * (1 + 1.5 * 0x1p-8);
+    struct kl_cmp c;
+    kl_compare(got, want, N, kl_policy_for(KL_BF16, false), &c);
+    cr_assert_eq(c.n_bad, 0);
+    cr_assert(!c.pass, "rel_l2 %.3g passed", c.rel_l2);
+}
+
+Test(core, registry_lists_modules_and_variants_sorted)
+{
+    cr_assert_geq(kl_module_count(), 1);
+    for (int i = 1; i < kl_module_count(); i++)
+        cr_assert_lt(strcmp(kl_module_at(i - 1)->name, kl_module_at(i)->name), 0);
+    const struct kl_module *m = kl_module_find("rmsnorm");
+    cr_assert(m);
+    cr_assert_geq(kl_variant_count("rmsnorm", false), 2);
+    cr_assert(kl_variant_find("rmsnorm", "v0_naive"));
+    cr_assert_null(kl_variant_find("rmsnorm", "no_such_variant"));
+    cr_assert_null(kl_module_find("no_such_module"));
+}

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The kernlab command as users meet it: list, verify on the goldens and on cases written by
+# hand, and each malformed case giving one clean FAIL line naming the file (exit 1, no crash).
+set -uo pipefail
+kl=${1:?usage: cli.sh path/to/kernlab}
+cd "$(dirname "$0")/../.."
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0 passes=0
+ok() { echo "ok   $*"; passes=$((passes + 1)); }
+bad() { echo "FAIL $*" >&2; fails=$((fails + 1)); }
+
+"$kl" list > "$tmp/list" || bad "list exited nonzero"
+grep -q '^rmsnorm ' "$tmp/list" && grep -q 'rmsnorm/v0_naive' "$tmp/list" && ok "list shows rmsnorm and its variants" \
+  || bad "list: $(cat "$tmp/list")"
+
+"$kl" verify --reference golden/rmsnorm/*/ > "$tmp/v" 2>&1 && ! grep -q '^FAIL' "$tmp/v" \
+  && ok "verify --reference passes every rmsnorm golden" || bad "verify --reference: $(cat "$tmp/v")"
+"$kl" verify --reference golden > "$tmp/all" 2>&1 && ok "verify --reference golden/ finds and passes every case" \
+  || bad "verify golden/: $(grep -v ^PASS "$tmp/all")"
+[ "$(grep -c '^PASS' "$tmp/all")" -ge 11 ] || bad "verify golden/ checked too few cases"
+
+# A case written by someone else, with a tool other than ours: plain Python writing .npy by hand.
+python3 - "$tmp/hand" <<'PY'
+import json, os, struct, sys, math
+d = sys.argv[1]; os.makedirs(d)
+def npy(name, shape, vals):
+    hdr = "{'descr': '<f4', 'fortran_order': False, 'shape': (%s), }" % "".join("%d, " % s for s in shape)
+    hdr += " " * ((64 - (10 + len(hdr) + 1) % 64) % 64) + "\n"
+    with open(os.path.join(d, name + ".npy"), "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hdr)) + hdr.encode() + struct.pack("<%df" % len(vals), *vals))
+x = [1.0, -2.0, 0.5, 4.0, 0.25, 3.0]; w = [0.5, 1.0, 2.0]; eps = 0.001
+out = []
+for r in range(2):
+    row = x[3 * r:3 * r + 3]; inv = 1 / math.sqrt(sum(v * v for v in row) / 3 + eps)
+    out += [row[i] * inv * w[i] for i in range(3)]
+npy("x", (2, 3), x); npy("weight", (3,), w); npy("out", (2, 3), out)
+json.dump({"module": "rmsnorm", "case": "by_hand", "dtype": "bf16", "params": {"eps": eps}, "note": "extra keys are ignored"},
+          open(os.path.join(d, "meta.json"), "w"))
+PY
+"$kl" verify --reference "$tmp/hand" > "$tmp/h" 2>&1 && grep -q '^PASS rmsnorm by_hand reference' "$tmp/h" \
+  && ok "a hand-written case passes" || bad "hand-written case: $(cat "$tmp/h")"
+
+# Broken cases: each must give exactly one FAIL line that names the file, and exit 1.
+mk() { rm -rf "$tmp/$1"; cp -r golden/rmsnorm/odd_hidden_111 "$tmp/$1"; }
+mk truncated; head -c 100 golden/rmsnorm/odd_hidden_111/x.npy > "$tmp/truncated/x.npy"
+mk magic; printf 'XXXXXXXXXXXXXXXX' | dd of="$tmp/magic/weight.npy" conv=notrunc status=none
+mk missing; rm "$tmp/missing/out.npy"
+mk badjson; echo '{"module": "rmsnorm",' > "$tmp/badjson/meta.json"
+mk unknown; sed -i 's/"rmsnorm"/"no_such_module"/' "$tmp/unknown/meta.json"
+mk shape; cp golden/rmsnorm/fp32_small/weight.npy "$tmp/shape/weight.npy"
+mk dtype; sed -i 's/"bf16"/"fp8"/' "$tmp/dtype/meta.json"
+mkdir "$tmp/empty"
+for c in truncated:x.npy magic:weight.npy missing:out.npy badjson:meta.json unknown:meta.json shape:weight.npy \
+         dtype:meta.json empty:meta.json; do
+  name=${c%%:*} file=${c#*:}
+  "$kl" verify --reference "$tmp/$name" > "$tmp/out_$name" 2> "$tmp/err_$name"
+  rc=$?
+  lines=$(grep -c . "$tmp/out_$name")
+  if [ $rc -eq 1 ] && [ "$lines" -eq 1 ] && grep -q "^FAIL .*$tmp/$name/$file" "$tmp/out_$name"; then
+    ok "broken case '$name' fails cleanly: $(cut -c1-140 "$tmp/out_$name")"
+  else
+    bad "broken case '$name': rc=$rc lines=$lines: $(cat "$tmp/out_$name" "$tmp/err_$name")"
+  fi
+done
+
+# Usage errors exit 2; an unknown module for check is a usage error.
+"$kl" verify > /dev/null 2>&1; [ $? -eq 2 ] && ok "verify without cases exits 2" || bad "verify without cases"
+"$kl" check no_such_module > /dev/null 2>&1; [ $? -eq 2 ] && ok "check of an unknown module exits 2" || bad "check unknown"
+"$kl" frobnicate > /dev/null 2>&1; [ $? -eq 2 ] && ok "unknown command exits 2" || bad "unknown command"
+
+echo "$passes passed, $fails failed"
+exit $((fails > 0))
