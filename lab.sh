@@ -21,6 +21,7 @@ install_missing() {
   command -v ninja >/dev/null || pkgs+=(ninja-build)
   command -v g++ >/dev/null || pkgs+=(g++)
   command -v python3 >/dev/null || pkgs+=(python3)
+  /usr/bin/python3 -c "import numpy" 2>/dev/null || pkgs+=(python3-numpy) # golden/gen only
   command -v valgrind >/dev/null || pkgs+=(valgrind)
   command -v clang >/dev/null || pkgs+=(clang)
   [ ${#pkgs[@]} -eq 0 ] && return 0
