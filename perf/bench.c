@@ -1,4 +1,356 @@
+/* `kernlab ceilings` and `kernlab bench`: every (variant, workload) of a module is set up with
+ * rotated input sets, timed, re-checked, optionally profiled (CUPTI counters and kernel
+ * records), placed on the roofline, compared with its target, and written as one results line. */
+#include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lab/core/device.h"
 #include "lab/kernlab.h"
-int kl_cmd_ceilings(int argc, char **argv) { fprintf(stderr, "not yet\n"); return 2; }
-int kl_cmd_bench(int argc, char **argv) { fprintf(stderr, "not yet\n"); return 2; }
+#include "perf/activity.h"
+#include "perf/bench.h"
+#include "perf/counters.h"
+
+/* Below this many microseconds of modelled DRAM time a workload is "small": it is timed as
+ * CUDA-graph replays, where back-to-back launches do not add their launch gaps. */
+#define KL_SMALL_US 20.0
+/* Rotated input sets must span at least this multiple of the L2, so each launch finds its
+ * inputs cold (DESIGN.md section 6), capped by device memory we are willing to take. */
+#define KL_L2_MULTIPLE 4
+#define KL_ROTATION_BYTES_MAX (4ull << 30)
+
+struct launch_ctx {
+    const struct kl_perf_ops *ops;
+    const struct kl_variant *v;
+    void *state;
+};
+
+static int launch_set(void *p, int set, cudaStream_t s)
+{
+    struct launch_ctx *c = p;
+    return c->ops->launch(c->v, c->state, set, s);
+}
+
+static void launch_once(void *p)
+{
+    struct launch_ctx *c = p;
+    c->ops->launch(c->v, c->state, 0, 0);
+}
+
+static const char *metric_name(const struct kl_target *t) { return t ? t->metric : NULL; }
+
+/* The value a target's metric takes in this result. */
+static double metric_value(const char *metric, const struct kl_result *r, double floor_frac)
+{
+    if (strcmp(metric, "bw_frac") == 0) return r->bw_frac;
+    if (strcmp(metric, "tc_frac") == 0) return r->tc_frac;
+    if (strcmp(metric, "floor_frac") == 0) return floor_frac;
+    if (strcmp(metric, "latency_us") == 0) return r->time_us_median;
+    return NAN;
+}
+
+static bool metric_passes(const char *metric, double value, double target)
+{
+    if (strcmp(metric, "latency_us") == 0) return value <= target;
+    return value >= target;
+}
+
+/* Roofline position: arithmetic intensity from the models, the ridge from the measured
+ * ceilings, the bound that applies and the fraction of it reached. */
+static cJSON *roofline(const struct kl_ceilings *c, const struct kl_result *r)
+{
+    cJSON *o = cJSON_CreateObject();
+    double intensity = r->bytes > 0 ? r->flops / r->bytes : INFINITY;
+    double ridge = c->dev.gemm_tflops * 1e12 / (c->dev.copy_gbs * 1e9);
+    double attainable = fmin(c->dev.gemm_tflops, intensity * c->dev.copy_gbs * 1e9 / 1e12); /* TFLOP/s */
+    bool memory = intensity < ridge;
+    cJSON_AddNumberToObject(o, "intensity", isfinite(intensity) ? intensity : 0);
+    cJSON_AddNumberToObject(o, "ridge", ridge);
+    cJSON_AddStringToObject(o, "bound", memory ? "memory" : "compute");
+    cJSON_AddNumberToObject(o, "attainable_tflops", attainable);
+    cJSON_AddNumberToObject(o, "frac_of_bound", memory ? r->bw_frac : r->tc_frac);
+    return o;
+}
+
+static void add_counters(cJSON *counters, const struct kl_counters *k, double model_bytes)
+{
+    cJSON *j = kl_counters_json(k);
+    for (cJSON *e = j ? j->child : NULL; e; e = e->next) cJSON_AddItemToObject(counters, e->string, cJSON_Duplicate(e, 1));
+    cJSON_Delete(j);
+    if (k->valid && isfinite(k->dram_read_bytes) && isfinite(k->dram_write_bytes) && model_bytes > 0) {
+        double ratio = (k->dram_read_bytes + k->dram_write_bytes) / model_bytes;
+        cJSON_AddNumberToObject(counters, "bytes_ratio", ratio);
+        /* Far above 1: re-reads or uncoalesced access. Far below: the cache served part of the
+         * traffic, so the time is not a DRAM measurement. */
+        cJSON_AddStringToObject(counters, "bytes_flag",
+                                ratio > 1.15 ? "extra traffic" : ratio < 0.85 ? "cache-served" : "as modelled");
+    }
+}
+
+static int bench_one(const struct kl_bench_args *a, const struct kl_variant *v, const struct kl_workload *w)
+{
+    const struct kl_perf_ops *ops = a->module->perf;
+    const struct kl_ceilings *c = a->ceil;
+    struct kl_err err = {{0}};
+    size_t set_bytes = ops->set_bytes(w);
+    size_t want = (size_t)KL_L2_MULTIPLE * (size_t)c->dev.l2_bytes;
+    int sets = set_bytes >= want ? 1 : (int)((want + set_bytes - 1) / set_bytes);
+    if ((size_t)sets * set_bytes > KL_ROTATION_BYTES_MAX) sets = (int)(KL_ROTATION_BYTES_MAX / set_bytes);
+    if (sets < 1) sets = 1;
+
+    void *state = ops->setup(w, sets, a->seed, &err);
+    if (!state) {
+        fprintf(stderr, "bench %s %s %s: setup failed: %s\n", a->module->name, v->name, w->name, err.msg);
+        return -1;
+    }
+    struct launch_ctx lc = {ops, v, state};
+    struct kl_result r = {.module = a->module->name, .variant = v->name, .workload = w->name};
+    r.device = c->dev;
+    r.bytes = ops->bytes(w);
+    r.flops = ops->flops(w);
+    bool small = r.bytes / (c->dev.copy_gbs * 1e3) < KL_SMALL_US;
+
+    struct kl_clocks before, after;
+    struct kl_timing t;
+    kl_clocks_read(&before);
+    int rc = kl_time(launch_set, &lc, sets, small ? 30 : 50, small, &t, &err);
+    kl_clocks_read(&after);
+    if (rc) {
+        fprintf(stderr, "bench %s %s %s: %s\n", a->module->name, v->name, w->name, err.msg);
+        ops->teardown(state);
+        return -1;
+    }
+    /* Throttled: the SM clock fell during the run, or the driver reports a slowdown reason
+     * (power cap 0x4, HW slowdown 0x8, SW thermal 0x20, HW thermal 0x40, power brake 0x80). */
+    r.throttled = before.valid && after.valid &&
+                  (after.sm_mhz < 0.95 * before.sm_mhz || (after.throttle_reasons & 0xecull) != 0);
+    r.time_us_min = t.min_us, r.time_us_median = t.median_us, r.time_us_max = t.max_us;
+    double s = t.median_us * 1e-6;
+    r.gbs = r.bytes / s / 1e9;
+    r.bw_frac = r.gbs / c->dev.copy_gbs;
+    r.tflops = r.flops / s / 1e12;
+    r.tc_frac = r.tflops / c->dev.gemm_tflops;
+    double floor_frac = c->launch_us_graph / t.median_us;
+
+    /* The output of the timed launches is checked again: a fast wrong kernel is no result. */
+    struct kl_cmp cmp;
+    r.checked = ops->check(v, state, &cmp, &err) == 0;
+    if (!r.checked) fprintf(stderr, "bench %s %s %s: re-check failed to run: %s\n", a->module->name, v->name, w->name, err.msg);
+    r.rel_l2 = r.checked ? cmp.rel_l2 : NAN, r.max_abs = r.checked ? cmp.max_abs : NAN;
+    r.check_pass = r.checked && cmp.pass;
+
+    r.counters = cJSON_CreateObject();
+    struct kl_kernel_records kr;
+    if (kl_activity_record(launch_once, &lc, &kr) == 0) {
+        cJSON_AddItemToObject(r.counters, "launch", kl_kernel_record_json(&kr.k[0]));
+        cJSON_AddNumberToObject(r.counters, "kernels_per_launch", kr.count);
+    }
+    if (a->counters) {
+        struct kl_counters k;
+        if (kl_counters_collect(launch_once, &lc, &k, &err) == 0) add_counters(r.counters, &k, r.bytes);
+        else fprintf(stderr, "bench %s %s %s: counters: %s\n", a->module->name, v->name, w->name, err.msg);
+    }
+
+    const struct kl_target *target = kl_target_find(a->targets, a->module->name, w->name);
+    r.gate_metric = metric_name(target);
+    if (target) {
+        r.gate_target = target->target;
+        r.gate_pass = metric_passes(target->metric, metric_value(target->metric, &r, floor_frac), target->target) &&
+                      r.check_pass;
+    }
+    r.params = ops->params ? ops->params(w) : NULL;
+    r.extra = cJSON_CreateObject();
+    cJSON_AddStringToObject(r.extra, "timing", small ? "graph" : "events");
+    cJSON_AddNumberToObject(r.extra, "input_sets", sets);
+    cJSON_AddNumberToObject(r.extra, "floor_frac", floor_frac);
+    cJSON_AddItemToObject(r.extra, "roofline", roofline(c, &r));
+    cJSON_AddItemToObject(r.extra, "ceilings", kl_ceilings_json(c));
+    if (before.valid) {
+        cJSON_AddNumberToObject(r.extra, "sm_clock_mhz_before", before.sm_mhz);
+        cJSON_AddNumberToObject(r.extra, "sm_clock_mhz_after", after.sm_mhz);
+    }
+    if (a->json) kl_result_write(a->json, &r), fflush(a->json);
+
+    const cJSON *ratio = cJSON_GetObjectItem(r.counters, "bytes_ratio");
+    char ratio_s[16] = "-", gate[64] = "-";
+    if (ratio) snprintf(ratio_s, sizeof ratio_s, "%.3f", ratio->valuedouble);
+    if (target)
+        snprintf(gate, sizeof gate, "%s %s %.2f>=%.2f", r.gate_pass ? "pass" : "MISS", target->metric,
+                 metric_value(target->metric, &r, floor_frac), target->target);
+    fprintf(a->table, "%-14s %-20s %9.2f %8.0f %7.3f %5.2f %6s %5s%s %s\n", v->name, w->name, t.median_us, r.gbs,
+            r.bw_frac, floor_frac, ratio_s, r.check_pass ? "ok" : "FAIL", r.throttled ? " throttled" : "", gate);
+    if (target && !r.gate_pass) {
+        fprintf(stderr, "gate: MISS %s %s %s: %s %.3f, target %.3f%s (%s)\n", a->module->name, v->name, w->name,
+                target->metric, metric_value(target->metric, &r, floor_frac), target->target,
+                r.check_pass ? "" : ", output re-check failed", target->source);
+        if (a->gate_misses) ++*a->gate_misses;
+    }
+    if (!r.check_pass && a->failures) ++*a->failures;
+    cJSON_Delete(r.counters);
+    cJSON_Delete(r.params);
+    cJSON_Delete(r.extra);
+    ops->teardown(state);
+    return 0;
+}
+
+int kl_bench_module(const struct kl_bench_args *a)
+{
+    const struct kl_perf_ops *ops = a->module->perf;
+    int ran = 0;
+    for (int j = 0; j < kl_variant_count(a->module->name, false); j++) {
+        const struct kl_variant *v = kl_variant_at(a->module->name, j, false);
+        if (a->variant && strcmp(a->variant, v->name) != 0) continue;
+        if (v->min_cc > a->ceil->dev.cc) {
+            fprintf(stderr, "bench %s %s: skipped, needs sm_%d\n", a->module->name, v->name, v->min_cc);
+            continue;
+        }
+        for (int i = 0; i < ops->n_workloads; i++) {
+            const struct kl_workload *w = &ops->workloads[i];
+            if (a->workload && strcmp(a->workload, w->name) != 0) continue;
+            /* Only the gated variant rows count for the gate: the module's best (latest). */
+            struct kl_bench_args one = *a;
+            const struct kl_variant *best = kl_variant_latest(a->module->name, a->ceil->dev.cc);
+            if (best != v) one.targets = NULL;
+            if (bench_one(&one, v, w) && a->failures) ++*a->failures;
+            ran++;
+        }
+    }
+    return ran;
+}
+
+/* ---- commands ---- */
+
+int kl_cmd_ceilings(int argc, char **argv)
+{
+    const char *json = NULL;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0 && i + 1 < argc) json = argv[++i];
+        else return fprintf(stderr, "kernlab ceilings: unknown argument '%s'\n", argv[i]), 2;
+    }
+    struct kl_ceilings c;
+    struct kl_err err = {{0}};
+    if (kl_ceilings_measure(&c, stderr, &err)) return fprintf(stderr, "kernlab ceilings: %s\n", err.msg), 1;
+    kl_ceilings_print(stdout, &c);
+    if (json) {
+        FILE *f = fopen(json, "w");
+        if (!f) return fprintf(stderr, "kernlab ceilings: cannot write %s\n", json), 1;
+        cJSON *o = kl_ceilings_json(&c);
+        char *s = cJSON_Print(o);
+        fprintf(f, "%s\n", s);
+        free(s);
+        cJSON_Delete(o);
+        fclose(f);
+    }
+    return 0;
+}
+
+/* Appends the peers' rows (perf/peers/run.py, PyTorch) to the same results file. */
+static void run_peers(const char *module, const char *workload, const char *json, const struct kl_ceilings *c)
+{
+    char ceil_path[1100], cmd[4096];
+    snprintf(ceil_path, sizeof ceil_path, "%s.ceilings.json", json);
+    FILE *f = fopen(ceil_path, "w");
+    if (!f) return;
+    cJSON *o = kl_ceilings_json(c);
+    char *s = cJSON_PrintUnformatted(o);
+    fprintf(f, "%s\n", s);
+    free(s);
+    cJSON_Delete(o);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "python3 '%s/perf/peers/run.py' --module %s %s%s --json '%s' --ceilings '%s' --commit %s",
+             KL_SOURCE_DIR, module, workload ? "--workload " : "", workload ? workload : "", json, ceil_path,
+             kl_build_commit());
+    int rc = system(cmd);
+    if (rc != 0) fprintf(stderr, "bench %s: peers exited with status %d\n", module, rc);
+    remove(ceil_path);
+}
+
+int kl_cmd_bench(int argc, char **argv)
+{
+    struct kl_bench_args a = {.table = stdout, .seed = 1234};
+    const char *target = NULL, *json = NULL;
+    bool peers = false;
+    for (int i = 0; i < argc; i++) {
+        const char *s = argv[i];
+        if (strcmp(s, "--variant") == 0 && i + 1 < argc) a.variant = argv[++i];
+        else if (strcmp(s, "--workload") == 0 && i + 1 < argc) a.workload = argv[++i];
+        else if (strcmp(s, "--json") == 0 && i + 1 < argc) json = argv[++i];
+        else if (strcmp(s, "--gate") == 0) a.gate = true;
+        else if (strcmp(s, "--counters") == 0) a.counters = true;
+        else if (strcmp(s, "--peers") == 0) peers = true;
+        else if (strcmp(s, "--seed") == 0 && i + 1 < argc) a.seed = strtoull(argv[++i], NULL, 10);
+        else if (s[0] == '-') return fprintf(stderr, "kernlab bench: unknown option '%s'\n", s), 2;
+        else if (!target) target = s;
+        else return fprintf(stderr, "kernlab bench: unexpected argument '%s'\n", s), 2;
+    }
+    if (!target) return fprintf(stderr, "kernlab bench: MODULE or all needed\n"), 2;
+    bool all = strcmp(target, "all") == 0;
+    if (!all && !kl_module_find(target))
+        return fprintf(stderr, "kernlab bench: unknown module '%s' (kernlab list shows them)\n", target), 2;
+    if (all && a.variant) return fprintf(stderr, "kernlab bench: --variant needs one MODULE, not all\n"), 2;
+
+    if (json && !(a.json = fopen(json, "w"))) return fprintf(stderr, "kernlab bench: cannot write %s\n", json), 1;
+    char why[256];
+    bool gpu = kl_device_cc(why, sizeof why) > 0;
+    struct kl_ceilings ceil;
+    struct kl_targets targets = {0};
+    struct kl_err err = {{0}};
+    int misses = 0, failures = 0, status = 0;
+    a.gate_misses = &misses, a.failures = &failures;
+    bool need_gpu = false;
+    for (int i = 0; i < kl_module_count(); i++) {
+        const struct kl_module *m = kl_module_at(i);
+        need_gpu |= (all || strcmp(m->name, target) == 0) && m->perf;
+    }
+    if (need_gpu && gpu) {
+        if (kl_ceilings_measure(&ceil, stderr, &err)) {
+            fprintf(stderr, "kernlab bench: ceilings: %s\n", err.msg);
+            return 1;
+        }
+        kl_ceilings_print(stdout, &ceil);
+        a.ceil = &ceil;
+        if (a.gate) {
+            if (kl_targets_load(&targets, KL_SOURCE_DIR "/perf/targets", ceil.dev.cc, &err)) {
+                fprintf(stderr, "kernlab bench --gate: %s\n", err.msg);
+                return 1;
+            }
+            a.targets = &targets;
+        }
+    }
+    for (int i = 0; i < kl_module_count(); i++) {
+        const struct kl_module *m = kl_module_at(i);
+        if (!all && strcmp(m->name, target) != 0) continue;
+        a.module = m;
+        if (m->bench) {
+            if (m->bench(&a) < 0) status = 1;
+        } else if (m->perf) {
+            if (!gpu) {
+                fprintf(stderr, "bench %s: skipped: benchmarks need a GPU (%s)\n", m->name, why);
+                if (!all) status = 1;
+                continue;
+            }
+            printf("\n%s: variant        workload              time_us     GB/s bw_frac floor  bytes  check gate\n",
+                   m->name);
+            if (kl_bench_module(&a) == 0) {
+                fprintf(stderr, "bench %s: nothing matched --variant/--workload\n", m->name);
+                status = 1;
+            }
+            if (peers && json) {
+                fflush(a.json);
+                run_peers(m->name, a.workload, json, &ceil);
+            }
+        }
+    }
+    if (a.json) fclose(a.json);
+    kl_targets_free(&targets);
+    kl_counters_shutdown();
+    if (failures) fprintf(stderr, "bench: %d rows failed their output re-check or could not run\n", failures), status = 1;
+    if (a.gate && gpu) {
+        if (misses) fprintf(stderr, "gate: %d target%s missed (%s)\n", misses, misses == 1 ? "" : "s", targets.path[0] ? targets.path : "");
+        else fprintf(stderr, "gate: every target met\n");
+        if (misses) status = 1;
+    }
+    return status;
+}

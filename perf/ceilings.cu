@@ -1,0 +1,162 @@
+/* The ceilings of this GPU, measured at the start of every bench run (DESIGN.md section 6):
+ * targets are fractions of what this machine does, not of a datasheet.
+ *   copy      our own streaming copy, 16-byte accesses, 1 GiB in and 1 GiB out: bytes = 2 GiB
+ *   gemm      cuBLAS bf16 x bf16 -> bf16 (fp32 accumulate), 8192^3, on random data
+ *   launch    an empty kernel: per launch back to back on a stream, and inside a CUDA graph */
+#include <cublas_v2.h>
+#include <cjson/cJSON.h>
+#include <cuda_bf16.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "lab/core/device.h"
+#include "perf/bench.h"
+
+static __global__ void copy16(const uint4 *__restrict__ src, uint4 *__restrict__ dst, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = src[i];
+}
+
+static __global__ void empty_kernel() {}
+
+/* Random bf16 in [-1, 1) from a hash of the index: never time on zeros (they run faster). */
+static __global__ void fill_random(__nv_bfloat16 *p, size_t n, uint32_t seed)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+        h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
+        p[i] = __float2bfloat16((float)(h & 0xffff) / 32768.f - 1.f);
+    }
+}
+
+struct copy_ctx {
+    const uint4 *src;
+    uint4 *dst;
+    size_t n;
+    int grid;
+};
+
+static int launch_copy(void *p, int set, cudaStream_t s)
+{
+    struct copy_ctx *c = (struct copy_ctx *)p;
+    copy16<<<c->grid, 512, 0, s>>>(c->src, c->dst, c->n);
+    return (int)cudaGetLastError();
+}
+
+static int launch_empty(void *p, int set, cudaStream_t s)
+{
+    empty_kernel<<<1, 32, 0, s>>>();
+    return (int)cudaGetLastError();
+}
+
+struct gemm_ctx {
+    cublasHandle_t handle;
+    const __nv_bfloat16 *a, *b;
+    __nv_bfloat16 *c;
+    int n;
+};
+
+static int launch_gemm(void *p, int set, cudaStream_t s)
+{
+    struct gemm_ctx *g = (struct gemm_ctx *)p;
+    const float one = 1.f, zero = 0.f;
+    cublasSetStream(g->handle, s);
+    cublasStatus_t st = cublasGemmEx(g->handle, CUBLAS_OP_N, CUBLAS_OP_N, g->n, g->n, g->n, &one, g->a, CUDA_R_16BF,
+                                     g->n, g->b, CUDA_R_16BF, g->n, &zero, g->c, CUDA_R_16BF, g->n,
+                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    return st == CUBLAS_STATUS_SUCCESS ? 0 : (int)cudaErrorUnknown;
+}
+
+extern "C" int kl_ceilings_measure(struct kl_ceilings *c, FILE *progress, struct kl_err *err)
+{
+    memset(c, 0, sizeof *c);
+    char why[256];
+    if (!kl_device_cc(why, sizeof why)) return kl_fail(err, "%s", why);
+    kl_device_query(&c->dev);
+    int drv = 0, rt = 0, mem_khz = 0, bus = 0;
+    cudaDriverGetVersion(&drv);
+    cudaRuntimeGetVersion(&rt);
+    snprintf(c->driver, sizeof c->driver, "%d.%d", drv / 1000, drv % 1000 / 10);
+    snprintf(c->runtime, sizeof c->runtime, "%d.%d", rt / 1000, rt % 1000 / 10);
+    cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, 0);
+    cudaDeviceGetAttribute(&bus, cudaDevAttrGlobalMemoryBusWidth, 0);
+    c->dram_peak_gbs = 2.0 * mem_khz * 1e3 * (bus / 8) / 1e9; /* double data rate */
+
+    struct kl_timing t;
+    /* copy: 1 GiB each way, far beyond any L2, so every rep streams from DRAM */
+    const size_t bytes = (size_t)1 << 30;
+    struct copy_ctx cc = {nullptr, nullptr, bytes / 16, c->dev.sms * 8};
+    if (cudaMalloc((void **)&cc.src, bytes) || cudaMalloc((void **)&cc.dst, bytes))
+        return kl_fail(err, "cudaMalloc of 2 x 1 GiB for the copy ceiling failed");
+    cudaMemset((void *)cc.src, 0x3c, bytes);
+    if (progress) fprintf(progress, "ceilings: copy 1 GiB ...\n");
+    if (kl_time(launch_copy, &cc, 1, 20, false, &t, err)) return -1;
+    c->copy_bytes = 2.0 * bytes;
+    c->dev.copy_gbs = c->copy_bytes / (t.median_us * 1e-6) / 1e9;
+    cudaFree((void *)cc.src), cudaFree(cc.dst);
+
+    /* gemm */
+    struct gemm_ctx g = {nullptr, nullptr, nullptr, nullptr, 8192};
+    const size_t elems = (size_t)g.n * g.n;
+    if (cublasCreate(&g.handle) != CUBLAS_STATUS_SUCCESS) return kl_fail(err, "cublasCreate failed");
+    if (cudaMalloc((void **)&g.a, elems * 2) || cudaMalloc((void **)&g.b, elems * 2) || cudaMalloc((void **)&g.c, elems * 2))
+        return kl_fail(err, "cudaMalloc for the 8192^3 GEMM failed");
+    fill_random<<<1024, 256>>>((__nv_bfloat16 *)g.a, elems, 1);
+    fill_random<<<1024, 256>>>((__nv_bfloat16 *)g.b, elems, 2);
+    if (progress) fprintf(progress, "ceilings: cuBLAS bf16 GEMM 8192^3 ...\n");
+    if (kl_time(launch_gemm, &g, 1, 20, false, &t, err)) return -1;
+    c->dev.gemm_tflops = 2.0 * g.n * (double)g.n * g.n / (t.median_us * 1e-6) / 1e12;
+    cudaFree((void *)g.a), cudaFree((void *)g.b), cudaFree(g.c);
+    cublasDestroy(g.handle);
+
+    /* launch floor */
+    if (progress) fprintf(progress, "ceilings: launch floor ...\n");
+    if (kl_time(launch_empty, nullptr, 1, 101, false, &t, err)) return -1;
+    c->launch_us_stream = t.median_us;
+    if (kl_time(launch_empty, nullptr, 1, 21, true, &t, err)) return -1;
+    c->launch_us_graph = t.median_us;
+
+    struct kl_clocks clk;
+    kl_clocks_read(&clk);
+    c->sm_clock_mhz = clk.sm_mhz, c->mem_clock_mhz = clk.mem_mhz, c->max_sm_clock_mhz = clk.max_sm_mhz;
+    return 0;
+}
+
+extern "C" void kl_ceilings_print(FILE *f, const struct kl_ceilings *c)
+{
+    fprintf(f, "device          %s (sm_%d, %d SMs, L2 %.0f MB)\n", c->dev.name, c->dev.cc, c->dev.sms,
+            c->dev.l2_bytes / 1e6);
+    fprintf(f, "driver/runtime  %s / %s\n", c->driver, c->runtime);
+    fprintf(f, "copy bandwidth  %.0f GB/s (read+write of %.1f GiB; DRAM peak from clocks %.0f GB/s, copy = %.2f of it)\n",
+            c->dev.copy_gbs, c->copy_bytes / (1 << 30), c->dram_peak_gbs, c->dev.copy_gbs / c->dram_peak_gbs);
+    fprintf(f, "bf16 GEMM       %.0f TFLOP/s (cuBLAS 8192^3)\n", c->dev.gemm_tflops);
+    fprintf(f, "ridge point     %.0f FLOP/byte\n", c->dev.gemm_tflops * 1e12 / (c->dev.copy_gbs * 1e9));
+    fprintf(f, "launch floor    %.2f us per launch on a stream, %.2f us inside a CUDA graph\n", c->launch_us_stream,
+            c->launch_us_graph);
+    if (c->sm_clock_mhz)
+        fprintf(f, "clocks          SM %d MHz (max %d), memory %d MHz (NVML, after the measurements)\n", c->sm_clock_mhz,
+                c->max_sm_clock_mhz, c->mem_clock_mhz);
+    else
+        fprintf(f, "clocks          not available (NVML could not be opened)\n");
+}
+
+extern "C" cJSON *kl_ceilings_json(const struct kl_ceilings *c)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "name", c->dev.name);
+    cJSON_AddNumberToObject(o, "cc", c->dev.cc);
+    cJSON_AddNumberToObject(o, "sms", c->dev.sms);
+    cJSON_AddNumberToObject(o, "l2_bytes", (double)c->dev.l2_bytes);
+    cJSON_AddNumberToObject(o, "copy_gbs", c->dev.copy_gbs);
+    cJSON_AddNumberToObject(o, "gemm_tflops", c->dev.gemm_tflops);
+    cJSON_AddNumberToObject(o, "dram_peak_gbs", c->dram_peak_gbs);
+    cJSON_AddNumberToObject(o, "launch_us_stream", c->launch_us_stream);
+    cJSON_AddNumberToObject(o, "launch_us_graph", c->launch_us_graph);
+    cJSON_AddNumberToObject(o, "sm_clock_mhz", c->sm_clock_mhz);
+    cJSON_AddNumberToObject(o, "max_sm_clock_mhz", c->max_sm_clock_mhz);
+    cJSON_AddNumberToObject(o, "mem_clock_mhz", c->mem_clock_mhz);
+    cJSON_AddStringToObject(o, "driver", c->driver);
+    cJSON_AddStringToObject(o, "runtime", c->runtime);
+    return o;
+}

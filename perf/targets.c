@@ -1,0 +1,58 @@
+/* perf/targets/<arch>.csv: module,workload,metric,target,source (one header line). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "perf/bench.h"
+
+int kl_targets_load(struct kl_targets *t, const char *dir, int cc, struct kl_err *err)
+{
+    memset(t, 0, sizeof *t);
+    const char *file = cc >= 90 && cc < 100 ? "sm_90.csv" : cc >= 80 && cc < 90 ? "sm_80_a100.csv" : NULL;
+    if (!file) return kl_fail(err, "no targets for sm_%d (perf/targets has sm_80_a100.csv and sm_90.csv)", cc);
+    snprintf(t->path, sizeof t->path, "%s/%s", dir, file);
+    FILE *f = fopen(t->path, "r");
+    if (!f) return kl_fail(err, "%s: %s", t->path, strerror(errno));
+    char line[1024];
+    int lineno = 0;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        line[strcspn(line, "\r\n")] = 0;
+        if (lineno == 1 || !line[0] || line[0] == '#') continue;
+        struct kl_target r = {0};
+        char target[64];
+        /* The source is the rest of the line and may hold commas. */
+        if (sscanf(line, "%31[^,],%63[^,],%31[^,],%63[^,],%255[^\n]", r.module, r.workload, r.metric, target,
+                   r.source) < 4) {
+            fclose(f);
+            kl_targets_free(t);
+            return kl_fail(err, "%s:%d: expected module,workload,metric,target,source", t->path, lineno);
+        }
+        char *end;
+        r.target = strtod(target, &end);
+        if (*end) {
+            fclose(f);
+            kl_targets_free(t);
+            return kl_fail(err, "%s:%d: target '%s' is not a number", t->path, lineno, target);
+        }
+        t->rows = realloc(t->rows, sizeof *t->rows * (size_t)(t->count + 1));
+        t->rows[t->count++] = r;
+    }
+    fclose(f);
+    return 0;
+}
+
+const struct kl_target *kl_target_find(const struct kl_targets *t, const char *module, const char *workload)
+{
+    for (int i = 0; t && i < t->count; i++)
+        if (strcmp(t->rows[i].module, module) == 0 && strcmp(t->rows[i].workload, workload) == 0) return &t->rows[i];
+    return NULL;
+}
+
+void kl_targets_free(struct kl_targets *t)
+{
+    free(t->rows);
+    t->rows = NULL;
+    t->count = 0;
+}
