@@ -394,6 +394,22 @@ def tie_suffix_before_new_leaf():
     return t
 
 
+def large_token_ids():
+    """Ids use all 32 bits (Llama 3's vocabulary is 128k: 16-bit ids are a real bug), and the
+    extremes of int32; ids equal modulo 2^16 must still differ."""
+    t = Trace(1)
+    big = [2147483647, -2147483648, -1, 0, 128255, 65536 + 5, 5]
+    t.insert(big)
+    t.match(big)
+    t.match(big[:5] + [5])             # 65541 vs 5: equal in the low 16 bits only
+    t.match([2147483647, -2147483648, -1, 0, 128255 + 65536])
+    t.insert([70000, 5, 131077])
+    t.match([70000, 5, 5])             # 2
+    t.match([70000 - 65536, 5, 131077])  # 0: the first token differs in bit 16
+    t.size()
+    return t
+
+
 def long_keys():
     t = Trace(1)
     rng = random.Random(5)
@@ -401,7 +417,7 @@ def long_keys():
     t.insert(base)
     for at in (0, 1, 7, 8, 31, 32, 33, 127, 128, 255, 298, 299):
         key = list(base)
-        key[at] ^= 1
+        key[at] ^= 1 << (at % 31)      # differ in one bit, low or high
         t.match(key)
         t.insert(key[: at + 1 + (at % 5)])
     t.match(base)
@@ -415,7 +431,7 @@ def random_ops(page, seed, nops):
     """Requests that share prefixes (a small alphabet, a few documents): splits and
     divergences at page boundaries are common; running requests are locked until they end."""
     rng = random.Random(seed)
-    alphabet = [0, 1, 2, 3, -7, 2147483647]
+    alphabet = [0, 65536, 1, -7, 2147483647, 3]
     vocab = alphabet[: 2 + seed % 4]
     docs = [[rng.choice(vocab) for _ in range(rng.randrange(0, 40))] for _ in range(6)]
     t = Trace(page)
@@ -462,6 +478,7 @@ CASES = [
     ("parents_become_leaves", 1, 0, parents_become_leaves),
     ("lru_order", 1, 0, lru_order),
     ("tie_suffix_before_new_leaf", 2, 0, tie_suffix_before_new_leaf),
+    ("large_token_ids", 1, 0, large_token_ids),
     ("long_keys_page1", 1, 5, long_keys),
     ("random_page1", 1, 11, lambda: random_ops(1, 11, 400)),
     ("random_page4", 4, 12, lambda: random_ops(4, 12, 400)),
