@@ -170,6 +170,7 @@ static int bench_one(const struct kl_bench_args *a, const struct kl_variant *v, 
     if (before.valid) {
         cJSON_AddNumberToObject(r.extra, "sm_clock_mhz_before", before.sm_mhz);
         cJSON_AddNumberToObject(r.extra, "sm_clock_mhz_after", after.sm_mhz);
+        cJSON_AddNumberToObject(r.extra, "clock_event_reasons", (double)after.throttle_reasons);
     }
     if (a->json) kl_result_write(a->json, &r), fflush(a->json);
 

@@ -342,13 +342,13 @@ static int prepare(CUcontext *ctx, struct kl_err *err)
 }
 
 /* Evicts the launch's data (and the previous pass's dirty lines) from L2, so each pass starts
- * cold, as under Nsight Compute's default cache control. A device-to-host copy is the flush a
- * C file can do without a kernel: its reads fill L2 with clean lines, whereas a memset would fill
- * it with dirty ones that the profiled work then pays to write back. Twice the L2 size, since
- * the two halves of an H100's L2 may each hold a copy of a line. */
+ * cold, as under Nsight Compute's default cache control: a kernel reads twice the L2 size
+ * (perf/l2flush.cu says why a read and not a copy or a memset). */
+int kl_l2_flush_read(const void *buf, size_t bytes, int *sink);
+
 struct kl_flush {
-    void *dev, *host;
-    size_t bytes, chunk;
+    void *dev, *host; /* host: the kernel's never-written sink word, kept in device memory */
+    size_t bytes;
 };
 
 static int flush_open(struct kl_flush *f, int device, struct kl_err *err)
@@ -357,27 +357,22 @@ static int flush_open(struct kl_flush *f, int device, struct kl_err *err)
     cudaError_t e = cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device);
     if (e != cudaSuccess) return kl_fail(err, "L2 size: %s", cudaGetErrorString(e));
     f->bytes = 2 * (size_t)l2;
-    f->chunk = 8u << 20; /* pinned staging reused chunk by chunk: its contents are never read */
-    if ((e = cudaMalloc(&f->dev, f->bytes)) != cudaSuccess ||
-        (e = cudaMallocHost(&f->host, f->chunk)) != cudaSuccess)
+    if ((e = cudaMalloc(&f->dev, f->bytes)) != cudaSuccess || (e = cudaMemset(f->dev, 0, f->bytes)) != cudaSuccess ||
+        (e = cudaMalloc(&f->host, 16)) != cudaSuccess)
         return kl_fail(err, "L2 flush buffers (%zu bytes): %s", f->bytes, cudaGetErrorString(e));
     return 0;
 }
 
 static int flush_l2(const struct kl_flush *f, struct kl_err *err)
 {
-    for (size_t off = 0; off < f->bytes; off += f->chunk) {
-        size_t n = f->bytes - off < f->chunk ? f->bytes - off : f->chunk;
-        cudaError_t e = cudaMemcpy(f->host, (char *)f->dev + off, n, cudaMemcpyDeviceToHost);
-        if (e != cudaSuccess) return kl_fail(err, "L2 flush: %s", cudaGetErrorString(e));
-    }
-    return 0;
+    int e = kl_l2_flush_read(f->dev, f->bytes, (int *)f->host);
+    return e ? kl_fail(err, "L2 flush: %s", cudaGetErrorString((cudaError_t)e)) : 0;
 }
 
 static void flush_close(struct kl_flush *f)
 {
     cudaFree(f->dev);
-    cudaFreeHost(f->host);
+    cudaFree(f->host);
 }
 
 /* One replay of the user's work inside one range. The synchronize before the pop puts every
