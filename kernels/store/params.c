@@ -1,0 +1,53 @@
+/* The argument checks every store launcher starts with, and the out-of-range slot protocol. */
+#include <stdio.h>
+
+#include <cuda_runtime_api.h>
+
+#include "store.h"
+
+cudaError_t kl_store_check_params(const struct kl_store_params *p, const char *variant)
+{
+    const char *bad = NULL;
+    if (p->num_tokens < 0) bad = "num_tokens < 0";
+    else if (p->num_tokens > INT32_MAX) bad = "num_tokens > 2^31 - 1";
+    else if (p->num_kv_heads < 1) bad = "num_kv_heads < 1";
+    else if (p->head_dim < 1) bad = "head_dim < 1";
+    else if (p->num_kv_heads * p->head_dim > (1 << 24)) bad = "num_kv_heads * head_dim > 2^24";
+    else if (p->num_slots < 0) bad = "num_slots < 0";
+    else if (p->num_tokens > 0 && (!p->k || !p->v || !p->slots)) bad = "k, v and slots must be set";
+    else if (p->num_tokens > 0 && p->num_slots > 0 && (!p->k_cache || !p->v_cache)) bad = "k_cache and v_cache must be set";
+    else if (!(p->dtype == KL_F32 || p->dtype == KL_F16 || p->dtype == KL_BF16)) bad = "dtype must be fp32, fp16 or bf16";
+    if (!bad) return cudaSuccess;
+    fprintf(stderr, "store %s: %s (num_tokens=%lld num_kv_heads=%lld head_dim=%lld num_slots=%lld)\n", variant, bad,
+            (long long)p->num_tokens, (long long)p->num_kv_heads, (long long)p->head_dim, (long long)p->num_slots);
+    return cudaErrorInvalidValue;
+}
+
+int kl_store_unit_bytes(const struct kl_store_params *p)
+{
+    const int64_t row = p->num_kv_heads * p->head_dim * (int64_t)kl_dtype_size(p->dtype);
+    const uintptr_t addr = (uintptr_t)p->k | (uintptr_t)p->v | (uintptr_t)p->k_cache | (uintptr_t)p->v_cache;
+    for (int w = 16; w > 2; w /= 2)
+        if (row % w == 0 && addr % (uintptr_t)w == 0) return w;
+    return (int)kl_dtype_size(p->dtype);
+}
+
+cudaError_t kl_store_validate_begin(const struct kl_store_params *p, unsigned *dev_flag, cudaStream_t stream)
+{
+    return p->validate ? cudaMemsetAsync(dev_flag, 0, sizeof(unsigned), stream) : cudaSuccess;
+}
+
+cudaError_t kl_store_validate_end(const struct kl_store_params *p, unsigned *dev_flag, cudaStream_t stream,
+                                  const char *variant)
+{
+    cudaError_t rc = cudaGetLastError();
+    if (rc != cudaSuccess || !p->validate) return rc;
+    unsigned flag = 0;
+    rc = cudaMemcpyAsync(&flag, dev_flag, sizeof flag, cudaMemcpyDeviceToHost, stream);
+    if (rc == cudaSuccess) rc = cudaStreamSynchronize(stream);
+    if (rc != cudaSuccess) return rc;
+    if (!flag) return cudaSuccess;
+    fprintf(stderr, "store %s: slots holds a slot >= num_slots (%lld); those tokens were not stored\n", variant,
+            (long long)p->num_slots);
+    return cudaErrorInvalidValue;
+}

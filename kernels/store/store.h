@@ -1,0 +1,64 @@
+/* K/V store into a paged cache (store): the C ABI every variant implements.
+ *
+ *   k_cache[slots[t], :, :] = k[t, :, :]   and   v_cache[slots[t], :, :] = v[t, :, :]
+ *   slots[t] < 0: token t is skipped (padding, or a token whose K/V is already cached).
+ * The cache layout [num_pages, page_size, num_kv_heads, head_dim] is, flattened over its first
+ * two axes, [num_slots, num_kv_heads, head_dim] with slot = page * page_size + offset; so a
+ * token's K (or V) is one contiguous row of num_kv_heads * head_dim elements, both in k and in
+ * the cache. Pure data movement: bit-exact for any element type.
+ *
+ * Slots >= num_slots: never written (no memory corruption); the kernel notes that one was
+ * seen in a device flag, and with `validate` set the launcher synchronises the stream, reads
+ * the flag and returns cudaErrorInvalidValue naming the problem. Why a flag and not a host
+ * check: slots live on the device (written by the scheduler's previous kernel), so the host
+ * cannot read them without a copy and a sync on every call; the kernel sees every slot anyway,
+ * and the flag costs nothing until a bad slot appears. The sync is why validate is opt-in: tests
+ * and `kernlab verify/check` set it, a serving loop or the timing harness does not. */
+#ifndef KL_KERNELS_STORE_H
+#define KL_KERNELS_STORE_H
+
+#include <cuda_runtime_api.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "lab/core/dtype.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct kl_store_params {
+    const void *k;        /* [num_tokens, num_kv_heads, head_dim] */
+    const void *v;        /* [num_tokens, num_kv_heads, head_dim] */
+    const int64_t *slots; /* [num_tokens]: cache slot of each token; < 0 skips the token */
+    void *k_cache;        /* [num_slots, num_kv_heads, head_dim] == [num_pages, page_size, ...] */
+    void *v_cache;        /* [num_slots, num_kv_heads, head_dim] */
+    int64_t num_tokens;
+    int64_t num_kv_heads;
+    int64_t head_dim;
+    int64_t num_slots;    /* num_pages * page_size */
+    enum kl_dtype dtype;  /* KL_F32, KL_F16 or KL_BF16 for k, v and both caches */
+    bool validate;        /* sync after the launch and report slots >= num_slots (see above) */
+};
+
+typedef cudaError_t (*kl_store_launch_fn)(const struct kl_store_params *p, cudaStream_t stream);
+
+/* Shape and pointer checks every launcher starts with: cudaErrorInvalidValue, with the
+ * argument at fault printed to stderr, or cudaSuccess. */
+cudaError_t kl_store_check_params(const struct kl_store_params *p, const char *variant);
+
+/* The widest access (16, 8, 4 bytes, else the element size) that divides a token's row
+ * (num_kv_heads * head_dim elements) and to which all four tensors are aligned. */
+int kl_store_unit_bytes(const struct kl_store_params *p);
+
+/* The out-of-range protocol around a launch, for a variant's own device flag (an unsigned int
+ * the kernel sets to 1 when it skips a slot >= num_slots): begin clears it (when p->validate),
+ * end synchronises and reports. Both no-ops without validate. */
+cudaError_t kl_store_validate_begin(const struct kl_store_params *p, unsigned *dev_flag, cudaStream_t stream);
+cudaError_t kl_store_validate_end(const struct kl_store_params *p, unsigned *dev_flag, cudaStream_t stream,
+                                  const char *variant);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,178 @@
+/* store tests. Suite `store` runs anywhere (the reference against the goldens and hand-worked
+ * stores); suite `store_gpu` runs every variant on the device and skips without one.
+ * Parameterized over variant INDICES (pointers as parameters crash Criterion's workers). */
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lab/core/device.h"
+#include "lab/core/testing.h"
+#include "lab/store/store_module.h"
+#include "reference/store.h"
+
+static const struct kl_module *module(void) { return kl_module_find("store"); }
+
+Test(store, reference_matches_every_golden_case)
+{
+    int failures = kl_test_goldens("store", NULL, stderr);
+    cr_assert(failures >= 0, "no golden cases found under golden/store");
+    cr_assert_eq(failures, 0, "%d golden cases failed (lines above)", failures);
+}
+
+Test(store, reference_writes_rows_to_their_slots_and_skips_negative_ones)
+{
+    /* 3 tokens, row 2, 4 slots: token 0 -> slot 3, token 1 skipped, token 2 -> slot 0. */
+    const double k[6] = {1, 2, 3, 4, 5, 6}, v[6] = {-1, -2, -3, -4, -5, -6};
+    const int64_t slots[3] = {3, -1, 0};
+    double kc[8] = {9, 9, 9, 9, 9, 9, 9, 9}, vc[8] = {8, 8, 8, 8, 8, 8, 8, 8};
+    const double kw[8] = {5, 6, 9, 9, 9, 9, 1, 2}, vw[8] = {-5, -6, 8, 8, 8, 8, -1, -2};
+    cr_assert_eq(kl_store_reference(k, v, slots, 3, 2, 4, kc, vc), 0);
+    for (int i = 0; i < 8; i++) {
+        cr_assert_eq(kc[i], kw[i], "k_cache[%d] = %g, expected %g", i, kc[i], kw[i]);
+        cr_assert_eq(vc[i], vw[i], "v_cache[%d] = %g, expected %g", i, vc[i], vw[i]);
+    }
+}
+
+Test(store, reference_counts_slots_past_the_cache_and_leaves_it_alone)
+{
+    const double k[2] = {1, 2}, v[2] = {3, 4};
+    const int64_t slots[2] = {2, 7};
+    double kc[2] = {0, 0}, vc[2] = {0, 0};
+    cr_assert_eq(kl_store_reference(k, v, slots, 2, 1, 2, kc, vc), 2);
+    cr_assert(kc[0] == 0 && kc[1] == 0 && vc[0] == 0 && vc[1] == 0);
+}
+
+Test(store, catalogue_slots_are_distinct_and_inside_the_cache)
+{
+    char label[200];
+    int last = 0, skipped = 0;
+    for (int i = 0;; i++) {
+        struct kl_store_problem *p = module()->tensor->make(i, 11, label, sizeof label);
+        if (!p) break;
+        unsigned char *used = calloc((size_t)p->num_slots + 1, 1);
+        const int64_t *s = p->slots.data;
+        for (int64_t t = 0; t < p->num_tokens; t++) {
+            if (s[t] < 0) {
+                skipped++;
+                continue;
+            }
+            cr_assert_lt(s[t], p->num_slots, "%s: slot %lld past the cache", label, (long long)s[t]);
+            cr_assert_eq(used[s[t]]++, 0, "%s: slot %lld repeats", label, (long long)s[t]);
+            last += s[t] == p->num_slots - 1;
+        }
+        free(used);
+        module()->tensor->free(p);
+    }
+    cr_assert_gt(last, 0, "no token goes to the last slot of a cache");
+    cr_assert_gt(skipped, 0, "no token is skipped with slot -1");
+}
+
+/* ---- GPU ---- */
+
+static int indices[64];
+
+static struct criterion_test_params variants(bool mutants)
+{
+    int n = kl_variant_count("store", mutants), m = 0;
+    for (int i = 0; i < n; i++)
+        if (kl_variant_at("store", i, mutants)->mutant == (int)mutants) indices[m++] = i;
+    return cr_make_param_array(int, indices, (size_t)m);
+}
+
+ParameterizedTestParameters(store_gpu, every_variant_matches_the_goldens) { return variants(false); }
+
+ParameterizedTest(int *i, store_gpu, every_variant_matches_the_goldens)
+{
+    const struct kl_variant *v = kl_variant_at("store", *i, false);
+    cr_log_info("variant %s", v->name);
+    if (kl_test_skip_reason(v)) cr_skip_test("%s: %s", v->name, kl_test_skip_reason(v));
+    int failures = kl_test_goldens("store", v, stderr);
+    cr_assert_eq(failures, 0, "%s: %d golden cases failed (lines above)", v->name, failures);
+}
+
+ParameterizedTestParameters(store_gpu, every_variant_matches_the_reference_on_fresh_inputs_and_edges)
+{
+    return variants(false);
+}
+
+ParameterizedTest(int *i, store_gpu, every_variant_matches_the_reference_on_fresh_inputs_and_edges)
+{
+    const struct kl_variant *v = kl_variant_at("store", *i, false);
+    cr_log_info("variant %s", v->name);
+    if (kl_test_skip_reason(v)) cr_skip_test("%s: %s", v->name, kl_test_skip_reason(v));
+    int failures = kl_check_module(module(), v, kl_test_seed(stderr), stderr);
+    cr_assert_eq(failures, 0, "%s: %d problems failed (lines above)", v->name, failures);
+}
+
+ParameterizedTestParameters(store_gpu, slots_past_the_cache_are_reported_and_never_written)
+{
+    return variants(false);
+}
+
+ParameterizedTest(int *i, store_gpu, slots_past_the_cache_are_reported_and_never_written)
+{
+    const struct kl_variant *v = kl_variant_at("store", *i, false);
+    cr_log_info("variant %s", v->name);
+    if (kl_test_skip_reason(v)) cr_skip_test("%s: %s", v->name, kl_test_skip_reason(v));
+    /* 6 tokens into 16 slots; tokens 2 and 4 point past the cache (num_slots, and far past). */
+    struct kl_store_problem *p = kl_store_problem_random(6, 2, 64, 16, KL_BF16, KL_SLOTS_RANDOM, 0, false, 5);
+    int64_t *slots = p->slots.data;
+    slots[2] = 16, slots[4] = (int64_t)1 << 40;
+    struct kl_store_params k;
+    struct kl_err err;
+    cr_assert_eq(kl_store_upload(p, &k, &err), 0, "%s", err.msg);
+    cr_expect_eq(((kl_store_launch_fn)v->launch)(&k, 0), cudaErrorInvalidValue, "%s did not report slot 16 of 16",
+                 v->name);
+    cr_assert_eq(kl_dev_sync(), 0, "%s: the device is in error after an out-of-range slot", v->name);
+    /* The valid tokens are stored and nothing else changed: the reference skips bad slots too. */
+    struct kl_outputs got = {0}, want = {0};
+    cr_assert_eq(kl_store_download(p, &k, &got, &err), 0, "%s", err.msg);
+    double *kk = kl_tensor_to_f64(&p->k), *vv = kl_tensor_to_f64(&p->v);
+    double *kc = kl_tensor_to_f64(&p->k_cache), *vc = kl_tensor_to_f64(&p->v_cache);
+    cr_assert_eq(kl_store_reference(kk, vv, slots, 6, 128, 16, kc, vc), 2);
+    for (int64_t j = 0; j < got.o[0].n; j++) {
+        cr_assert_eq(got.o[0].v[j], kc[j], "%s: k_cache[%lld] changed", v->name, (long long)j);
+        cr_assert_eq(got.o[1].v[j], vc[j], "%s: v_cache[%lld] changed", v->name, (long long)j);
+    }
+    /* Without validate the launch reports nothing (no sync), and still writes nothing wrong. */
+    k.validate = false;
+    cr_expect_eq(((kl_store_launch_fn)v->launch)(&k, 0), cudaSuccess);
+    cr_assert_eq(kl_dev_sync(), 0);
+    free(kk), free(vv), free(kc), free(vc);
+    kl_outputs_free(&got), kl_outputs_free(&want);
+    kl_store_release(&k);
+    kl_store_problem_free(p);
+}
+
+ParameterizedTestParameters(store_gpu, every_mutant_is_flagged) { return variants(true); }
+
+ParameterizedTest(int *i, store_gpu, every_mutant_is_flagged)
+{
+    const struct kl_variant *v = kl_variant_at("store", *i, true);
+    cr_log_info("mutant %s", v->name);
+    if (kl_test_skip_reason(v)) cr_skip_test("%s: %s", v->name, kl_test_skip_reason(v));
+    int flagged = kl_test_goldens("store", v, stderr) + kl_check_module(module(), v, kl_test_seed(stderr), stderr);
+    cr_assert_gt(flagged, 0, "mutant %s passed every golden case and the whole check catalogue", v->name);
+}
+
+Test(store_gpu, there_are_at_least_three_mutants)
+{
+    cr_assert_geq(kl_variant_count("store", true) - kl_variant_count("store", false), 3);
+}
+
+Test(store_gpu, launchers_reject_bad_shapes_without_launching)
+{
+    if (!kl_have_gpu()) cr_skip_test("no CUDA device");
+    for (int i = 0; i < kl_variant_count("store", false); i++) {
+        const struct kl_variant *v = kl_variant_at("store", i, false);
+        kl_store_launch_fn f = (kl_store_launch_fn)v->launch;
+        struct kl_store_params bad = {.num_tokens = 4, .num_kv_heads = 0, .head_dim = 128, .num_slots = 8,
+                                      .dtype = KL_BF16};
+        cr_expect_eq(f(&bad, 0), cudaErrorInvalidValue, "%s accepted num_kv_heads=0", v->name);
+        bad.num_kv_heads = 8, bad.head_dim = 0;
+        cr_expect_eq(f(&bad, 0), cudaErrorInvalidValue, "%s accepted head_dim=0", v->name);
+        bad.head_dim = 128; /* pointers unset with tokens to store */
+        cr_expect_eq(f(&bad, 0), cudaErrorInvalidValue, "%s accepted NULL pointers", v->name);
+    }
+}
