@@ -1,3 +1,871 @@
+/* `kernlab report [--results DIR] [--out DIR]`: the guides (DESIGN.md section 8).
+ *
+ * Reads every DIR/<module>.jsonl (results lines, section 7) and the registry (semantics,
+ * variants, their source files), and writes OUT/<module>.md, OUT/INDEX.md,
+ * OUT/environment.md and OUT/img/<module>-roofline.svg. Every number comes from a results
+ * row; nothing depends on the clock or the machine the report runs on, so the same inputs
+ * give byte-identical files. */
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "lab/core/registry.h"
 #include "lab/kernlab.h"
-int kl_cmd_report(int argc, char **argv) { fprintf(stderr, "kernlab report: not yet\n"); return 2; }
+#include "perf/bench.h"
+
+/* ---- results rows ---- */
+
+struct rows {
+    int n;
+    cJSON **r;
+};
+
+static const cJSON *get(const cJSON *o, const char *path)
+{
+    char key[64];
+    while (o && *path) {
+        const char *dot = strchr(path, '.');
+        size_t len = dot ? (size_t)(dot - path) : strlen(path);
+        snprintf(key, sizeof key, "%.*s", (int)len, path);
+        o = cJSON_GetObjectItemCaseSensitive(o, key);
+        path += len + (dot != NULL);
+    }
+    return o;
+}
+
+static double num(const cJSON *o, const char *path)
+{
+    const cJSON *v = get(o, path);
+    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+static const char *str(const cJSON *o, const char *path, const char *def)
+{
+    const cJSON *v = get(o, path);
+    return cJSON_IsString(v) ? v->valuestring : def;
+}
+
+static bool is_peer(const cJSON *r) { return cJSON_IsTrue(get(r, "peer")); }
+
+static int load_rows(const char *path, struct rows *out)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return fprintf(stderr, "kernlab report: %s: %s\n", path, strerror(errno)), -1;
+    char *line = NULL;
+    size_t cap = 0;
+    int lineno = 0;
+    while (getline(&line, &cap, f) > 0) {
+        lineno++;
+        if (line[0] == '\n') continue;
+        cJSON *r = cJSON_Parse(line);
+        if (!r || !cJSON_IsString(get(r, "module")) || !cJSON_IsString(get(r, "variant")) ||
+            !cJSON_IsString(get(r, "workload"))) {
+            fprintf(stderr, "kernlab report: %s:%d: not a results line (module, variant, workload)\n", path, lineno);
+            cJSON_Delete(r);
+            free(line);
+            fclose(f);
+            return -1;
+        }
+        out->r = realloc(out->r, sizeof *out->r * (size_t)(out->n + 1));
+        out->r[out->n++] = r;
+    }
+    free(line);
+    fclose(f);
+    return 0;
+}
+
+/* ---- formatting ---- */
+
+static const char *fmt(char *buf, size_t len, const char *f, double v)
+{
+    if (!isfinite(v)) snprintf(buf, len, "-");
+    else snprintf(buf, len, f, v);
+    return buf;
+}
+#define F(f, v) fmt((char[32]){0}, 32, f, v)
+
+static const char *human_bytes(char *buf, size_t len, double b)
+{
+    if (!isfinite(b)) return snprintf(buf, len, "-"), buf;
+    if (b >= 1e9) snprintf(buf, len, "%.2f GB", b / 1e9);
+    else if (b >= 1e6) snprintf(buf, len, "%.2f MB", b / 1e6);
+    else if (b >= 1e3) snprintf(buf, len, "%.1f KB", b / 1e3);
+    else snprintf(buf, len, "%.0f B", b);
+    return buf;
+}
+#define HB(v) human_bytes((char[32]){0}, 32, v)
+
+/* The source path relative to the repository, for links that work on GitHub and locally. */
+static const char *rel_path(const char *file)
+{
+    size_t n = strlen(KL_SOURCE_DIR);
+    return strncmp(file, KL_SOURCE_DIR, n) == 0 && file[n] == '/' ? file + n + 1 : file;
+}
+
+/* The line of the variant's first __global__ function (its kernel), and the file's opening
+ * comment (what changed, work mapping, bound) with the comment markers removed. */
+static int read_source(const char *file, char *comment, size_t len)
+{
+    char path[1200];
+    snprintf(path, sizeof path, KL_SOURCE_DIR "/%s", rel_path(file));
+    FILE *f = fopen(path, "r");
+    comment[0] = 0;
+    if (!f) return 0;
+    char line[1024];
+    int lineno = 0, kernel_line = 0;
+    bool in_comment = false, first_done = false;
+    size_t off = 0;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        if (!first_done) {
+            char *s = line;
+            if (!in_comment && strncmp(s, "/*", 2) == 0) in_comment = true, s += 2;
+            if (in_comment) {
+                char *end = strstr(s, "*/");
+                if (end) *end = 0, in_comment = false, first_done = true;
+                while (*s == ' ') s++;
+                if (*s == '*' && s[1] != '/') s++;
+                if (*s == ' ') s++;
+                off += (size_t)snprintf(comment + off, off < len ? len - off : 0, "%s", s);
+                if (first_done && off < len && (off == 0 || comment[off - 1] != '\n'))
+                    off += (size_t)snprintf(comment + off, len - off, "\n");
+            } else {
+                first_done = true;
+            }
+        }
+        if (!kernel_line && strstr(line, "__global__")) kernel_line = lineno;
+    }
+    fclose(f);
+    while (off > 0 && off <= len && (comment[off - 1] == '\n' || comment[off - 1] == ' ')) comment[--off] = 0;
+    return kernel_line;
+}
+
+/* ---- rows of one module ---- */
+
+struct mod {
+    const char *name;
+    const struct kl_module *m; /* NULL: rows for a module this build does not have */
+    struct rows rows;
+    int n_variants, n_workloads;
+    const char *variants[64], *workloads[64];
+};
+
+static int index_of(const char **list, int n, const char *s)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(list[i], s) == 0) return i;
+    return -1;
+}
+
+/* Variants in registry order (the ladder), peers after them; workloads in the module's order. */
+static void order(struct mod *md)
+{
+    if (md->m)
+        for (int i = 0; i < kl_variant_count(md->name, false); i++) {
+            const char *v = kl_variant_at(md->name, i, false)->name;
+            for (int j = 0; j < md->rows.n; j++)
+                if (strcmp(str(md->rows.r[j], "variant", ""), v) == 0 && index_of(md->variants, md->n_variants, v) < 0)
+                    md->variants[md->n_variants++] = v;
+        }
+    for (int pass = 0; pass < 2; pass++)
+        for (int j = 0; j < md->rows.n && md->n_variants < 64; j++) {
+            const char *v = str(md->rows.r[j], "variant", "");
+            if (is_peer(md->rows.r[j]) == (pass == 1) && index_of(md->variants, md->n_variants, v) < 0)
+                md->variants[md->n_variants++] = v;
+        }
+    if (md->m && md->m->perf)
+        for (int i = 0; i < md->m->perf->n_workloads; i++) md->workloads[md->n_workloads++] = md->m->perf->workloads[i].name;
+    for (int j = 0; j < md->rows.n && md->n_workloads < 64; j++) {
+        const char *w = str(md->rows.r[j], "workload", "");
+        if (index_of(md->workloads, md->n_workloads, w) < 0) md->workloads[md->n_workloads++] = w;
+    }
+}
+
+static const cJSON *find_row(const struct mod *md, const char *variant, const char *workload)
+{
+    for (int j = 0; j < md->rows.n; j++)
+        if (strcmp(str(md->rows.r[j], "variant", ""), variant) == 0 &&
+            strcmp(str(md->rows.r[j], "workload", ""), workload) == 0)
+            return md->rows.r[j];
+    return NULL;
+}
+
+static bool has_row(const struct mod *md, const char *workload)
+{
+    for (int i = 0; i < md->n_variants; i++)
+        if (find_row(md, md->variants[i], workload)) return true;
+    return false;
+}
+
+/* The workload the story and the headline figures use: the first with a fraction target,
+ * else the one moving the most bytes. */
+static const char *main_workload(const struct mod *md, const struct kl_targets *t90)
+{
+    const char *best = NULL;
+    double most = -1;
+    for (int i = 0; i < md->n_workloads; i++) {
+        const struct kl_target *t = kl_target_find(t90, md->name, md->workloads[i]);
+        if (t && (strcmp(t->metric, "bw_frac") == 0 || strcmp(t->metric, "tc_frac") == 0) && has_row(md, md->workloads[i]))
+            return md->workloads[i];
+    }
+    for (int j = 0; j < md->rows.n; j++)
+        if (num(md->rows.r[j], "bytes") > most) most = num(md->rows.r[j], "bytes"), best = str(md->rows.r[j], "workload", NULL);
+    return best;
+}
+
+static double frac_of_bound(const cJSON *r)
+{
+    double f = num(r, "roofline.frac_of_bound");
+    return isfinite(f) ? f : num(r, "bw_frac");
+}
+
+/* Our best variant on a workload: the highest fraction of its bound. */
+static const char *best_variant(const struct mod *md, const char *workload)
+{
+    const char *best = NULL;
+    double top = -1;
+    for (int i = 0; i < md->n_variants; i++) {
+        const cJSON *r = find_row(md, md->variants[i], workload);
+        double f = r && !is_peer(r) ? frac_of_bound(r) : NAN;
+        if (r && !is_peer(r) && !isfinite(f)) f = num(r, "memcmp_frac"); /* CPU modules */
+        if (isfinite(f) && f > top) top = f, best = md->variants[i];
+    }
+    if (!best)
+        for (int i = 0; i < md->n_variants && !best; i++)
+            if (find_row(md, md->variants[i], workload) && !is_peer(find_row(md, md->variants[i], workload)))
+                best = md->variants[i];
+    return best;
+}
+
+/* ---- interpretation ---- */
+
+static const struct {
+    const char *name, *meaning;
+} kstalls[] = {
+    {"long_scoreboard", "waiting for a global-memory load (L2/HBM): the memory-bound signature"},
+    {"short_scoreboard", "waiting for shared memory or a special-function result (rsqrt, exp)"},
+    {"barrier", "waiting at __syncthreads for the rest of the block (a reduction step)"},
+    {"wait", "a fixed-latency dependency between two instructions"},
+    {"not_selected", "ready, but another warp issued: there is spare parallelism"},
+    {"selected", "issuing"},
+    {"math_pipe_throttle", "a math pipe is saturated: compute pressure"},
+    {"lg_throttle", "the load/store queue is full: too many memory instructions per SM"},
+    {"mio_throttle", "the shared-memory / special-function queue is full"},
+    {"drain", "waiting for stores to drain before the warp exits"},
+    {"dispatch_stall", "the dispatcher could not issue (pipeline conflict)"},
+    {"no_instruction", "instruction-cache miss or a jump target not fetched yet"},
+    {"membar", "waiting at a memory fence"},
+    {"branch_resolving", "waiting for a branch target to resolve"},
+    {"imc_miss", "constant-cache miss"},
+    {"tex_throttle", "texture/L1 queue full"},
+    {"sleeping", "the warp is sleeping (nanosleep or a yield)"},
+    {"misc", "other reasons"},
+    {"gmma", "waiting for warpgroup MMA (wgmma) to complete"},
+};
+
+static const char *stall_meaning(const char *name)
+{
+    for (size_t i = 0; i < sizeof kstalls / sizeof kstalls[0]; i++)
+        if (strcmp(kstalls[i].name, name) == 0) return kstalls[i].meaning;
+    return "";
+}
+
+/* Stalls as "name pct" pairs, largest first (the counters object keeps them as an object). */
+static int stalls_of(const cJSON *r, const char **names, double *pct, int max)
+{
+    const cJSON *s = get(r, "counters.stalls");
+    int n = 0;
+    for (const cJSON *e = s ? s->child : NULL; e && n < max; e = e->next)
+        if (cJSON_IsNumber(e)) names[n] = e->string, pct[n++] = e->valuedouble;
+    for (int i = 1; i < n; i++) /* insertion sort: a handful of entries */
+        for (int j = i; j > 0 && pct[j] > pct[j - 1]; j--) {
+            double tp = pct[j];
+            const char *tn = names[j];
+            pct[j] = pct[j - 1], names[j] = names[j - 1];
+            pct[j - 1] = tp, names[j - 1] = tn;
+        }
+    return n;
+}
+
+/* ---- the roofline picture ---- */
+
+static const char *kcolors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+                                "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+
+static double sx(double intensity) { return 70 + (log10(intensity) + 2) / 6.0 * 520; } /* 1e-2 .. 1e4 FLOP/B */
+static double sy(double tflops) { return 370 - (log10(tflops) + 3) / 7.0 * 340; }    /* 1e-3 .. 1e4 TFLOP/s */
+
+static void write_svg(const char *path, const struct mod *md, double copy_gbs, double gemm_tflops)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) return;
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"820\" height=\"420\" font-family=\"sans-serif\" "
+               "font-size=\"11\">\n<rect width=\"820\" height=\"420\" fill=\"white\"/>\n");
+    fprintf(f, "<text x=\"70\" y=\"18\" font-size=\"13\">%s roofline: measured copy %.0f GB/s, bf16 GEMM %.0f "
+               "TFLOP/s</text>\n", md->name, copy_gbs, gemm_tflops);
+    for (int e = -2; e <= 4; e++)
+        fprintf(f, "<line x1=\"%.1f\" y1=\"30\" x2=\"%.1f\" y2=\"370\" stroke=\"#eee\"/><text x=\"%.1f\" y=\"386\" "
+                   "text-anchor=\"middle\">1e%d</text>\n", sx(pow(10, e)), sx(pow(10, e)), sx(pow(10, e)), e);
+    for (int e = -3; e <= 4; e++)
+        fprintf(f, "<line x1=\"70\" y1=\"%.1f\" x2=\"590\" y2=\"%.1f\" stroke=\"#eee\"/><text x=\"64\" y=\"%.1f\" "
+                   "text-anchor=\"end\">1e%d</text>\n", sy(pow(10, e)), sy(pow(10, e)), sy(pow(10, e)) + 4, e);
+    fprintf(f, "<text x=\"330\" y=\"405\" text-anchor=\"middle\">arithmetic intensity (FLOP / byte of the model)</text>\n"
+               "<text x=\"16\" y=\"200\" transform=\"rotate(-90 16 200)\" text-anchor=\"middle\">TFLOP/s</text>\n");
+    /* roofs: bandwidth x intensity up to the ridge, then the GEMM rate */
+    double ridge = gemm_tflops * 1e12 / (copy_gbs * 1e9), i0 = 1e-2, y0 = copy_gbs * 1e9 * i0 / 1e12;
+    fprintf(f, "<polyline fill=\"none\" stroke=\"black\" stroke-width=\"2\" points=\"%.1f,%.1f %.1f,%.1f %.1f,%.1f\"/>\n",
+            sx(i0), sy(y0), sx(ridge), sy(gemm_tflops), sx(1e4), sy(gemm_tflops));
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\">ridge %.0f FLOP/B</text>\n", sx(ridge) + 4, sy(gemm_tflops) + 14, ridge);
+    int legend = 0;
+    for (int i = 0; i < md->n_variants; i++) {
+        const char *color = kcolors[i % 10];
+        bool any = false;
+        for (int w = 0; w < md->n_workloads; w++) {
+            const cJSON *r = find_row(md, md->variants[i], md->workloads[w]);
+            double b = r ? num(r, "bytes") : NAN, fl = r ? num(r, "flops") : NAN, t = r ? num(r, "tflops") : NAN;
+            if (!r || !(b > 0) || !(fl > 0) || !(t > 0)) continue;
+            double x = sx(fmin(fmax(fl / b, 1e-2), 1e4)), y = sy(fmin(fmax(t, 1e-3), 1e4));
+            if (is_peer(r))
+                fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"8\" height=\"8\" fill=\"%s\"/>\n", x - 4, y - 4, color);
+            else
+                fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4.5\" fill=\"%s\"/>\n", x, y, color);
+            fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"9\" fill=\"%s\">%s</text>\n", x + 6, y + 3 + 10 * (i % 3) - 10,
+                    color, md->workloads[w]);
+            any = true;
+        }
+        if (any) {
+            fprintf(f, "<text x=\"622\" y=\"%d\" fill=\"%s\">%s %s</text>\n", 44 + 16 * legend, color,
+                    strchr(md->variants[i], '.') ? "&#9632;" : "&#9679;", md->variants[i]);
+            legend++;
+        }
+    }
+    fprintf(f, "<text x=\"622\" y=\"%d\" fill=\"#555\">&#9679; ours  &#9632; peer</text>\n</svg>\n", 50 + 16 * legend);
+    fclose(f);
+}
+
+/* ---- one guide ---- */
+
+static void stamp(FILE *f, const struct mod *md)
+{
+    /* Every distinct (device, date, commit) of the rows, in first-seen order. */
+    char seen[8][200];
+    int n = 0;
+    for (int j = 0; j < md->rows.n && n < 8; j++) {
+        char s[200];
+        snprintf(s, sizeof s, "%s (sm_%s) on %s at commit %s", str(md->rows.r[j], "device.name", "?"),
+                 F("%.0f", num(md->rows.r[j], "device.cc")), str(md->rows.r[j], "date", "?"),
+                 str(md->rows.r[j], "commit", "?"));
+        int k = 0;
+        while (k < n && strcmp(seen[k], s) != 0) k++;
+        if (k == n) snprintf(seen[n++], sizeof seen[0], "%s", s);
+    }
+    fprintf(f, "> Generated by `kernlab report` from `reports/data/%s.jsonl` (%d results). Measured on ", md->name,
+            md->rows.n);
+    for (int k = 0; k < n; k++) fprintf(f, "%s%s", k ? "; " : "", seen[k]);
+    fprintf(f, ". Do not edit by hand: rerun the commands under *Reproduce*.\n\n");
+}
+
+static void section_semantics(FILE *f, const struct mod *md)
+{
+    fprintf(f, "## What it computes\n\n%s\n\n", md->m && md->m->semantics ? md->m->semantics : "(module not in this build)");
+    fprintf(f, "| workload | shape | bytes a correct kernel must move | FLOPs | FLOP/byte | at the copy bandwidth |\n"
+               "|---|---|---|---|---|---|\n");
+    for (int w = 0; w < md->n_workloads; w++) {
+        const cJSON *r = NULL;
+        for (int i = 0; i < md->n_variants && !r; i++) r = find_row(md, md->variants[i], md->workloads[w]);
+        if (!r) continue;
+        char shape[256] = "";
+        size_t off = 0;
+        const cJSON *p = get(r, "params");
+        for (const cJSON *e = p ? p->child : NULL; e && off < sizeof shape; e = e->next) {
+            if (cJSON_IsNumber(e)) off += (size_t)snprintf(shape + off, sizeof shape - off, "%s%s=%g", off ? ", " : "", e->string, e->valuedouble);
+            else if (cJSON_IsString(e)) off += (size_t)snprintf(shape + off, sizeof shape - off, "%s%s", off ? ", " : "", e->valuestring);
+            else if (cJSON_IsTrue(e)) off += (size_t)snprintf(shape + off, sizeof shape - off, "%s%s", off ? ", " : "", e->string);
+        }
+        double b = num(r, "bytes"), fl = num(r, "flops"), copy = num(r, "device.copy_gbs");
+        fprintf(f, "| %s | %s | %s | %s | %s | %s us |\n", md->workloads[w], shape, HB(b), F("%.3g", fl),
+                F("%.3f", b > 0 ? fl / b : NAN), F("%.2f", b / (copy * 1e3)));
+    }
+    fprintf(f, "\n");
+}
+
+static void section_variants(FILE *f, const struct mod *md, const char *workload)
+{
+    if (!md->m) return;
+    fprintf(f, "## The variants\n\nEach variant is one file and one idea on top of the previous one; `ls kernels/%s/` "
+               "shows the ladder.\n\n| variant | kernel code | summary |\n|---|---|---|\n", md->name);
+    char comment[4096];
+    for (int i = 0; i < kl_variant_count(md->name, false); i++) {
+        const struct kl_variant *v = kl_variant_at(md->name, i, false);
+        int line = read_source(v->file, comment, sizeof comment);
+        fprintf(f, "| %s | [%s:%d](../%s#L%d) | %s |\n", v->name, rel_path(v->file), line, rel_path(v->file), line,
+                v->summary);
+    }
+    fprintf(f, "\n");
+    for (int i = 0; i < kl_variant_count(md->name, false); i++) {
+        const struct kl_variant *v = kl_variant_at(md->name, i, false);
+        read_source(v->file, comment, sizeof comment);
+        fprintf(f, "### %s\n\n", v->name);
+        if (comment[0]) {
+            fprintf(f, "```text\n%s\n```\n\n", comment);
+        }
+        const cJSON *r = workload ? find_row(md, v->name, workload) : NULL;
+        const cJSON *k = r ? get(r, "counters.launch") : NULL;
+        if (k) {
+            const cJSON *g = get(k, "grid"), *b = get(k, "block");
+            int gx = cJSON_GetArrayItem(g, 0) ? cJSON_GetArrayItem(g, 0)->valueint : 0;
+            int bx = cJSON_GetArrayItem(b, 0) ? cJSON_GetArrayItem(b, 0)->valueint : 0;
+            double local = num(k, "local_bytes");
+            fprintf(f, "Execution model on `%s`, as the device recorded the launch: kernel `%s`, grid %d x block %d "
+                       "(%d threads, %s blocks per SM across %s SMs), %s registers per thread, %s B static + %s B dynamic "
+                       "shared memory per block, %s B local memory per thread (%s), theoretical occupancy %s%% "
+                       "(limited by %s).\n\n",
+                    workload, str(k, "kernel", "?"), gx, bx, gx * bx, F("%.1f", (double)gx / num(r, "device.sms")),
+                    F("%.0f", num(r, "device.sms")), F("%.0f", num(k, "registers")), F("%.0f", num(k, "static_smem")),
+                    F("%.0f", num(k, "dynamic_smem")), F("%.0f", local), local > 0 ? "spills or a stack frame" : "no spills",
+                    F("%.1f", num(k, "theoretical_occupancy_pct")), str(k, "occupancy_limiter", "?"));
+        }
+    }
+}
+
+static void section_story(FILE *f, const struct mod *md, const char *workload, const char *variant)
+{
+    const cJSON *r = workload && variant ? find_row(md, variant, workload) : NULL;
+    if (!r) return;
+    double t = num(r, "time_us.median"), floor_us = num(r, "ceilings.launch_us_graph");
+    double rd = num(r, "counters.dram_read_bytes"), wr = num(r, "counters.dram_write_bytes"), b = num(r, "bytes");
+    fprintf(f, "## Execution story: `%s` on `%s`\n\nOne launch, from the host's call to the last byte written, with "
+               "the hardware state the counters measured (CUPTI Range Profiler over the same launch, L2 flushed "
+               "first).\n\n```text\n", variant, workload);
+    fprintf(f, "Time 0.00 us     host enqueues the launch (%s timing; launch floor on this GPU: %s us in a graph, "
+               "%s us on a stream)\n", str(r, "timing", "?"), F("%.2f", floor_us), F("%.2f", num(r, "ceilings.launch_us_stream")));
+    const cJSON *k = get(r, "counters.launch");
+    fprintf(f, "Kernel: %s\n", k ? str(k, "kernel", "?") : variant);
+    if (k) {
+        const cJSON *g = get(k, "grid"), *bl = get(k, "block");
+        int gx = cJSON_GetArrayItem(g, 0) ? cJSON_GetArrayItem(g, 0)->valueint : 0;
+        int bx = cJSON_GetArrayItem(bl, 0) ? cJSON_GetArrayItem(bl, 0)->valueint : 0;
+        fprintf(f, "├── Launch: %d blocks x %d threads over %s SMs (%s blocks per SM)\n", gx, bx,
+                F("%.0f", num(r, "device.sms")), F("%.1f", gx / num(r, "device.sms")));
+        fprintf(f, "├── Resources: %s registers/thread, %s B shared/block, %s B local/thread\n",
+                F("%.0f", num(k, "registers")), F("%.0f", num(k, "static_smem") + num(k, "dynamic_smem")),
+                F("%.0f", num(k, "local_bytes")));
+        fprintf(f, "├── Occupancy: %s%% achieved of %s%% theoretical (limited by %s)\n",
+                F("%.1f", num(r, "counters.achieved_occupancy_pct")), F("%.1f", num(k, "theoretical_occupancy_pct")),
+                str(k, "occupancy_limiter", "?"));
+    }
+    fprintf(f, "├── DRAM: read %s + wrote %s = %s of the %s the model needs (%s: %s)\n", HB(rd), HB(wr),
+            F("%.3fx", num(r, "counters.bytes_ratio")), HB(b), str(r, "counters.bytes_flag", "no counters"),
+            isfinite(num(r, "counters.bytes_ratio")) ? (num(r, "counters.bytes_ratio") > 1.15 ? "re-reads or uncoalesced access"
+                                                       : num(r, "counters.bytes_ratio") < 0.85 ? "part came from L2, so the time is not a DRAM measurement"
+                                                       : "every byte once, nothing more") : "-");
+    fprintf(f, "├── Throughput: DRAM %s%% of peak, SM %s%% of peak, L2 hit rate %s%%, tensor pipe %s%%\n",
+            F("%.1f", num(r, "counters.dram_throughput_pct")), F("%.1f", num(r, "counters.sm_throughput_pct")),
+            F("%.1f", num(r, "counters.l2_hit_rate_pct")), F("%.1f", num(r, "counters.tensor_pipe_pct")));
+    const char *names[32];
+    double pct[32];
+    int n = stalls_of(r, names, pct, 32);
+    for (int i = 0; i < n && i < 4; i++)
+        fprintf(f, "%s %-18s %5.1f%%  <- %s\n", i == 0 ? "├── Warp stalls:" : "│                ", names[i], pct[i],
+                stall_meaning(names[i]));
+    fprintf(f, "└── Interpretation: %s-bound by the roofline (%s FLOP/B against a ridge of %s); ",
+            str(r, "roofline.bound", "?"), F("%.3f", num(r, "roofline.intensity")), F("%.0f", num(r, "roofline.ridge")));
+    if (strcmp(str(r, "roofline.bound", ""), "memory") == 0)
+        fprintf(f, "DRAM %s%% busy and %s of the copy bandwidth reached\n",
+                F("%.0f", num(r, "counters.dram_throughput_pct")), F("%.2f", num(r, "bw_frac")));
+    else
+        fprintf(f, "%s of the GEMM rate reached\n", F("%.2f", num(r, "tc_frac")));
+    fprintf(f, "Time %s us    last block retires: %s GB/s = %s of the measured copy bandwidth", F("%.2f", t),
+            F("%.0f", num(r, "gbs")), F("%.3f", num(r, "bw_frac")));
+    if (t < 5 * floor_us) fprintf(f, "; %s x the graph launch floor", F("%.1f", t / floor_us));
+    fprintf(f, "\n```\n\n");
+}
+
+static void section_hardware(FILE *f, const struct mod *md, const char *main_w)
+{
+    fprintf(f, "## Hardware analysis\n\n| variant | workload | median us (min-max) | GB/s | of copy | DRAM bytes / model | "
+               "DRAM %% | SM %% | occupancy | L2 hit %% | top stall |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (int i = 0; i < md->n_variants; i++)
+        for (int w = 0; w < md->n_workloads; w++) {
+            const cJSON *r = find_row(md, md->variants[i], md->workloads[w]);
+            if (!r) continue;
+            const char *names[32];
+            double pct[32];
+            int n = stalls_of(r, names, pct, 32);
+            char stall[96] = "-";
+            if (n) snprintf(stall, sizeof stall, "%s %.0f%%", names[0], pct[0]);
+            fprintf(f, "| %s%s | %s | %s (%s-%s) | %s | %s | %s | %s | %s | %s | %s | %s |\n", md->variants[i],
+                    is_peer(r) ? " (peer)" : "", md->workloads[w], F("%.2f", num(r, "time_us.median")),
+                    F("%.2f", num(r, "time_us.min")), F("%.2f", num(r, "time_us.max")), F("%.0f", num(r, "gbs")),
+                    F("%.3f", num(r, "bw_frac")), F("%.3f", num(r, "counters.bytes_ratio")),
+                    F("%.0f", num(r, "counters.dram_throughput_pct")), F("%.0f", num(r, "counters.sm_throughput_pct")),
+                    F("%.0f%%", num(r, "counters.achieved_occupancy_pct")), F("%.0f", num(r, "counters.l2_hit_rate_pct")),
+                    stall);
+        }
+    fprintf(f, "\nWhat the counters say, variant by variant, on `%s`:\n\n", main_w ? main_w : "-");
+    for (int i = 0; main_w && i < md->n_variants; i++) {
+        const cJSON *r = find_row(md, md->variants[i], main_w);
+        if (!r || is_peer(r)) continue;
+        const char *names[32];
+        double pct[32];
+        int n = stalls_of(r, names, pct, 32);
+        double ratio = num(r, "counters.bytes_ratio"), occ = num(r, "counters.achieved_occupancy_pct");
+        fprintf(f, "- **%s** reaches %s of the copy bandwidth (%s GB/s).", md->variants[i], F("%.2f", num(r, "bw_frac")),
+                F("%.0f", num(r, "gbs")));
+        if (isfinite(ratio))
+            fprintf(f, " It moves %s the modelled bytes%s.", F("%.2fx", ratio),
+                    ratio > 1.15 ? ": extra traffic, from re-reads or partial sectors" : ratio < 0.85 ? ": the cache served some of it" : ", so DRAM traffic is as low as it can be");
+        if (n) fprintf(f, " Its warps mostly stall on %s (%.0f%%): %s.", names[0], pct[0], stall_meaning(names[0]));
+        if (n > 1) fprintf(f, " Next: %s (%.0f%%).", names[1], pct[1]);
+        if (isfinite(occ)) fprintf(f, " Achieved occupancy %.0f%%.", occ);
+        double fr = num(r, "bw_frac");
+        if (strcmp(str(r, "roofline.bound", ""), "memory") == 0 && isfinite(fr))
+            fprintf(f, " %s\n", fr >= 0.9 ? "At the copy ceiling: what remains is the copy kernel's own inefficiency, shared by every kernel."
+                                : fr >= 0.6 ? "The gap to the copy ceiling is latency not covered: too few bytes in flight per SM, or a serial phase (a reduction barrier) with the memory system idle."
+                                            : "Far from the ceiling: the narrow loads, the extra pass or the launch itself dominate.");
+        else fprintf(f, "\n");
+    }
+    fprintf(f, "\n");
+}
+
+static const char *target_cell(char *buf, size_t len, const struct kl_targets *t, const char *module, const char *workload,
+                               const cJSON *r)
+{
+    const struct kl_target *x = kl_target_find(t, module, workload);
+    if (!x) return snprintf(buf, len, "-"), buf;
+    double v = !r ? NAN : strcmp(x->metric, "floor_frac") == 0 ? num(r, "floor_frac")
+                   : strcmp(x->metric, "latency_us") == 0      ? num(r, "time_us.median")
+                                                               : num(r, x->metric);
+    bool pass = strcmp(x->metric, "latency_us") == 0 ? v <= x->target : v >= x->target;
+    snprintf(buf, len, "%s %s %s %.2f: %s", x->metric, F("%.3f", v), strcmp(x->metric, "latency_us") == 0 ? "<=" : ">=",
+             x->target, !isfinite(v) ? "not measured" : pass ? "**pass**" : "**miss**");
+    return buf;
+}
+
+static void section_targets(FILE *f, const struct mod *md, const struct kl_targets *t90, const struct kl_targets *t80)
+{
+    fprintf(f, "## Against the targets and the peers\n\nsm_90 targets are ours (perf/targets/sm_90.csv); sm_80 "
+               "targets are the study notes' A100 expectations (perf/targets/sm_80_a100.csv), shown against these "
+               "sm_90 measurements as a fraction of this GPU's ceilings: a reference point, not a gate here. Peers are "
+               "timed the same way in the same run.\n\n| workload | variant | median us | GB/s | of copy | floor_frac | "
+               "sm_90 target | sm_80 (A100 notes) |\n|---|---|---|---|---|---|---|---|\n");
+    for (int w = 0; w < md->n_workloads; w++)
+        for (int i = 0; i < md->n_variants; i++) {
+            const cJSON *r = find_row(md, md->variants[i], md->workloads[w]);
+            if (!r) continue;
+            char c90[128], c80[128];
+            fprintf(f, "| %s | %s%s | %s | %s | %s | %s | %s | %s |\n", md->workloads[w], md->variants[i],
+                    is_peer(r) ? " (peer)" : "", F("%.2f", num(r, "time_us.median")), F("%.0f", num(r, "gbs")),
+                    F("%.3f", num(r, "bw_frac")), F("%.2f", num(r, "floor_frac")),
+                    is_peer(r) ? "-" : target_cell(c90, sizeof c90, t90, md->name, md->workloads[w], r),
+                    is_peer(r) ? "-" : target_cell(c80, sizeof c80, t80, md->name, md->workloads[w], r));
+        }
+    fprintf(f, "\n### Where the study notes and the measurements disagree\n\n");
+    int said = 0;
+    for (int w = 0; w < md->n_workloads; w++) {
+        const cJSON *r = NULL;
+        for (int i = 0; i < md->n_variants && !r; i++) r = find_row(md, md->variants[i], md->workloads[w]);
+        if (!r) continue;
+        double model_us = num(r, "bytes") / (num(r, "device.copy_gbs") * 1e3), floor_us = num(r, "ceilings.launch_us_graph");
+        if (model_us < floor_us) {
+            fprintf(f, "- `%s` moves %s: %s us at the copy bandwidth, under the %s us launch floor. It can only be "
+                       "launch-bound, so a bandwidth percentage for it measures launch overhead, not memory; we gate it on "
+                       "`floor_frac` (launch floor / kernel time) instead. Claims like \"~100 GB/s = 70-80%% of peak\" for "
+                       "such a workload cannot both hold.\n",
+                    md->workloads[w], HB(num(r, "bytes")), F("%.2f", model_us), F("%.2f", floor_us));
+            said++;
+        }
+    }
+    for (int k = 0; t80 && k < t80->count; k++)
+        if (strcmp(t80->rows[k].module, md->name) == 0 && strstr(t80->rows[k].source, "unreachable")) {
+            fprintf(f, "- `%s` on the A100: %s.\n", t80->rows[k].workload, t80->rows[k].source);
+            said++;
+        }
+    if (!said) fprintf(f, "- No disagreement in kind for this module's workloads.\n");
+    fprintf(f, "\n");
+}
+
+static void section_extra_fields(FILE *f, const struct mod *md)
+{
+    /* Module-specific numbers (radix: ns_per_match, memcmp_frac, ...): any top-level number the
+     * contract does not name. */
+    static const char *known[] = {"bytes", "flops", "gbs", "bw_frac", "tflops", "tc_frac", "floor_frac", "input_sets",
+                                  "sm_clock_mhz_before", "sm_clock_mhz_after", "clock_event_reasons"};
+    const char *keys[32];
+    int nk = 0;
+    for (int j = 0; j < md->rows.n; j++)
+        for (const cJSON *e = md->rows.r[j]->child; e; e = e->next) {
+            bool skip = !cJSON_IsNumber(e);
+            for (size_t q = 0; !skip && q < sizeof known / sizeof known[0]; q++) skip = strcmp(known[q], e->string) == 0;
+            if (!skip && index_of(keys, nk, e->string) < 0 && nk < 32) keys[nk++] = e->string;
+        }
+    if (!nk) return;
+    fprintf(f, "## Module measurements\n\n| variant | workload |");
+    for (int k = 0; k < nk; k++) fprintf(f, " %s |", keys[k]);
+    fprintf(f, "\n|---|---|");
+    for (int k = 0; k < nk; k++) fprintf(f, "---|");
+    fprintf(f, "\n");
+    for (int i = 0; i < md->n_variants; i++)
+        for (int w = 0; w < md->n_workloads; w++) {
+            const cJSON *r = find_row(md, md->variants[i], md->workloads[w]);
+            if (!r) continue;
+            fprintf(f, "| %s | %s |", md->variants[i], md->workloads[w]);
+            for (int k = 0; k < nk; k++) fprintf(f, " %s |", F("%.4g", num(r, keys[k])));
+            fprintf(f, "\n");
+        }
+    fprintf(f, "\n");
+}
+
+static void section_correctness(FILE *f, const struct mod *md)
+{
+    fprintf(f, "## Correctness: tolerances and edge cases\n\nEvery variant is checked against the float64 reference "
+               "(`reference/%s.c`) on the golden cases, on fresh random inputs (seed printed, `KL_SEED` replays) and "
+               "on the edge catalogue below; outputs are poisoned before each run so an unwritten element fails. The "
+               "tolerance rows (lab/core/compare.c):\n\n| output dtype | rtol | atol (x max abs ref) | rel_l2 | why |\n"
+               "|---|---|---|---|---|\n", md->name);
+    enum kl_dtype types[] = {KL_F32, KL_F16, KL_BF16};
+    for (int i = 0; i < 3; i++) {
+        struct kl_policy p = kl_policy_for(types[i], false);
+        fprintf(f, "| %s | 2^%.0f | 2^%.0f | 2^%.0f | %s |\n", kl_dtype_name(types[i]), log2(p.rtol), log2(p.atol_frac),
+                log2(p.rel_l2), p.why);
+    }
+    fprintf(f, "| data movement | 0 | 0 | 0 | %s |\n\n", kl_policy_for(KL_BF16, true).why);
+    if (md->m && md->m->tensor) {
+        fprintf(f, "Edge catalogue (`kernlab check %s`), then random shapes:\n\n", md->name);
+        for (int i = 0;; i++) {
+            char label[160];
+            void *p = md->m->tensor->make(i, 1, label, sizeof label);
+            if (!p) break;
+            md->m->tensor->free(p);
+            if (strncmp(label, "random", 6) != 0) fprintf(f, "- %s\n", label);
+        }
+        fprintf(f, "\n");
+    }
+    char dir[1100];
+    snprintf(dir, sizeof dir, KL_SOURCE_DIR "/golden/%s", md->name);
+    struct dirent **names;
+    int n = scandir(dir, &names, NULL, alphasort);
+    if (n > 0) {
+        fprintf(f, "Golden cases (`golden/%s/`, generated by numpy in float64, independent of the C reference):", md->name);
+        int shown = 0;
+        for (int i = 0; i < n; i++) {
+            if (names[i]->d_name[0] != '.') fprintf(f, "%s `%s`", shown++ ? "," : "", names[i]->d_name);
+            free(names[i]);
+        }
+        free(names);
+        fprintf(f, ".\n\n");
+    }
+}
+
+static void section_exercises(FILE *f, const struct mod *md)
+{
+    fprintf(f, "## Exercises\n\n");
+    if (md->m && md->m->exercises) fprintf(f, "%s\n\n", md->m->exercises);
+    fprintf(f, "Start any of them with `build/kernlab new-variant %s vN_your_idea`: the new file is a working copy of "
+               "v0, tested at once by ctest. Write down the predicted time before measuring; if the result misses the "
+               "prediction in either direction, find out why (the counters above) before the next change.\n\n", md->name);
+}
+
+static void section_reproduce(FILE *f, const struct mod *md)
+{
+    fprintf(f, "## Reproduce\n\n```sh\n./lab.sh test                                  # build + every test\n"
+               "build/kernlab verify golden/%s/\nbuild/kernlab check %s --seed 1\nbuild/kernlab ceilings\n", md->name, md->name);
+    if (md->m && md->m->perf)
+        fprintf(f, "build/kernlab bench %s --counters --peers --gate --json reports/data/%s.jsonl\n", md->name, md->name);
+    else
+        fprintf(f, "build/kernlab bench %s --json reports/data/%s.jsonl\n", md->name, md->name);
+    fprintf(f, "build/kernlab report --results reports/data --out reports\n```\n");
+}
+
+static int write_guide(const char *out, struct mod *md, const struct kl_targets *t90, const struct kl_targets *t80)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s.md", out, md->name);
+    FILE *f = fopen(path, "w");
+    if (!f) return fprintf(stderr, "kernlab report: cannot write %s: %s\n", path, strerror(errno)), -1;
+    const char *w = main_workload(md, t90), *best = w ? best_variant(md, w) : NULL;
+    fprintf(f, "# %s: %s\n\n", md->name, md->m ? md->m->summary : "");
+    stamp(f, md);
+    section_semantics(f, md);
+    section_variants(f, md, w);
+    section_story(f, md, w, best);
+    section_hardware(f, md, w);
+    const cJSON *any = md->rows.n ? md->rows.r[0] : NULL;
+    double copy = num(any, "device.copy_gbs"), gemm = num(any, "device.gemm_tflops");
+    if (copy > 0 && gemm > 0) {
+        snprintf(path, sizeof path, "%s/img/%s-roofline.svg", out, md->name);
+        write_svg(path, md, copy, gemm);
+        const cJSON *b = w && best ? find_row(md, best, w) : NULL;
+        fprintf(f, "## Roofline\n\n![%s roofline](img/%s-roofline.svg)\n\nThe roofs are this run's measured copy "
+                   "bandwidth (%s GB/s) and cuBLAS bf16 GEMM rate (%s TFLOP/s); they meet at %s FLOP/byte.",
+                md->name, md->name, F("%.0f", copy), F("%.0f", gemm), F("%.0f", gemm * 1e12 / (copy * 1e9)));
+        if (b)
+            fprintf(f, " `%s` on `%s` does %s FLOP per byte it must move: %s-bound, so its bound is %s, and it "
+                       "reaches %s of it.",
+                    best, w, F("%.3f", num(b, "roofline.intensity")), str(b, "roofline.bound", "?"),
+                    strcmp(str(b, "roofline.bound", ""), "memory") == 0 ? "the copy bandwidth" : "the GEMM rate",
+                    F("%.2f", frac_of_bound(b)));
+        fprintf(f, " Circles are our variants, squares the peers.\n\n");
+    }
+    section_targets(f, md, t90, t80);
+    section_extra_fields(f, md);
+    section_correctness(f, md);
+    section_exercises(f, md);
+    section_reproduce(f, md);
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+/* ---- INDEX.md and environment.md ---- */
+
+static const char *klearning[][2] = {
+    {"rmsnorm", "a row reduction: vector loads, warp shuffles, one pass held in registers"},
+    {"index", "a pure gather: how close a copy of scattered rows gets to the copy ceiling"},
+    {"store", "a scatter into a paged cache: sequential vs random destinations"},
+    {"rope", "in-place elementwise work with a table lookup per token"},
+    {"radix", "the CPU side: the prefix match that decides what KV the GPU can skip"},
+    {"attention_decode", "memory-bound attention over a paged KV cache"},
+    {"attention_prefill", "compute-bound attention: tensor cores, tiling, causal masking"},
+    {"allreduce", "communication: NCCL and a hand-written all-reduce"},
+};
+
+static void write_index(const char *out, struct mod *mods, int n, const struct kl_targets *t90)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/INDEX.md", out);
+    FILE *f = fopen(path, "w");
+    if (!f) return;
+    fprintf(f, "# kernlab guides\n\nGenerated by `kernlab report` from `reports/data/`. Each guide explains one "
+               "kernel on real hardware: what it computes, each variant's execution model, an execution story with "
+               "the counters, the roofline, the targets and the peers, and exercises. The machine and its ceilings: "
+               "[environment.md](environment.md).\n\n| module | what | variants | best measured | of its bound | "
+               "gate (sm_90) |\n|---|---|---|---|---|---|\n");
+    for (int i = 0; i < kl_module_count(); i++) {
+        const struct kl_module *m = kl_module_at(i);
+        struct mod *md = NULL;
+        for (int k = 0; k < n; k++)
+            if (strcmp(mods[k].name, m->name) == 0) md = &mods[k];
+        int nv = kl_variant_count(m->name, false);
+        if (!md) {
+            fprintf(f, "| %s | %s | %d | not measured yet | - | - |\n", m->name, m->summary, nv);
+            continue;
+        }
+        const char *w = main_workload(md, t90), *best = w ? best_variant(md, w) : NULL;
+        const cJSON *r = best ? find_row(md, best, w) : NULL;
+        char c90[128];
+        char fig[96] = "-";
+        if (r && isfinite(num(r, "gbs"))) snprintf(fig, sizeof fig, "%s on %s: %s GB/s", best, w, F("%.0f", num(r, "gbs")));
+        else if (r) snprintf(fig, sizeof fig, "%s on %s: memcmp_frac %s", best, w, F("%.2f", num(r, "memcmp_frac")));
+        fprintf(f, "| [%s](%s.md) | %s | %d | %s | %s | %s |\n", m->name, m->name, m->summary, nv, fig,
+                r ? F("%.2f", isfinite(frac_of_bound(r)) ? frac_of_bound(r) : num(r, "memcmp_frac")) : "-",
+                r ? target_cell(c90, sizeof c90, t90, m->name, w, r) : "-");
+    }
+    fprintf(f, "\n## Learning path\n\nRead the guides in this order; each adds one idea to the previous.\n\n");
+    int step = 1;
+    for (size_t i = 0; i < sizeof klearning / sizeof klearning[0]; i++)
+        if (kl_module_find(klearning[i][0]))
+            fprintf(f, "%d. [%s](%s.md): %s\n", step++, klearning[i][0], klearning[i][0], klearning[i][1]);
+    fprintf(f, "\nTo write your own variant: `build/kernlab new-variant MODULE vN_idea` (README.md).\n");
+    fclose(f);
+}
+
+static void write_environment(const char *out, struct mod *mods, int n)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/environment.md", out);
+    FILE *f = fopen(path, "w");
+    if (!f) return;
+    const cJSON *c = NULL;
+    for (int k = 0; k < n && !c; k++)
+        for (int j = 0; j < mods[k].rows.n && !c; j++)
+            if (get(mods[k].rows.r[j], "ceilings")) c = get(mods[k].rows.r[j], "ceilings");
+    fprintf(f, "# Environment\n\nThe machine the committed guides were measured on, and its ceilings as measured at the "
+               "start of the run (`kernlab ceilings`). Targets are fractions of these, not of a datasheet.\n\n");
+    if (c) {
+        double copy = num(c, "copy_gbs"), gemm = num(c, "gemm_tflops");
+        fprintf(f, "| | |\n|---|---|\n| GPU | %s (sm_%s), %s SMs, L2 %s |\n| driver / CUDA runtime | %s / %s |\n"
+                   "| copy bandwidth | %s GB/s (read + write of a 1 GiB copy; clock-derived DRAM peak %s GB/s, so the "
+                   "copy reaches %s of it) |\n| bf16 GEMM | %s TFLOP/s (cuBLAS, 8192^3, random data) |\n| ridge point | "
+                   "%s FLOP/byte |\n| launch floor | %s us per launch on a stream, %s us inside a CUDA graph |\n| clocks "
+                   "| SM %s MHz (max %s), memory %s MHz, read through NVML after the ceilings |\n| GPUs | one (no "
+                   "topology to report) |\n\n",
+                str(c, "name", "?"), F("%.0f", num(c, "cc")), F("%.0f", num(c, "sms")), HB(num(c, "l2_bytes")),
+                str(c, "driver", "?"), str(c, "runtime", "?"), F("%.0f", copy), F("%.0f", num(c, "dram_peak_gbs")),
+                F("%.2f", copy / num(c, "dram_peak_gbs")), F("%.0f", gemm), F("%.0f", gemm * 1e12 / (copy * 1e9)),
+                F("%.2f", num(c, "launch_us_stream")), F("%.2f", num(c, "launch_us_graph")),
+                F("%.0f", num(c, "sm_clock_mhz")), F("%.0f", num(c, "max_sm_clock_mhz")), F("%.0f", num(c, "mem_clock_mhz")));
+    } else {
+        fprintf(f, "No GPU results: no ceilings were measured.\n\n");
+    }
+    fprintf(f, "| results file | rows | device | dates | commits |\n|---|---|---|---|---|\n");
+    for (int k = 0; k < n; k++) {
+        const cJSON *r0 = mods[k].rows.n ? mods[k].rows.r[0] : NULL;
+        const cJSON *rl = mods[k].rows.n ? mods[k].rows.r[mods[k].rows.n - 1] : NULL;
+        fprintf(f, "| reports/data/%s.jsonl | %d | %s | %s .. %s | %s .. %s |\n", mods[k].name, mods[k].rows.n,
+                str(r0, "device.name", "?"), str(r0, "date", "?"), str(rl, "date", "?"), str(r0, "commit", "?"),
+                str(rl, "commit", "?"));
+    }
+    fclose(f);
+}
+
+static int by_name(const struct dirent **a, const struct dirent **b) { return strcmp((*a)->d_name, (*b)->d_name); }
+
+int kl_cmd_report(int argc, char **argv)
+{
+    const char *results = "reports/data", *out = "reports";
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--results") == 0 && i + 1 < argc) results = argv[++i];
+        else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) out = argv[++i];
+        else return fprintf(stderr, "kernlab report: unknown argument '%s'\n", argv[i]), 2;
+    }
+    struct dirent **names;
+    int n = scandir(results, &names, NULL, by_name);
+    if (n < 0) return fprintf(stderr, "kernlab report: %s: %s\n", results, strerror(errno)), 1;
+    struct mod mods[32] = {{0}};
+    int nm = 0, status = 0;
+    for (int i = 0; i < n; i++) {
+        const char *d = names[i]->d_name;
+        size_t len = strlen(d);
+        if (len > 6 && strcmp(d + len - 6, ".jsonl") == 0 && nm < 32) {
+            char path[1200];
+            snprintf(path, sizeof path, "%s/%s", results, d);
+            struct mod *md = &mods[nm];
+            if (load_rows(path, &md->rows)) status = 1;
+            else if (md->rows.n) {
+                md->name = str(md->rows.r[0], "module", "?");
+                md->m = kl_module_find(md->name);
+                order(md);
+                nm++;
+            }
+        }
+    }
+    for (int i = 0; i < n; i++) free(names[i]);
+    free(names);
+    if (status) return status;
+    char img[1100];
+    snprintf(img, sizeof img, "%s/img", out);
+    mkdir(out, 0755);
+    mkdir(img, 0755);
+    struct kl_targets t90 = {0}, t80 = {0};
+    struct kl_err err;
+    kl_targets_load(&t90, KL_SOURCE_DIR "/perf/targets", 90, &err);
+    kl_targets_load(&t80, KL_SOURCE_DIR "/perf/targets", 80, &err);
+    for (int k = 0; k < nm; k++) {
+        if (write_guide(out, &mods[k], &t90, &t80)) status = 1;
+        else printf("wrote %s/%s.md\n", out, mods[k].name);
+    }
+    write_index(out, mods, nm, &t90);
+    write_environment(out, mods, nm);
+    printf("wrote %s/INDEX.md, %s/environment.md\n", out, out);
+    for (int k = 0; k < nm; k++) {
+        for (int j = 0; j < mods[k].rows.n; j++) cJSON_Delete(mods[k].rows.r[j]);
+        free(mods[k].rows.r);
+    }
+    kl_targets_free(&t90), kl_targets_free(&t80);
+    return status;
+}

@@ -27,15 +27,15 @@ struct kl_policy kl_policy_for(enum kl_dtype t, bool exact)
     switch (t) {
     case KL_F16:
         return (struct kl_policy){0x1p-10, 0x1p-12, 0x1p-11,
-                                  "fp16 output, u = 2^-11: rtol 2u, atol u/2 x max|ref|, rel_l2 u"};
+                                  "fp16 output, u = 2^-11: rtol 2u, atol u/2 x max abs(ref), rel_l2 u"};
     case KL_BF16:
         return (struct kl_policy){0x1p-7, 0x1p-9, 0x1p-8,
-                                  "bf16 output, u = 2^-8: rtol 2u, atol u/2 x max|ref|, rel_l2 u"};
+                                  "bf16 output, u = 2^-8: rtol 2u, atol u/2 x max abs(ref), rel_l2 u"};
     case KL_F64:
         return (struct kl_policy){1e-12, 1e-13, 1e-12, "float64: reference against reference"};
     default:
         return (struct kl_policy){0x1p-16, 0x1p-20, 0x1p-18,
-                                  "fp32 output, u = 2^-24: rtol 256u, atol 16u x max|ref|, rel_l2 64u "
+                                  "fp32 output, u = 2^-24: rtol 256u, atol 16u x max abs(ref), rel_l2 64u "
                                   "(float32 accumulation over long rows)"};
     }
 }

@@ -103,6 +103,7 @@ struct kl_module {
     int (*check)(const struct kl_variant *v, uint64_t seed, FILE *log);
     const struct kl_perf_ops *perf;                 /* GPU workloads, timed by perf/ */
     int (*bench)(const struct kl_bench_args *args); /* or a module's own bench (radix: CPU) */
+    const char *exercises; /* for the guide: the next variant to write, what it should gain, how to check */
 };
 
 #define KL_MODULE(mod, ...)                                                                   \

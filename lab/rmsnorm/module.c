@@ -263,4 +263,14 @@ KL_MODULE(rmsnorm, .summary = "RMSNorm and fused residual add + RMSNorm", .min_c
                        "x + residual, then out = rmsnorm(residual_out) * weight, both written by one kernel. "
                        "Every transformer layer runs it twice (before attention and before the MLP); it is "
                        "memory-bound: 2 bytes read and 2 written per bf16 element, ~4 FLOPs per element.",
-          .tensor = &ops, .perf = &kl_rmsnorm_perf);
+          .tensor = &ops, .perf = &kl_rmsnorm_perf,
+          .exercises =
+              "1. v3_persistent: launch one block per SM slot and loop over rows, issuing the next row's loads before "
+              "the current row's reduction, so the two barriers of block_sum overlap with DRAM traffic. It should "
+              "gain most where the reduction is exposed: prefill rows are long enough that v1 is already near the "
+              "copy ceiling, so measure the fused form, which moves twice the bytes per barrier.\n"
+              "2. A warp-per-row variant for hidden <= 2048: no shared memory and no barrier at all (warp shuffles "
+              "only). Check it with `build/kernlab check rmsnorm --variant <name>` and compare its decode-64 "
+              "floor_frac with v2_pdl.\n"
+              "3. Try v2_pdl without its early weight load (move the weight loads after griddepcontrol.wait): the "
+              "difference in decode-64 time is the weight's DRAM round trip that PDL hid.");

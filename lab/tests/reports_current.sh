@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The committed guides must be what `kernlab report --results reports/data` writes today:
+# byte for byte (DESIGN.md section 8). Fails when kernels or the report code changed and
+# reports/ was not regenerated.
+set -euo pipefail
+kl=${1:?usage: reports_current.sh path/to/kernlab}
+cd "$(dirname "$0")/../.."
+ls reports/data/*.jsonl > /dev/null 2>&1 || { echo "no reports/data yet"; exit 0; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$kl" report --results reports/data --out "$tmp" > /dev/null
+if ! diff -r -x data "$tmp" reports; then
+  echo "reports/ is stale: run build/kernlab report --results reports/data --out reports" >&2
+  exit 1
+fi
+echo "reports/ matches reports/data"
