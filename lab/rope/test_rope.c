@@ -1,0 +1,168 @@
+/* rope tests. Suite `rope` runs anywhere (the reference against the goldens and hand-worked
+ * rotations); suite `rope_gpu` runs every variant on the device and skips without one.
+ * Parameterized over variant INDICES (pointers as parameters crash Criterion's workers). */
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include "lab/core/device.h"
+#include "lab/core/testing.h"
+#include "lab/rope/rope_module.h"
+#include "reference/rope.h"
+
+static const struct kl_module *module(void) { return kl_module_find("rope"); }
+
+Test(rope, reference_matches_every_golden_case)
+{
+    int failures = kl_test_goldens("rope", NULL, stderr);
+    cr_assert(failures >= 0, "no golden cases found under golden/rope");
+    cr_assert_eq(failures, 0, "%d golden cases failed (lines above)", failures);
+}
+
+Test(rope, neox_rotates_halves_and_leaves_dims_past_rotary_dim_alone)
+{
+    /* head_dim 6, rotary_dim 4: pairs (0, 2) and (1, 3); dims 4, 5 untouched. Angle 90 degrees
+     * for pair 0 (cos 0, sin 1), 180 for pair 1 (cos -1, sin 0). */
+    double x[6] = {1, 2, 3, 4, 5, 6};
+    const double cs[4] = {0, -1, 1, 0};
+    const int64_t pos[1] = {0};
+    kl_rope_reference(x, pos, cs, 1, 1, 6, 4, 1, true);
+    const double want[6] = {-3, -2, 1, -4, 5, 6}; /* (1,3) -> (1*0 - 3*1, 3*0 + 1*1); (2,4) -> (-2, -4) */
+    for (int i = 0; i < 6; i++) cr_assert_float_eq(x[i], want[i], 1e-15, "x[%d] = %g, expected %g", i, x[i], want[i]);
+}
+
+Test(rope, interleaved_rotates_neighbouring_pairs)
+{
+    double x[4] = {1, 2, 3, 4};
+    const double cs[4] = {0, -1, 1, 0};
+    const int64_t pos[1] = {0};
+    kl_rope_reference(x, pos, cs, 1, 1, 4, 4, 1, false);
+    const double want[4] = {-2, 1, -3, -4}; /* (1,2) by 90 degrees; (3,4) by 180 */
+    for (int i = 0; i < 4; i++) cr_assert_float_eq(x[i], want[i], 1e-15, "x[%d] = %g, expected %g", i, x[i], want[i]);
+}
+
+Test(rope, positions_pick_their_own_cache_row)
+{
+    /* Two tokens in decreasing order of position; row 0 is the identity, row 1 negates. */
+    double x[4] = {1, 2, 3, 4};
+    const double cs[4] = {1, 0, -1, 0};
+    const int64_t pos[2] = {1, 0};
+    cr_assert_eq(kl_rope_reference(x, pos, cs, 2, 1, 2, 2, 2, true), 0);
+    cr_assert(x[0] == -1 && x[1] == -2 && x[2] == 3 && x[3] == 4);
+}
+
+Test(rope, rotation_preserves_the_norm_of_each_pair)
+{
+    double cs[2 * 64];
+    float csf[2 * 64];
+    kl_rope_cos_sin_cache(csf, 2, 64, KL_ROPE_BASE);
+    for (int i = 0; i < 128; i++) cs[i] = csf[i];
+    double x[64], y[64];
+    for (int i = 0; i < 64; i++) x[i] = y[i] = sin(i + 1.0);
+    const int64_t pos[1] = {1};
+    kl_rope_reference(y, pos, cs, 1, 1, 64, 64, 2, true);
+    for (int i = 0; i < 32; i++)
+        cr_assert_float_eq(x[i] * x[i] + x[i + 32] * x[i + 32], y[i] * y[i] + y[i + 32] * y[i + 32], 1e-6);
+}
+
+/* ---- GPU ---- */
+
+static int indices[64];
+
+static struct criterion_test_params variants(bool mutants)
+{
+    int n = kl_variant_count("rope", mutants), m = 0;
+    for (int i = 0; i < n; i++)
+        if (kl_variant_at("rope", i, mutants)->mutant == (int)mutants) indices[m++] = i;
+    return cr_make_param_array(int, indices, (size_t)m);
+}
+
+ParameterizedTestParameters(rope_gpu, every_variant_matches_the_goldens) { return variants(false); }
+
+ParameterizedTest(int *i, rope_gpu, every_variant_matches_the_goldens)
+{
+    const struct kl_variant *v = kl_variant_at("rope", *i, false);
+    cr_log_info("variant %s", v->name);
+    if (kl_test_skip_reason(v)) cr_skip_test("%s: %s", v->name, kl_test_skip_reason(v));
+    int failures = kl_test_goldens("rope", v, stderr);
+    cr_assert_eq(failures, 0, "%s: %d golden cases failed (lines above)", v->name, failures);
+}
+
+ParameterizedTestParameters(rope_gpu, every_variant_matches_the_reference_on_fresh_inputs_and_edges)
+{
+    return variants(false);
+}
+
+ParameterizedTest(int *i, rope_gpu, every_variant_matches_the_reference_on_fresh_inputs_and_edges)
+{
+    const struct kl_variant *v = kl_variant_at("rope", *i, false);
+    cr_log_info("variant %s", v->name);
+    if (kl_test_skip_reason(v)) cr_skip_test("%s: %s", v->name, kl_test_skip_reason(v));
+    int failures = kl_check_module(module(), v, kl_test_seed(stderr), stderr);
+    cr_assert_eq(failures, 0, "%s: %d problems failed (lines above)", v->name, failures);
+}
+
+ParameterizedTestParameters(rope_gpu, every_mutant_is_flagged) { return variants(true); }
+
+ParameterizedTest(int *i, rope_gpu, every_mutant_is_flagged)
+{
+    const struct kl_variant *v = kl_variant_at("rope", *i, true);
+    cr_log_info("mutant %s", v->name);
+    if (kl_test_skip_reason(v)) cr_skip_test("%s: %s", v->name, kl_test_skip_reason(v));
+    int flagged = kl_test_goldens("rope", v, stderr) + kl_check_module(module(), v, kl_test_seed(stderr), stderr);
+    cr_assert_gt(flagged, 0, "mutant %s passed every golden case and the whole check catalogue", v->name);
+}
+
+Test(rope_gpu, there_are_at_least_three_mutants)
+{
+    cr_assert_geq(kl_variant_count("rope", true) - kl_variant_count("rope", false), 3);
+}
+
+Test(rope_gpu, launchers_reject_bad_shapes_without_launching)
+{
+    if (!kl_have_gpu()) cr_skip_test("no CUDA device");
+    for (int i = 0; i < kl_variant_count("rope", false); i++) {
+        const struct kl_variant *v = kl_variant_at("rope", i, false);
+        kl_rope_launch_fn f = (kl_rope_launch_fn)v->launch;
+        struct kl_rope_params bad = {.num_tokens = 4, .num_q_heads = 8, .num_kv_heads = 2, .head_dim = 128,
+                                     .rotary_dim = 130, .max_pos = 10, .is_neox = true, .dtype = KL_BF16};
+        cr_expect_eq(f(&bad, 0), cudaErrorInvalidValue, "%s accepted rotary_dim > head_dim", v->name);
+        bad.rotary_dim = 63;
+        cr_expect_eq(f(&bad, 0), cudaErrorInvalidValue, "%s accepted an odd rotary_dim", v->name);
+        bad.rotary_dim = 64; /* pointers unset with tokens to rotate */
+        cr_expect_eq(f(&bad, 0), cudaErrorInvalidValue, "%s accepted NULL pointers", v->name);
+    }
+}
+
+ParameterizedTestParameters(rope_gpu, positions_outside_the_cache_leave_the_token_unrotated)
+{
+    return variants(false);
+}
+
+ParameterizedTest(int *i, rope_gpu, positions_outside_the_cache_leave_the_token_unrotated)
+{
+    const struct kl_variant *v = kl_variant_at("rope", *i, false);
+    cr_log_info("variant %s", v->name);
+    if (kl_test_skip_reason(v)) cr_skip_test("%s: %s", v->name, kl_test_skip_reason(v));
+    struct kl_rope_problem *p = kl_rope_problem_random(4, 4, 2, 128, 128, 16, true, KL_BF16, 3);
+    int64_t *pos = p->positions.data;
+    pos[1] = 16, pos[3] = -1;
+    struct kl_rope_params k;
+    struct kl_err err;
+    struct kl_outputs got = {0}, want = {0};
+    cr_assert_eq(kl_rope_upload(p, &k, &err), 0, "%s", err.msg);
+    cr_assert_eq(((kl_rope_launch_fn)v->launch)(&k, 0), cudaSuccess);
+    cr_assert_eq(kl_dev_sync(), 0, "%s: the device is in error after an out-of-range position", v->name);
+    cr_assert_eq(kl_rope_download(p, &k, &got, &err), 0, "%s", err.msg);
+    kl_rope_expected(p, &want); /* the reference leaves those tokens alone too */
+    for (int o = 0; o < 2; o++) {
+        struct kl_cmp c;
+        kl_compare(got.o[o].v, want.o[o].v, want.o[o].n, kl_policy_for(KL_BF16, false), &c);
+        kl_cmp_print(stderr, want.o[o].name, &c);
+        cr_expect(c.pass, "%s: %s differs from the reference", v->name, want.o[o].name);
+    }
+    kl_outputs_free(&got), kl_outputs_free(&want);
+    kl_rope_release(&k);
+    kl_rope_problem_free(p);
+}
