@@ -345,7 +345,7 @@ static void emit(const struct row_ctx *rc, cJSON *params, cJSON *extra, double t
         else r.gate_pass = memcmp_frac >= r.gate_target;
         if (args->gate && !r.gate_pass && rc->v == kl_variant_latest("radix", 0)) {
             if (args->gate_misses) (*args->gate_misses)++;
-            fprintf(stderr, "kernlab: gate: radix %s %s: %s %.3g misses target %.3g\n", rc->w->name, rc->v->name,
+            fprintf(stderr, "gate: MISS radix %s %s: %s %.3f, target %.3f\n", rc->v->name, rc->w->name,
                     r.gate_metric, strcmp(r.gate_metric, "latency_us") == 0 ? r.time_us_median : memcmp_frac,
                     r.gate_target);
         }
@@ -433,8 +433,9 @@ static void bench_match(const struct row_ctx *base, struct kl_radix *t, const st
         cJSON_Delete(params);
         cJSON_Delete(x);
         if (bad) {
-            fprintf(stderr, "kernlab: radix %s %s: %zu matches returned the wrong length\n", w->name, rc.v->name, bad);
+            fprintf(stderr, "bench radix %s %s: %zu matches returned the wrong length\n", w->name, rc.v->name, bad);
             (*failures)++;
+            if (base->args->failures) ++*base->args->failures;
         }
         if (base->args->table)
             fprintf(base->args->table, "%-15s %-10s %9.0f %9.0f %9.0f %7.2f %7.2f %6.2f %6.2f %7.0f %7.1f\n", w->name,
@@ -500,7 +501,12 @@ static void bench_churn(const struct row_ctx *base, const struct corpus *c, int 
         emit(&rc, params, x, lat[0], p50, lat[OPS - 1], key_bytes / OPS, bad == 0, (double)bad, 0);
         cJSON_Delete(params);
         cJSON_Delete(x);
-        if (bad) (*failures)++;
+        if (bad) {
+            fprintf(stderr, "bench radix %s %s: the churn broke the tree or an unlock was refused\n", base->w->name,
+                    rc.v->name);
+            (*failures)++;
+            if (base->args->failures) ++*base->args->failures;
+        }
         if (base->args->table)
             fprintf(base->args->table, "%-15s %-10s %9.0f %9.0f %9.0f  (ns per insert+lock+unlock+evict op)\n",
                     base->w->name, rc.v->name, mean, p50, p99);
@@ -519,16 +525,16 @@ static int radix_bench(const struct kl_bench_args *args)
         if (!args->variant || strcmp(args->variant, v->name) == 0) vs[nv++] = v;
     }
     if (!nv) {
-        fprintf(stderr, "kernlab: bench radix: no variant named \"%s\"\n", args->variant);
-        return 2;
+        fprintf(stderr, "bench radix: no variant named \"%s\"\n", args->variant);
+        return -1;
     }
     int nw = (int)(sizeof workloads / sizeof *workloads), any = 0;
     for (int i = 0; i < nw; i++) any |= !args->workload || strcmp(args->workload, workloads[i].name) == 0;
     if (!any) {
-        fprintf(stderr, "kernlab: bench radix: no workload named \"%s\" (have:", args->workload);
+        fprintf(stderr, "bench radix: no workload named \"%s\" (have:", args->workload);
         for (int i = 0; i < nw; i++) fprintf(stderr, " %s", workloads[i].name);
         fprintf(stderr, ")\n");
-        return 2;
+        return -1;
     }
     struct row_ctx base = {.args = args};
     cpu_device(&base.dev);
@@ -582,7 +588,7 @@ static int radix_bench(const struct kl_bench_args *args)
         corpus_free(&c);
     }
     free(buf);
-    return failures ? 1 : 0;
+    return failures ? -1 : 0;
 }
 
 static const char semantics[] =
@@ -596,5 +602,18 @@ static const char semantics[] =
     "Variants are the key comparison the walk spends its time in; memcmp_frac compares a match with "
     "memcmp over exactly the bytes it compared.";
 
+static const char exercises[] =
+    "1. v2_avx512: 64-byte compares (_mm512_cmpeq_epi32_mask gives a 16-bit mask directly: no movemask, and a "
+    "masked load handles the tail without the overlapping re-read). It should raise match_hot_p1 toward memcmp "
+    "(memcmp_frac -> 1) and change nothing on match_cold_*, which wait on DRAM, not on compares. Check: "
+    "build/kernlab check radix --variant v2_avx512, then bench both workloads.\n"
+    "2. Hide the dependent miss per node: the next child's address is known only after the parent's compare "
+    "ends (a tree is a pointer chase; memcmp over known segments is not). A batched match that walks 4-8 "
+    "requests in lock step, issuing each one's next-node loads before comparing any, overlaps those misses; "
+    "match_cold_p1's lines_per_node and nodes_per_match say how much there is to hide.\n"
+    "3. Page size 16 pays a 16-token hash per node: compare hashing only the first 4 tokens (collisions are "
+    "settled by the page compare) on match_cold_p16, and build an adversarial trace where it degrades.";
+
 KL_MODULE(radix, .summary = "CPU longest-prefix match in SGLang's radix KV cache (insert, match, lock, evict)",
-          .min_cc = 0, .semantics = semantics, .verify = kl_radix_verify, .check = radix_check, .bench = radix_bench);
+          .min_cc = 0, .semantics = semantics, .verify = kl_radix_verify, .check = radix_check, .bench = radix_bench,
+          .exercises = exercises);

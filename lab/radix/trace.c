@@ -234,7 +234,8 @@ void kl_radix_impl_close(struct kl_radix_impl *im)
 void kl_radix_impl_apply(struct kl_radix_impl *im, const struct kl_radix_trace *tr, const struct kl_radix_op *op,
                          struct kl_radix_result *r)
 {
-    const int32_t *key = tr->tok + op->key_off;
+    static const int32_t none[1] = {0};
+    const int32_t *key = tr->tok ? tr->tok + op->key_off : none; /* a trace of evicts and sizes has no pool */
     size_t n = op->n, total = 0, evictable = 0;
     r->value = r->total = r->evictable = 0;
     if (im->cmp) {
@@ -355,7 +356,7 @@ int kl_radix_trace_diff(const struct kl_radix_trace *tr, struct kl_radix_impl *a
 /* ---- random traces ---- */
 
 #define DOCS 8
-#define DOC_MAX 48
+#define DOC_MAX 128
 #define RUNNING 8
 
 void kl_radix_trace_random(struct kl_radix_trace *tr, uint64_t seed, int page_size, size_t nops)
@@ -371,8 +372,10 @@ void kl_radix_trace_random(struct kl_radix_trace *tr, uint64_t seed, int page_si
     int vocab = 2 + (int)kl_rng_range(&rng, 5);
     int32_t docs[DOCS][DOC_MAX];
     size_t doc_len[DOCS];
+    /* Documents of up to ~46 tokens at page 1, longer at larger pages (a few pages each). */
+    int64_t doc_max = 40 + 6 * (int64_t)page_size < DOC_MAX ? 40 + 6 * (int64_t)page_size : DOC_MAX;
     for (int d = 0; d < DOCS; d++) {
-        doc_len[d] = (size_t)kl_rng_range(&rng, DOC_MAX + 1);
+        doc_len[d] = (size_t)kl_rng_range(&rng, doc_max + 1);
         for (size_t i = 0; i < DOC_MAX; i++) docs[d][i] = alphabet[kl_rng_range(&rng, vocab)];
     }
     int32_t key[DOC_MAX + 16], running[RUNNING][DOC_MAX + 16];
@@ -392,7 +395,7 @@ void kl_radix_trace_random(struct kl_radix_trace *tr, uint64_t seed, int page_si
         if (kl_rng_range(&rng, 20) == 0) n = (size_t)kl_rng_range(&rng, page_size + 1); /* empty / sub-page */
         if (kl_rng_range(&rng, 50) == 0) { /* the workload drifts: a document is replaced */
             int r = (int)kl_rng_range(&rng, DOCS);
-            doc_len[r] = (size_t)kl_rng_range(&rng, DOC_MAX + 1);
+            doc_len[r] = (size_t)kl_rng_range(&rng, doc_max + 1);
             for (size_t i = 0; i < DOC_MAX; i++) docs[r][i] = alphabet[kl_rng_range(&rng, vocab)];
         }
 
@@ -416,12 +419,17 @@ void kl_radix_trace_random(struct kl_radix_trace *tr, uint64_t seed, int page_si
                 kl_radix_trace_add(tr, KL_RADIX_MATCH, key, n, 0);
             }
         } else if (r < 80) {
-            long long want = kl_rng_range(&rng, 10) == 0 ? 1000000 : kl_rng_range(&rng, 3 * page_size + 24);
+            long long want = kl_rng_range(&rng, 10) == 0 ? 1000000 : kl_rng_range(&rng, 3 * (int64_t)page_size + 24);
             kl_radix_trace_add(tr, KL_RADIX_EVICT, NULL, 0, want);
         } else if (r < 86) {
             kl_radix_trace_add(tr, KL_RADIX_SIZE, NULL, 0, 0);
-        } else if (r < 90) { /* stray lock of whatever is cached of a key: stays locked */
+        } else if (r < 90) { /* a lock of whatever is cached of a key: its unlock, later, may walk
+                              * a longer path than it locked (then both sides must refuse it) */
             kl_radix_trace_add(tr, KL_RADIX_LOCK, key, n, 0);
+            if (nrun < RUNNING) {
+                memcpy(running[nrun], key, n * sizeof *key);
+                running_len[nrun++] = n;
+            }
         } else if (r < 93) { /* stray unlock: often of a path holding no lock (both must say -1) */
             kl_radix_trace_add(tr, KL_RADIX_UNLOCK, key, n, 0);
         } else { /* the same request again: a full hit */
