@@ -75,7 +75,8 @@ static void remove_child(struct rnode *parent, struct rnode *child)
 static size_t common_pages(const int32_t *a, const int32_t *b, size_t n, size_t page)
 {
     size_t i = 0;
-    while (i < n && a[i] == b[i]) i++;
+    while (i < n && a[i] == b[i])
+        i++;
     return i - i % page;
 }
 
@@ -141,7 +142,8 @@ static void free_subtree(struct rnode *x)
         struct rnode *c = x->first_child;
         if (c->first_child) { /* descend: move c's children up to x, then free c */
             struct rnode *last = c->first_child;
-            while (last->next_sibling) last = last->next_sibling;
+            while (last->next_sibling)
+                last = last->next_sibling;
             last->next_sibling = c->next_sibling;
             x->first_child = c->first_child;
         } else {
@@ -186,7 +188,8 @@ long kl_radix_ref_lock(struct kl_radix_ref *t, const int32_t *key, size_t n)
     n -= n % t->page;
     struct rnode *last;
     size_t m = walk(t, key, n, ++t->clock, &last);
-    for (struct rnode *x = last; x != &t->root; x = x->parent) x->lock++;
+    for (struct rnode *x = last; x != &t->root; x = x->parent)
+        x->lock++;
     return (long)m;
 }
 
@@ -197,7 +200,8 @@ long kl_radix_ref_unlock(struct kl_radix_ref *t, const int32_t *key, size_t n)
     size_t m = walk(t, key, n, ++t->clock, &last);
     for (struct rnode *x = last; x != &t->root; x = x->parent)
         if (x->lock == 0) return -1; /* nothing changes: not even one count */
-    for (struct rnode *x = last; x != &t->root; x = x->parent) x->lock--;
+    for (struct rnode *x = last; x != &t->root; x = x->parent)
+        x->lock--;
     return (long)m;
 }
 

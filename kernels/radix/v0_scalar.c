@@ -19,7 +19,8 @@ size_t kl_radix_cmp_scalar(const int32_t *a, const int32_t *b, size_t n)
     /* One load from each side, one compare, one branch per token. The branch is
      * well-predicted (equal, equal, ..., different once), so the cost is the loop's
      * dependency chain on i plus two loads: ~1 token per cycle. */
-    while (i < n && a[i] == b[i]) i++;
+    while (i < n && a[i] == b[i])
+        i++;
     return i;
 }
 

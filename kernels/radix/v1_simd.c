@@ -25,15 +25,18 @@
 #include <immintrin.h>
 
 /* First differing token of a 4-token window whose 16-byte cmpeq movemask is m. */
-static inline size_t first_diff4(unsigned m) { return (size_t)__builtin_ctz(~m & 0xFFFFu) >> 2; }
+static inline size_t first_diff4(unsigned m)
+{
+    return (size_t)__builtin_ctz(~m & 0xFFFFu) >> 2;
+}
 
 size_t kl_radix_cmp_sse2(const int32_t *a, const int32_t *b, size_t n)
 {
     size_t i = 0;
     /* 16 tokens (64 bytes, one cache line) per trip: four compares, one branch. */
     for (; i + 16 <= n; i += 16) {
-        __m128i e0 = _mm_cmpeq_epi32(_mm_loadu_si128((const __m128i *)(a + i)),
-                                     _mm_loadu_si128((const __m128i *)(b + i)));
+        __m128i e0 =
+            _mm_cmpeq_epi32(_mm_loadu_si128((const __m128i *)(a + i)), _mm_loadu_si128((const __m128i *)(b + i)));
         __m128i e1 = _mm_cmpeq_epi32(_mm_loadu_si128((const __m128i *)(a + i + 4)),
                                      _mm_loadu_si128((const __m128i *)(b + i + 4)));
         __m128i e2 = _mm_cmpeq_epi32(_mm_loadu_si128((const __m128i *)(a + i + 8)),
@@ -50,22 +53,26 @@ size_t kl_radix_cmp_sse2(const int32_t *a, const int32_t *b, size_t n)
         }
     }
     for (; i + 4 <= n; i += 4) {
-        unsigned m = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi32(
-            _mm_loadu_si128((const __m128i *)(a + i)), _mm_loadu_si128((const __m128i *)(b + i))));
+        unsigned m = (unsigned)_mm_movemask_epi8(
+            _mm_cmpeq_epi32(_mm_loadu_si128((const __m128i *)(a + i)), _mm_loadu_si128((const __m128i *)(b + i))));
         if (m != 0xFFFFu) return i + first_diff4(m);
     }
     if (i == n) return n;
     if (n >= 4) { /* overlapping window [n-4, n): its tokens before i are known equal */
-        unsigned m = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi32(
-            _mm_loadu_si128((const __m128i *)(a + n - 4)), _mm_loadu_si128((const __m128i *)(b + n - 4))));
+        unsigned m = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi32(_mm_loadu_si128((const __m128i *)(a + n - 4)),
+                                                                 _mm_loadu_si128((const __m128i *)(b + n - 4))));
         return m == 0xFFFFu ? n : n - 4 + first_diff4(m);
     }
-    while (i < n && a[i] == b[i]) i++; /* keys shorter than one vector */
+    while (i < n && a[i] == b[i])
+        i++; /* keys shorter than one vector */
     return i;
 }
 
 /* First differing token of an 8-token window whose 32-byte cmpeq movemask is m. */
-static inline size_t first_diff8(unsigned m) { return (size_t)__builtin_ctz(~m) >> 2; }
+static inline size_t first_diff8(unsigned m)
+{
+    return (size_t)__builtin_ctz(~m) >> 2;
+}
 
 __attribute__((target("avx2"))) size_t kl_radix_cmp_avx2(const int32_t *a, const int32_t *b, size_t n)
 {
@@ -91,8 +98,8 @@ __attribute__((target("avx2"))) size_t kl_radix_cmp_avx2(const int32_t *a, const
         }
     }
     for (; i + 8 <= n; i += 8) {
-        unsigned m = (unsigned)_mm256_movemask_epi8(_mm256_cmpeq_epi32(
-            _mm256_loadu_si256((const __m256i *)(a + i)), _mm256_loadu_si256((const __m256i *)(b + i))));
+        unsigned m = (unsigned)_mm256_movemask_epi8(_mm256_cmpeq_epi32(_mm256_loadu_si256((const __m256i *)(a + i)),
+                                                                       _mm256_loadu_si256((const __m256i *)(b + i))));
         if (m != 0xFFFFFFFFu) return i + first_diff8(m);
     }
     if (i == n) return n;
@@ -112,9 +119,18 @@ int kl_radix_cpu_has_avx2(void)
 
 #else /* not x86: the scalar loop stands in for both paths */
 
-size_t kl_radix_cmp_sse2(const int32_t *a, const int32_t *b, size_t n) { return kl_radix_cmp_scalar(a, b, n); }
-size_t kl_radix_cmp_avx2(const int32_t *a, const int32_t *b, size_t n) { return kl_radix_cmp_scalar(a, b, n); }
-int kl_radix_cpu_has_avx2(void) { return 0; }
+size_t kl_radix_cmp_sse2(const int32_t *a, const int32_t *b, size_t n)
+{
+    return kl_radix_cmp_scalar(a, b, n);
+}
+size_t kl_radix_cmp_avx2(const int32_t *a, const int32_t *b, size_t n)
+{
+    return kl_radix_cmp_scalar(a, b, n);
+}
+int kl_radix_cpu_has_avx2(void)
+{
+    return 0;
+}
 
 #endif
 

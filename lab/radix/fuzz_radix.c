@@ -53,7 +53,8 @@ static int binary_ops(const uint8_t *d, size_t n)
     for (size_t i = 2; i + 1 < n && tr.nops < 4096;) {
         uint8_t op = d[i++] % 6, len = d[i++] % 64;
         size_t k = 0;
-        for (; k < len && i < n; k++, i++) key[k] = alphabet[d[i] & 3];
+        for (; k < len && i < n; k++, i++)
+            key[k] = alphabet[d[i] & 3];
         kl_radix_trace_add(&tr, (enum kl_radix_opcode)op, key, op <= KL_RADIX_UNLOCK ? k : 0, (long long)len);
     }
     diff_or_die(&tr, page, "v1_simd", kl_radix_cmp_simd);
@@ -117,11 +118,13 @@ int main(int argc, char **argv)
     struct kl_radix *t = kl_radix_new(1, kl_radix_cmp_simd);
     int32_t key[200];
     for (int i = 0; i < 2000; i++) {
-        for (int k = 0; k < 200; k++) key[k] = k < 100 ? (i % 16) * 1000 + k : i * 7 + k;
+        for (int k = 0; k < 200; k++)
+            key[k] = k < 100 ? (i % 16) * 1000 + k : i * 7 + k;
         kl_radix_insert(t, key, 100 + (size_t)(i % 100));
         if (i % 3 == 0) kl_radix_lock(t, key, 120);
         if (i % 3 == 0 && i >= 30) {
-            for (int k = 0; k < 200; k++) key[k] = k < 100 ? ((i - 30) % 16) * 1000 + k : (i - 30) * 7 + k;
+            for (int k = 0; k < 200; k++)
+                key[k] = k < 100 ? ((i - 30) % 16) * 1000 + k : (i - 30) * 7 + k;
             kl_radix_unlock(t, key, 120);
         }
         kl_radix_evict(t, (size_t)(i % 50));

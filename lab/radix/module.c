@@ -56,7 +56,8 @@ static void long_key_trace(struct kl_radix_trace *tr, int page, uint64_t seed)
     KL_CHECK(a && b, "out of memory");
     for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
         size_t n = lens[li];
-        for (size_t i = 0; i < n; i++) a[i] = (int32_t)kl_rng_u64(&rng);
+        for (size_t i = 0; i < n; i++)
+            a[i] = (int32_t)kl_rng_u64(&rng);
         size_t at[] = {0, n / 2, n >= 2 ? n - 2 : 0, n - 1};
         kl_radix_trace_add(tr, KL_RADIX_INSERT, a, n, 0);
         for (int k = 0; k < 4; k++) {
@@ -153,7 +154,8 @@ static void cpu_device(struct kl_device_info *d)
             char *c = strchr(line, ':');
             if (c) {
                 c++;
-                while (*c == ' ' || *c == '\t') c++;
+                while (*c == ' ' || *c == '\t')
+                    c++;
                 c[strcspn(c, "\n")] = 0;
                 snprintf(d->name, sizeof d->name, "%s", c);
             }
@@ -183,7 +185,10 @@ struct corpus {
     size_t sys_len[SYS_PROMPTS], shot_len[SYS_PROMPTS][FEW_SHOTS];
 };
 
-static size_t round_page(size_t n, int page) { return n - n % (size_t)page; }
+static size_t round_page(size_t n, int page)
+{
+    return n - n % (size_t)page;
+}
 
 static void corpus_init(struct corpus *c, int page)
 {
@@ -193,12 +198,14 @@ static void corpus_init(struct corpus *c, int page)
     for (int s = 0; s < SYS_PROMPTS; s++) {
         c->sys_len[s] = round_page(256 + (size_t)kl_rng_range(&rng, 769), page);
         c->sys[s] = malloc(c->sys_len[s] * sizeof(int32_t));
-        for (size_t i = 0; i < c->sys_len[s]; i++) c->sys[s][i] = (int32_t)kl_rng_range(&rng, VOCAB);
+        for (size_t i = 0; i < c->sys_len[s]; i++)
+            c->sys[s][i] = (int32_t)kl_rng_range(&rng, VOCAB);
         for (int f = 0; f < FEW_SHOTS; f++) {
             size_t n = round_page(128 + (size_t)kl_rng_range(&rng, 641), page);
             c->shot_len[s][f] = n;
             c->shot[s][f] = malloc(n * sizeof(int32_t));
-            for (size_t i = 0; i < n; i++) c->shot[s][f][i] = (int32_t)kl_rng_range(&rng, VOCAB);
+            for (size_t i = 0; i < n; i++)
+                c->shot[s][f][i] = (int32_t)kl_rng_range(&rng, VOCAB);
         }
     }
 }
@@ -207,7 +214,8 @@ static void corpus_free(struct corpus *c)
 {
     for (int s = 0; s < SYS_PROMPTS; s++) {
         free(c->sys[s]);
-        for (int f = 0; f < FEW_SHOTS; f++) free(c->shot[s][f]);
+        for (int f = 0; f < FEW_SHOTS; f++)
+            free(c->shot[s][f]);
     }
 }
 
@@ -225,14 +233,16 @@ static size_t corpus_seq(const struct corpus *c, uint64_t i, int32_t *out)
     size_t len = round_page(1024 + (size_t)kl_rng_range(&rng, KEY_TOKENS - 1024 + 1), c->page);
     if (len < n + 8 * (size_t)c->page) len = n + 8 * (size_t)c->page;
     out[n++] = VOCAB + (int32_t)i; /* this conversation's own first token */
-    while (n < len) out[n++] = (int32_t)kl_rng_range(&rng, VOCAB);
+    while (n < len)
+        out[n++] = (int32_t)kl_rng_range(&rng, VOCAB);
     return len;
 }
 
 static struct kl_radix *corpus_tree(const struct corpus *c, kl_radix_cmp_fn cmp, int32_t *buf)
 {
     struct kl_radix *t = kl_radix_new(c->page, cmp);
-    for (uint64_t i = 0; i < SEQUENCES; i++) kl_radix_insert(t, buf, corpus_seq(c, i, buf));
+    for (uint64_t i = 0; i < SEQUENCES; i++)
+        kl_radix_insert(t, buf, corpus_seq(c, i, buf));
     return t;
 }
 
@@ -245,13 +255,14 @@ static size_t corpus_query(const struct corpus *c, uint64_t q, int32_t *key, siz
     size_t n = corpus_seq(c, (uint64_t)kl_rng_range(&rng, SEQUENCES), key);
     *expect = n;
     key[n++] = -1 - (int32_t)q;
-    while (n < KEY_TOKENS) key[n++] = (int32_t)kl_rng_range(&rng, VOCAB);
+    while (n < KEY_TOKENS)
+        key[n++] = (int32_t)kl_rng_range(&rng, VOCAB);
     return KEY_TOKENS;
 }
 
 struct queries {
     size_t count;
-    int32_t *keys;         /* count x KEY_TOKENS */
+    int32_t *keys; /* count x KEY_TOKENS */
     size_t *expect;
     struct kl_radix_seg *segs; /* count x MAX_SEGS: the bytes memcmp is timed on */
     size_t *nsegs;
@@ -341,13 +352,14 @@ static void emit(const struct row_ctx *rc, cJSON *params, cJSON *extra, double t
     if (!rc->w->churn || tg) {
         r.gate_metric = tg ? tg->metric : "memcmp_frac";
         r.gate_target = tg ? tg->target : 0.5;
-        if (strcmp(r.gate_metric, "latency_us") == 0) r.gate_pass = r.time_us_median <= r.gate_target;
-        else r.gate_pass = memcmp_frac >= r.gate_target;
+        if (strcmp(r.gate_metric, "latency_us") == 0)
+            r.gate_pass = r.time_us_median <= r.gate_target;
+        else
+            r.gate_pass = memcmp_frac >= r.gate_target;
         if (args->gate && !r.gate_pass && rc->v == kl_variant_latest("radix", 0)) {
             if (args->gate_misses) (*args->gate_misses)++;
-            fprintf(stderr, "gate: MISS radix %s %s: %s %.3f, target %.3f\n", rc->v->name, rc->w->name,
-                    r.gate_metric, strcmp(r.gate_metric, "latency_us") == 0 ? r.time_us_median : memcmp_frac,
-                    r.gate_target);
+            fprintf(stderr, "gate: MISS radix %s %s: %s %.3f, target %.3f\n", rc->v->name, rc->w->name, r.gate_metric,
+                    strcmp(r.gate_metric, "latency_us") == 0 ? r.time_us_median : memcmp_frac, r.gate_target);
         }
     }
     if (args->json) kl_result_write(args->json, &r);
@@ -369,11 +381,14 @@ static void bench_match(const struct row_ctx *base, struct kl_radix *t, const st
         double tm[16], tc[16];
         for (int r = 0; r < reps; r++) { /* interleaved, so both see the same machine state */
             tc[r] = tm[r] = 0;
-            for (int k = 0; k < inner; k++) tc[r] += memcmp_pass(q);
-            for (int k = 0; k < inner; k++) tm[r] += match_pass(t, q, &bad);
+            for (int k = 0; k < inner; k++)
+                tc[r] += memcmp_pass(q);
+            for (int k = 0; k < inner; k++)
+                tm[r] += match_pass(t, q, &bad);
         }
         double per = (double)q->count * inner;
-        for (int r = 0; r < reps; r++) tm[r] /= per, tc[r] /= per;
+        for (int r = 0; r < reps; r++)
+            tm[r] /= per, tc[r] /= per;
         qsort(tm, (size_t)reps, sizeof *tm, cmp_double);
         qsort(tc, (size_t)reps, sizeof *tc, cmp_double);
         double tmed = tm[reps / 2], cmed = tc[reps / 2];
@@ -401,7 +416,8 @@ static void bench_match(const struct row_ctx *base, struct kl_radix *t, const st
         struct kl_radix_stats st;
         kl_radix_stats(t, &st);
         double matched_bytes = 0;
-        for (size_t i = 0; i < q->count; i++) matched_bytes += (double)q->expect[i] * sizeof(int32_t);
+        for (size_t i = 0; i < q->count; i++)
+            matched_bytes += (double)q->expect[i] * sizeof(int32_t);
         matched_bytes /= (double)q->count;
         double n = (double)q->count;
         double nodes = (double)st.nodes_visited / n, bytes_cmp = (double)st.tokens_compared * 4 / n;
@@ -444,8 +460,8 @@ static void bench_match(const struct row_ctx *base, struct kl_radix *t, const st
     }
 }
 
-static void bench_churn(const struct row_ctx *base, const struct corpus *c, int nvariants,
-                        const struct kl_variant **vs, int32_t *buf, int *failures)
+static void bench_churn(const struct row_ctx *base, const struct corpus *c, int nvariants, const struct kl_variant **vs,
+                        int32_t *buf, int *failures)
 {
     enum { OPS = 20000, RUNNING = 8 };
     for (int vi = 0; vi < nvariants; vi++) {
@@ -529,10 +545,12 @@ static int radix_bench(const struct kl_bench_args *args)
         return -1;
     }
     int nw = (int)(sizeof workloads / sizeof *workloads), any = 0;
-    for (int i = 0; i < nw; i++) any |= !args->workload || strcmp(args->workload, workloads[i].name) == 0;
+    for (int i = 0; i < nw; i++)
+        any |= !args->workload || strcmp(args->workload, workloads[i].name) == 0;
     if (!any) {
         fprintf(stderr, "bench radix: no workload named \"%s\" (have:", args->workload);
-        for (int i = 0; i < nw; i++) fprintf(stderr, " %s", workloads[i].name);
+        for (int i = 0; i < nw; i++)
+            fprintf(stderr, " %s", workloads[i].name);
         fprintf(stderr, ")\n");
         return -1;
     }
@@ -540,8 +558,8 @@ static int radix_bench(const struct kl_bench_args *args)
     cpu_device(&base.dev);
     if (args->table)
         fprintf(args->table, "radix on %s (CPU, one thread)\n%-15s %-10s %9s %9s %9s %7s %7s %6s %6s %7s %7s\n",
-                base.dev.name, "workload", "variant", "ns/match", "p50_ns", "p99_ns", "GB/s", "memcmp", "frac",
-                "nodes", "bytes", "lines/n");
+                base.dev.name, "workload", "variant", "ns/match", "p50_ns", "p99_ns", "GB/s", "memcmp", "frac", "nodes",
+                "bytes", "lines/n");
     int failures = 0;
     int32_t *buf = malloc((KEY_TOKENS + 16) * sizeof *buf);
     for (int page = 1; page <= 16; page *= 16) {
@@ -576,7 +594,8 @@ static int radix_bench(const struct kl_bench_args *args)
             KL_CHECK(q.keys && q.expect && q.segs && q.nsegs, "out of memory");
             for (size_t i = 0; i < q.count; i++) {
                 corpus_query(&c, w->hot ? 1000000 + i : i, q.keys + i * KEY_TOKENS, &q.expect[i]);
-                q.nsegs[i] = kl_radix_peek(t, q.keys + i * KEY_TOKENS, KEY_TOKENS, q.segs + i * MAX_SEGS, MAX_SEGS, NULL);
+                q.nsegs[i] =
+                    kl_radix_peek(t, q.keys + i * KEY_TOKENS, KEY_TOKENS, q.segs + i * MAX_SEGS, MAX_SEGS, NULL);
             }
             bench_match(&base, t, &q, desc, nv, vs, &failures);
             free(q.keys);

@@ -13,7 +13,8 @@
 static size_t skips_last_token(const int32_t *a, const int32_t *b, size_t n)
 {
     size_t i = 0;
-    while (i + 1 < n && a[i] == b[i]) i++;
+    while (i + 1 < n && a[i] == b[i])
+        i++;
     return i + 1 >= n ? n : i;
 }
 
@@ -30,20 +31,21 @@ static size_t drops_vector_tail(const int32_t *a, const int32_t *b, size_t n)
 static size_t counts_the_mismatch(const int32_t *a, const int32_t *b, size_t n)
 {
     size_t i = 0;
-    while (i < n && a[i] == b[i]) i++;
+    while (i < n && a[i] == b[i])
+        i++;
     return i < n ? i + 1 : n;
 }
 
 static size_t compares_low_16_bits(const int32_t *a, const int32_t *b, size_t n)
 {
     size_t i = 0;
-    while (i < n && (uint16_t)a[i] == (uint16_t)b[i]) i++;
+    while (i < n && (uint16_t)a[i] == (uint16_t)b[i])
+        i++;
     return i;
 }
 
 KL_VARIANT(radix, m_skips_last_token, skips_last_token, .min_cc = 0, .summary = "mutant: fencepost", .mutant = 1);
-KL_VARIANT(radix, m_drops_vector_tail, drops_vector_tail, .min_cc = 0, .summary = "mutant: no SIMD tail",
-           .mutant = 1);
+KL_VARIANT(radix, m_drops_vector_tail, drops_vector_tail, .min_cc = 0, .summary = "mutant: no SIMD tail", .mutant = 1);
 KL_VARIANT(radix, m_counts_the_mismatch, counts_the_mismatch, .min_cc = 0, .summary = "mutant: off by one",
            .mutant = 1);
 KL_VARIANT(radix, m_compares_low_16_bits, compares_low_16_bits, .min_cc = 0, .summary = "mutant: 16-bit ids",

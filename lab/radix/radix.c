@@ -16,19 +16,19 @@
 struct node;
 
 struct slot {
-    uint64_t hash; /* hash of the child's first page (page_hash) */
+    uint64_t hash;      /* hash of the child's first page (page_hash) */
     struct node *child; /* NULL: empty */
 };
 
 struct node {
-    uint32_t len;     /* tokens, a multiple of page_size (root: 0) */
-    int32_t lock;     /* references from lock() */
+    uint32_t len; /* tokens, a multiple of page_size (root: 0) */
+    int32_t lock; /* references from lock() */
     uint32_t nchild;
     uint32_t cap;     /* 0: children inline (at most 2); else table size, a power of two */
     uint32_t in_heap; /* 1: the eviction heap holds (exactly) one entry for this node */
     uint32_t pad_;
-    uint64_t stamp;   /* logical time of the last op that walked it */
-    uint64_t seq;     /* creation number: the eviction tie-break */
+    uint64_t stamp; /* logical time of the last op that walked it */
+    uint64_t seq;   /* creation number: the eviction tie-break */
     struct node *parent;
     union {
         struct slot inl[2];
@@ -129,7 +129,8 @@ static inline uint64_t page_hash(const int32_t *p, int page)
         c = (c ^ w[2]) * 0x880355f21e6d1965ULL;
         d = (d ^ w[3]) * 0xd6e8feb86659fd93ULL;
     }
-    for (; i < page; i++) a = (a ^ (uint32_t)p[i]) * 0x100000001b3ULL + (a >> 29);
+    for (; i < page; i++)
+        a = (a ^ (uint32_t)p[i]) * 0x100000001b3ULL + (a >> 29);
     return mix64(a ^ ((b << 17) | (b >> 47)) ^ ((c << 31) | (c >> 33)) ^ ((d << 47) | (d >> 17)));
 }
 
@@ -142,7 +143,10 @@ static inline bool page_eq(const int32_t *a, const int32_t *b, int page)
 
 /* ---- child tables ---- */
 
-static inline struct slot *kids_slots(struct node *x) { return x->cap ? x->kids.table : x->kids.inl; }
+static inline struct slot *kids_slots(struct node *x)
+{
+    return x->cap ? x->kids.table : x->kids.inl;
+}
 
 /* The child whose first page equals key[0, page), or NULL. The hash filters; the page compare
  * settles collisions (impossible for page_size 1, rare otherwise). */
@@ -169,7 +173,8 @@ static struct node *kids_find(struct kl_radix *t, struct node *x, uint64_t h, co
 static void table_put(struct slot *table, size_t cap, uint64_t h, struct node *child)
 {
     size_t mask = cap - 1, i = h & mask;
-    while (table[i].child) i = (i + 1) & mask;
+    while (table[i].child)
+        i = (i + 1) & mask;
     table[i].hash = h;
     table[i].child = child;
 }
@@ -199,8 +204,10 @@ static void kids_add(struct kl_radix *t, struct node *x, uint64_t h, struct node
         return;
     }
     /* Load factor <= 1/2 keeps probe runs short (expected ~1.5 slots per hit). */
-    if (x->cap == 0) kids_rehash(t, x, 8);
-    else if ((x->nchild + 1) * 2 > x->cap) kids_rehash(t, x, (size_t)x->cap * 2);
+    if (x->cap == 0)
+        kids_rehash(t, x, 8);
+    else if ((x->nchild + 1) * 2 > x->cap)
+        kids_rehash(t, x, (size_t)x->cap * 2);
     table_put(x->kids.table, x->cap, h, child);
     x->nchild++;
 }
@@ -546,14 +553,35 @@ size_t kl_radix_peek(const struct kl_radix *tc, const int32_t *key, size_t n, st
     return k < max ? k : max;
 }
 
-void kl_radix_set_cmp(struct kl_radix *t, kl_radix_cmp_fn cmp) { t->cmp = cmp ? cmp : kl_radix_cmp_scalar; }
+void kl_radix_set_cmp(struct kl_radix *t, kl_radix_cmp_fn cmp)
+{
+    t->cmp = cmp ? cmp : kl_radix_cmp_scalar;
+}
 
-int kl_radix_page_size(const struct kl_radix *t) { return t->page; }
-size_t kl_radix_node_count(const struct kl_radix *t) { return t->nodes; }
-size_t kl_radix_bytes(const struct kl_radix *t) { return t->bytes + sizeof *t; }
-void kl_radix_stats(const struct kl_radix *t, struct kl_radix_stats *out) { *out = t->st; }
-void kl_radix_stats_reset(struct kl_radix *t) { memset(&t->st, 0, sizeof t->st); }
-void kl_radix_debug_force_move(struct kl_radix *t, int on) { t->force_move = on; }
+int kl_radix_page_size(const struct kl_radix *t)
+{
+    return t->page;
+}
+size_t kl_radix_node_count(const struct kl_radix *t)
+{
+    return t->nodes;
+}
+size_t kl_radix_bytes(const struct kl_radix *t)
+{
+    return t->bytes + sizeof *t;
+}
+void kl_radix_stats(const struct kl_radix *t, struct kl_radix_stats *out)
+{
+    *out = t->st;
+}
+void kl_radix_stats_reset(struct kl_radix *t)
+{
+    memset(&t->st, 0, sizeof t->st);
+}
+void kl_radix_debug_force_move(struct kl_radix *t, int on)
+{
+    t->force_move = on;
+}
 
 /* ---- walks over the whole tree (tests, fuzzer, digests) ---- */
 
@@ -595,7 +623,8 @@ void kl_radix_visit(const struct kl_radix *t, kl_radix_visit_fn fn, void *ctx)
         struct frame f = d.st[--d.n];
         size_t end = f.plen + f.x->len;
         if (end > pcap) {
-            while (end > pcap) pcap *= 2;
+            while (end > pcap)
+                pcap *= 2;
             path = realloc(path, pcap * sizeof *path);
             if (!path) abort();
         }
@@ -613,7 +642,11 @@ static int ptr_cmp(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-#define BAD(...) do { snprintf(msg, len, __VA_ARGS__); goto out; } while (0)
+#define BAD(...)                                                                                                       \
+    do {                                                                                                               \
+        snprintf(msg, len, __VA_ARGS__);                                                                               \
+        goto out;                                                                                                      \
+    } while (0)
 
 int kl_radix_validate(const struct kl_radix *tc, char *msg, size_t len)
 {
@@ -657,6 +690,17 @@ int kl_radix_validate(const struct kl_radix *tc, char *msg, size_t len)
         BAD("counters total=%zu evictable=%zu, tree holds %zu/%zu", t->total, t->evictable, total, evictable);
     if (queued != t->heap_n) BAD("%zu nodes marked queued, heap holds %zu", queued, t->heap_n);
     qsort(all, nn, sizeof *all, ptr_cmp);
+    if (t->heap_n) { /* at most one entry per node: the heap never outlives what it points at */
+        struct node **q = xmalloc(t->heap_n * sizeof *q);
+        for (size_t i = 0; i < t->heap_n; i++)
+            q[i] = t->heap[i].n;
+        qsort(q, t->heap_n, sizeof *q, ptr_cmp);
+        size_t dup = 0;
+        for (size_t i = 1; i < t->heap_n; i++)
+            dup += q[i] == q[i - 1];
+        free(q);
+        if (dup) BAD("%zu nodes have two heap entries", dup);
+    }
     for (size_t i = 0; i < t->heap_n; i++) {
         struct hent *e = &t->heap[i];
         if (!bsearch(&e->n, all, nn, sizeof *all, ptr_cmp)) BAD("a heap entry points outside the tree");

@@ -37,7 +37,8 @@
  *   node was restamped since is pushed back with the new stamp, one whose node is no longer
  *   an unlocked leaf is dropped. Each node has at most one entry, so the heap never points
  *   at freed memory.
- * - evict frees the node (header and tokens) at once. */
+ * - evict frees the node (header and tokens) at once.
+ * Not thread-safe: one tree belongs to one thread (SGLang's scheduler loop). */
 #ifndef KL_RADIX_H
 #define KL_RADIX_H
 
@@ -105,8 +106,8 @@ void kl_radix_stats_reset(struct kl_radix *t);
 
 /* Calls fn for every node but the root, parents before children: path = the tokens from the
  * root to the end of this node (path_len of them), node_len = this node's share. */
-typedef void (*kl_radix_visit_fn)(void *ctx, const int32_t *path, size_t path_len, size_t node_len,
-                                  long lock, uint64_t stamp, uint64_t seq);
+typedef void (*kl_radix_visit_fn)(void *ctx, const int32_t *path, size_t path_len, size_t node_len, long lock,
+                                  uint64_t stamp, uint64_t seq);
 void kl_radix_visit(const struct kl_radix *t, kl_radix_visit_fn fn, void *ctx);
 
 /* Checks every invariant (child tables, parent links, counters, queue entries); returns 0, or

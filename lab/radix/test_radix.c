@@ -24,7 +24,10 @@
 #include "lab/radix/radix.h"
 #include "lab/radix/trace.h"
 
-static const struct kl_variant *variant(int i, bool mutants) { return kl_variant_at("radix", i, mutants); }
+static const struct kl_variant *variant(int i, bool mutants)
+{
+    return kl_variant_at("radix", i, mutants);
+}
 
 /* Indices (into the list that includes mutants) of the variants, or of the mutants. */
 static int variant_idx[64], mutant_idx[64];
@@ -47,7 +50,10 @@ Test(radix, reference_replays_every_golden_trace)
     cr_assert_eq(failures, 0, "%d golden traces failed on the reference (lines above)", failures);
 }
 
-ParameterizedTestParameters(radix, every_variant_replays_the_goldens) { return variant_params(false); }
+ParameterizedTestParameters(radix, every_variant_replays_the_goldens)
+{
+    return variant_params(false);
+}
 
 ParameterizedTest(int *i, radix, every_variant_replays_the_goldens)
 {
@@ -58,7 +64,10 @@ ParameterizedTest(int *i, radix, every_variant_replays_the_goldens)
     cr_assert_eq(failures, 0, "%s: %d golden traces failed (lines above)", v->name, failures);
 }
 
-ParameterizedTestParameters(radix, every_mutant_is_flagged) { return variant_params(true); }
+ParameterizedTestParameters(radix, every_mutant_is_flagged)
+{
+    return variant_params(true);
+}
 
 ParameterizedTest(int *i, radix, every_mutant_is_flagged)
 {
@@ -72,14 +81,18 @@ ParameterizedTest(int *i, radix, every_mutant_is_flagged)
     cr_assert_gt(check, 0, "mutant %s passed the whole check catalogue", v->name);
 }
 
-Test(radix, there_are_at_least_three_mutants) { cr_assert_geq(kl_variant_count("radix", true) - kl_variant_count("radix", false), 3); }
+Test(radix, there_are_at_least_three_mutants)
+{
+    cr_assert_geq(kl_variant_count("radix", true) - kl_variant_count("radix", false), 3);
+}
 
 Test(radix, the_module_is_registered_as_a_cpu_module_with_its_hooks)
 {
     const struct kl_module *m = kl_module_find("radix");
     cr_assert(m && m->min_cc == 0 && m->verify && m->check && m->bench && m->semantics);
     cr_assert_geq(kl_variant_count("radix", false), 2);
-    for (int i = 0; i < kl_variant_count("radix", false); i++) cr_assert_eq(variant(i, false)->min_cc, 0);
+    for (int i = 0; i < kl_variant_count("radix", false); i++)
+        cr_assert_eq(variant(i, false)->min_cc, 0);
 }
 
 /* ---- malformed traces ---- */
@@ -98,7 +111,10 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
     return remove(path);
 }
 
-static void rm_tmp_root(void) { nftw(tmp_root, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
+static void rm_tmp_root(void)
+{
+    nftw(tmp_root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
 
 /* Writes a case directory (meta with this page_size; trace text, or no trace if NULL) and
  * returns the verdict of v (NULL: the reference) on it. */
@@ -142,12 +158,14 @@ Test(radix, malformed_traces_fail_with_the_file_and_line)
         {"unknown_op", "{\"op\":\"match\",\"key\":[],\"expect\":0}\n{\"op\":\"delete\",\"key\":[1]}\n",
          "trace.jsonl:2: unknown op \"delete\""},
         {"no_op", "{\"key\":[1]}\n", "trace.jsonl:1: missing or non-string \"op\""},
-        {"key_not_array", "{\"op\":\"insert\",\"key\":\"1 2 3\",\"expect\":0}\n", "trace.jsonl:1: insert needs \"key\""},
+        {"key_not_array", "{\"op\":\"insert\",\"key\":\"1 2 3\",\"expect\":0}\n",
+         "trace.jsonl:1: insert needs \"key\""},
         {"token_not_int", "{\"op\":\"insert\",\"key\":[1,2.5],\"expect\":0}\n", "trace.jsonl:1: insert key[1] is not"},
         {"token_too_big", "{\"op\":\"match\",\"key\":[2147483648],\"expect\":0}\n", "trace.jsonl:1: match key[0]"},
         {"token_string", "{\"op\":\"lock\",\"key\":[\"7\"]}\n", "trace.jsonl:1: lock key[0]"},
         {"missing_expect", "{\"op\":\"match\",\"key\":[1]}\n", "trace.jsonl:1: match needs \"expect\""},
-        {"negative_expect", "{\"op\":\"insert\",\"key\":[1],\"expect\":-1}\n", "trace.jsonl:1: insert needs \"expect\""},
+        {"negative_expect", "{\"op\":\"insert\",\"key\":[1],\"expect\":-1}\n",
+         "trace.jsonl:1: insert needs \"expect\""},
         {"evict_no_tokens", "{\"op\":\"evict\",\"expect\":0}\n", "trace.jsonl:1: evict needs \"tokens\""},
         {"evict_negative", "{\"op\":\"evict\",\"tokens\":-3,\"expect\":0}\n", "trace.jsonl:1: evict needs \"tokens\""},
         {"size_flat", "{\"op\":\"size\",\"expect\":3}\n", "trace.jsonl:1: size needs \"expect\""},
@@ -157,7 +175,8 @@ Test(radix, malformed_traces_fail_with_the_file_and_line)
          "{\"op\":\"insert\",\"key\":[1,2,3],\"expect\":0}\n{\"op\":\"match\",\"key\":[1,2,3,4],\"expect\":4}\n",
          "trace.jsonl:2: match expected 4, got 3"},
         {"wrong_insert", "{\"op\":\"insert\",\"key\":[1],\"expect\":1}\n", "trace.jsonl:1: insert expected 1, got 0"},
-        {"wrong_evict", "{\"op\":\"insert\",\"key\":[1,2],\"expect\":0}\n{\"op\":\"evict\",\"tokens\":1,\"expect\":1}\n",
+        {"wrong_evict",
+         "{\"op\":\"insert\",\"key\":[1,2],\"expect\":0}\n{\"op\":\"evict\",\"tokens\":1,\"expect\":1}\n",
          "trace.jsonl:2: evict expected 1, got 2"},
         {"wrong_size",
          "{\"op\":\"insert\",\"key\":[1,2],\"expect\":0}\n{\"op\":\"lock\",\"key\":[1,2]}\n"
@@ -238,7 +257,8 @@ Test(radix, prefix_of_itself_matches_fully)
         struct kl_radix *t = kl_radix_new(page, kl_radix_cmp_simd);
         size_t whole = 9 - 9 % page;
         cr_assert_eq(kl_radix_insert(t, k, 9), 0);
-        for (size_t n = 0; n <= 9; n++) cr_assert_eq(kl_radix_match(t, k, n), n - n % page, "page %d n %zu", page, n);
+        for (size_t n = 0; n <= 9; n++)
+            cr_assert_eq(kl_radix_match(t, k, n), n - n % page, "page %d n %zu", page, n);
         cr_assert_eq(kl_radix_insert(t, k, 9), whole);
         char msg[256];
         cr_assert_eq(kl_radix_validate(t, msg, sizeof msg), 0, "%s", msg);
@@ -271,7 +291,7 @@ Test(radix, unlock_without_a_lock_is_refused_and_changes_no_count)
     const int32_t a[] = {1, 2, 3, 4};
     kl_radix_insert(t, a, 2);
     cr_assert_eq(kl_radix_lock(t, a, 2), 2);
-    kl_radix_insert(t, a, 4);                 /* [3,4] hangs below the locked [1,2], unlocked */
+    kl_radix_insert(t, a, 4);                   /* [3,4] hangs below the locked [1,2], unlocked */
     cr_assert_eq(kl_radix_unlock(t, a, 4), -1); /* its path includes [3,4], which holds none */
     size_t total, ev;
     kl_radix_size(t, &total, &ev);
@@ -295,7 +315,8 @@ ParameterizedTestParameters(radix, tree_agrees_with_the_reference_after_every_ra
     int n = kl_variant_count("radix", true), m = 0;
     for (int i = 0; i < n && m < 126; i++)
         if (!variant(i, true)->mutant)
-            for (int page = 1; page <= 4; page *= 4) p[m++] = (struct prop){i, page};
+            for (int page = 1; page <= 4; page *= 4)
+                p[m++] = (struct prop){i, page};
     return cr_make_param_array(struct prop, p, (size_t)m);
 }
 
@@ -334,15 +355,18 @@ Test(radix, compare_paths_agree_with_the_scalar_loop_at_every_length_and_offset)
 {
     kl_radix_cmp_fn paths[4] = {kl_radix_cmp_simd, kl_radix_cmp_sse2, NULL, NULL};
     const char *names[4] = {"simd", "sse2", "avx2", NULL};
-    if (kl_radix_cpu_has_avx2()) paths[2] = kl_radix_cmp_avx2;
-    else cr_log_warn("no AVX2 on this CPU: its path is not tested");
+    if (kl_radix_cpu_has_avx2())
+        paths[2] = kl_radix_cmp_avx2;
+    else
+        cr_log_warn("no AVX2 on this CPU: its path is not tested");
     cr_log_info("v1_simd runs the %s path here", kl_radix_cmp_simd_path());
     enum { MAX = 300 };
     /* Exactly sized heap buffers: ASan/valgrind catch a read past the end. */
     for (size_t n = 0; n <= MAX; n += n < 80 ? 1 : 37) {
         for (size_t shift = 0; shift < 4; shift++) {
             int32_t *a = malloc((n + shift) * sizeof *a + 1), *b = malloc(n * sizeof *b + 1);
-            for (size_t i = 0; i < n; i++) a[shift + i] = b[i] = (int32_t)(i * 2654435761u);
+            for (size_t i = 0; i < n; i++)
+                a[shift + i] = b[i] = (int32_t)(i * 2654435761u);
             for (size_t diff = 0; diff <= n; diff++) { /* diff == n: all equal */
                 if (diff < n) b[diff] ^= (int32_t)(1u << (diff % 32));
                 size_t want = kl_radix_cmp_scalar(a + shift, b, n);
@@ -406,10 +430,13 @@ Test(radix, churn_then_free_leaks_nothing)
     /* A wide node (table growth past inline, then back) and a deep chain. */
     struct kl_radix *t = kl_radix_new(1, NULL);
     int32_t key[2];
-    for (int32_t i = 0; i < 500; i++) key[0] = 7, key[1] = i, kl_radix_insert(t, key, 2);
+    for (int32_t i = 0; i < 500; i++)
+        key[0] = 7, key[1] = i, kl_radix_insert(t, key, 2);
     kl_radix_evict(t, 499);
     int32_t chain[600];
-    for (int i = 0; i < 600; i++) chain[i] = i;
-    for (size_t n = 1; n <= 600; n++) kl_radix_insert(t, chain, n);
+    for (int i = 0; i < 600; i++)
+        chain[i] = i;
+    for (size_t n = 1; n <= 600; n++)
+        kl_radix_insert(t, chain, n);
     kl_radix_free(t);
 }

@@ -21,7 +21,8 @@ static void *grow(void *p, size_t *cap, size_t need, size_t elem)
 {
     if (need <= *cap) return p;
     size_t c = *cap ? *cap : 64;
-    while (c < need) c *= 2;
+    while (c < need)
+        c *= 2;
     p = realloc(p, c * elem);
     KL_CHECK(p, "out of memory (trace of %zu elements)", need);
     *cap = c;
@@ -103,14 +104,14 @@ static int parse_op(struct kl_radix_trace *tr, const cJSON *o, int line, char *w
         if (!json_int(jexp, 0, LLONG_MAX / 2, &expect))
             return snprintf(what, wlen, "%s needs \"expect\": a non-negative integer", name), -1;
     }
-    if (code == KL_RADIX_EVICT &&
-        !json_int(cJSON_GetObjectItemCaseSensitive(o, "tokens"), 0, LLONG_MAX / 2, &tokens))
+    if (code == KL_RADIX_EVICT && !json_int(cJSON_GetObjectItemCaseSensitive(o, "tokens"), 0, LLONG_MAX / 2, &tokens))
         return snprintf(what, wlen, "evict needs \"tokens\": a non-negative integer"), -1;
     if (code == KL_RADIX_SIZE) {
         if (!cJSON_IsObject(jexp) ||
             !json_int(cJSON_GetObjectItemCaseSensitive(jexp, "total"), 0, LLONG_MAX / 2, &total) ||
             !json_int(cJSON_GetObjectItemCaseSensitive(jexp, "evictable"), 0, LLONG_MAX / 2, &evictable))
-            return snprintf(what, wlen, "size needs \"expect\": {\"total\": T, \"evictable\": V}, non-negative integers"),
+            return snprintf(what, wlen,
+                            "size needs \"expect\": {\"total\": T, \"evictable\": V}, non-negative integers"),
                    -1;
     }
     /* The key's tokens are already in the pool, at key_off. */
@@ -127,8 +128,8 @@ static int parse_op(struct kl_radix_trace *tr, const cJSON *o, int line, char *w
     return 0;
 }
 
-int kl_radix_trace_parse(const char *text, size_t len, const char *name, int page_size,
-                         struct kl_radix_trace *tr, struct kl_err *err)
+int kl_radix_trace_parse(const char *text, size_t len, const char *name, int page_size, struct kl_radix_trace *tr,
+                         struct kl_err *err)
 {
     memset(tr, 0, sizeof *tr);
     snprintf(tr->name, sizeof tr->name, "%s", name);
@@ -143,7 +144,8 @@ int kl_radix_trace_parse(const char *text, size_t len, const char *name, int pag
         pos += l + (nl != NULL);
         line++;
         size_t a = 0;
-        while (a < l && (s[a] == ' ' || s[a] == '\t' || s[a] == '\r')) a++;
+        while (a < l && (s[a] == ' ' || s[a] == '\t' || s[a] == '\r'))
+            a++;
         if (a == l) continue; /* blank line */
         buf = grow(buf, &bcap, l + 1, 1);
         memcpy(buf, s, l);
@@ -216,18 +218,18 @@ int kl_radix_impl_open(struct kl_radix_impl *im, const char *name, kl_radix_cmp_
     return 0;
 }
 
-int kl_radix_impl_open_variant(struct kl_radix_impl *im, const struct kl_variant *v, int page_size,
-                               struct kl_err *err)
+int kl_radix_impl_open_variant(struct kl_radix_impl *im, const struct kl_variant *v, int page_size, struct kl_err *err)
 {
-    return kl_radix_impl_open(im, v ? v->name : "reference", v ? (kl_radix_cmp_fn)v->launch : NULL, page_size,
-                              err);
+    return kl_radix_impl_open(im, v ? v->name : "reference", v ? (kl_radix_cmp_fn)v->launch : NULL, page_size, err);
 }
 
 void kl_radix_impl_close(struct kl_radix_impl *im)
 {
     if (!im->state) return;
-    if (im->cmp) kl_radix_free(im->state);
-    else kl_radix_ref_free(im->state);
+    if (im->cmp)
+        kl_radix_free(im->state);
+    else
+        kl_radix_ref_free(im->state);
     im->state = NULL;
 }
 
@@ -241,22 +243,46 @@ void kl_radix_impl_apply(struct kl_radix_impl *im, const struct kl_radix_trace *
     if (im->cmp) {
         struct kl_radix *t = im->state;
         switch (op->code) {
-        case KL_RADIX_INSERT: r->value = (long long)kl_radix_insert(t, key, n); break;
-        case KL_RADIX_MATCH: r->value = (long long)kl_radix_match(t, key, n); break;
-        case KL_RADIX_LOCK: r->value = kl_radix_lock(t, key, n); break;
-        case KL_RADIX_UNLOCK: r->value = kl_radix_unlock(t, key, n); break;
-        case KL_RADIX_EVICT: r->value = (long long)kl_radix_evict(t, (size_t)op->tokens); break;
-        case KL_RADIX_SIZE: kl_radix_size(t, &total, &evictable); break;
+        case KL_RADIX_INSERT:
+            r->value = (long long)kl_radix_insert(t, key, n);
+            break;
+        case KL_RADIX_MATCH:
+            r->value = (long long)kl_radix_match(t, key, n);
+            break;
+        case KL_RADIX_LOCK:
+            r->value = kl_radix_lock(t, key, n);
+            break;
+        case KL_RADIX_UNLOCK:
+            r->value = kl_radix_unlock(t, key, n);
+            break;
+        case KL_RADIX_EVICT:
+            r->value = (long long)kl_radix_evict(t, (size_t)op->tokens);
+            break;
+        case KL_RADIX_SIZE:
+            kl_radix_size(t, &total, &evictable);
+            break;
         }
     } else {
         struct kl_radix_ref *t = im->state;
         switch (op->code) {
-        case KL_RADIX_INSERT: r->value = (long long)kl_radix_ref_insert(t, key, n); break;
-        case KL_RADIX_MATCH: r->value = (long long)kl_radix_ref_match(t, key, n); break;
-        case KL_RADIX_LOCK: r->value = kl_radix_ref_lock(t, key, n); break;
-        case KL_RADIX_UNLOCK: r->value = kl_radix_ref_unlock(t, key, n); break;
-        case KL_RADIX_EVICT: r->value = (long long)kl_radix_ref_evict(t, (size_t)op->tokens); break;
-        case KL_RADIX_SIZE: kl_radix_ref_size(t, &total, &evictable); break;
+        case KL_RADIX_INSERT:
+            r->value = (long long)kl_radix_ref_insert(t, key, n);
+            break;
+        case KL_RADIX_MATCH:
+            r->value = (long long)kl_radix_ref_match(t, key, n);
+            break;
+        case KL_RADIX_LOCK:
+            r->value = kl_radix_ref_lock(t, key, n);
+            break;
+        case KL_RADIX_UNLOCK:
+            r->value = kl_radix_ref_unlock(t, key, n);
+            break;
+        case KL_RADIX_EVICT:
+            r->value = (long long)kl_radix_ref_evict(t, (size_t)op->tokens);
+            break;
+        case KL_RADIX_SIZE:
+            kl_radix_ref_size(t, &total, &evictable);
+            break;
         }
     }
     r->total = (long long)total;
@@ -277,7 +303,8 @@ static void digest_node(void *ctx, const int32_t *path, size_t path_len, size_t 
                         uint64_t seq)
 {
     uint64_t h = 0x243f6a8885a308d3ULL;
-    for (size_t i = 0; i < path_len; i++) h = mix64(h ^ (uint32_t)path[i]);
+    for (size_t i = 0; i < path_len; i++)
+        h = mix64(h ^ (uint32_t)path[i]);
     h = mix64(h ^ path_len) ^ mix64(node_len * 0x9e3779b97f4a7c15ULL + 1);
     h = mix64(h ^ mix64((uint64_t)lock + 0x51)) ^ mix64(stamp * 3 + 7) ^ mix64(seq * 5 + 11);
     *(uint64_t *)ctx += mix64(h); /* a sum: the order of the visit does not matter */
@@ -286,8 +313,10 @@ static void digest_node(void *ctx, const int32_t *path, size_t path_len, size_t 
 uint64_t kl_radix_impl_digest(const struct kl_radix_impl *im)
 {
     uint64_t sum = 0;
-    if (im->cmp) kl_radix_visit(im->state, digest_node, &sum);
-    else kl_radix_ref_visit(im->state, digest_node, &sum);
+    if (im->cmp)
+        kl_radix_visit(im->state, digest_node, &sum);
+    else
+        kl_radix_ref_visit(im->state, digest_node, &sum);
     return sum;
 }
 
@@ -298,8 +327,8 @@ int kl_radix_impl_validate(const struct kl_radix_impl *im, char *msg, size_t len
 
 /* ---- replay ---- */
 
-int kl_radix_trace_replay(const struct kl_radix_trace *tr, struct kl_radix_impl *im, struct kl_err *err,
-                          long long *got, long long *want)
+int kl_radix_trace_replay(const struct kl_radix_trace *tr, struct kl_radix_impl *im, struct kl_err *err, long long *got,
+                          long long *want)
 {
     for (size_t i = 0; i < tr->nops; i++) {
         const struct kl_radix_op *op = &tr->ops[i];
@@ -314,7 +343,8 @@ int kl_radix_trace_replay(const struct kl_radix_trace *tr, struct kl_radix_impl 
             return kl_fail(err, "%s:%d: unlock of a path that holds no lock", tr->name, op->line);
         }
         if (op->code == KL_RADIX_SIZE) {
-            if (op->expect_total >= 0 && r.total != op->expect_total) g = r.total, w = op->expect_total, what = "total";
+            if (op->expect_total >= 0 && r.total != op->expect_total)
+                g = r.total, w = op->expect_total, what = "total";
             else if (op->expect_evictable >= 0 && r.evictable != op->expect_evictable)
                 g = r.evictable, w = op->expect_evictable, what = "evictable";
         } else if (op->expect >= 0 && r.value != op->expect) {
@@ -376,7 +406,8 @@ void kl_radix_trace_random(struct kl_radix_trace *tr, uint64_t seed, int page_si
     int64_t doc_max = 40 + 6 * (int64_t)page_size < DOC_MAX ? 40 + 6 * (int64_t)page_size : DOC_MAX;
     for (int d = 0; d < DOCS; d++) {
         doc_len[d] = (size_t)kl_rng_range(&rng, doc_max + 1);
-        for (size_t i = 0; i < DOC_MAX; i++) docs[d][i] = alphabet[kl_rng_range(&rng, vocab)];
+        for (size_t i = 0; i < DOC_MAX; i++)
+            docs[d][i] = alphabet[kl_rng_range(&rng, vocab)];
     }
     int32_t key[DOC_MAX + 16], running[RUNNING][DOC_MAX + 16];
     size_t running_len[RUNNING], nrun = 0;
@@ -390,13 +421,15 @@ void kl_radix_trace_random(struct kl_radix_trace *tr, uint64_t seed, int page_si
         if (n && kl_rng_range(&rng, 4) == 0) key[kl_rng_range(&rng, (int64_t)n)] = alphabet[kl_rng_range(&rng, vocab)];
         if (kl_rng_range(&rng, 4) == 0) {
             size_t extra = (size_t)kl_rng_range(&rng, 16);
-            for (size_t i = 0; i < extra; i++) key[n++] = alphabet[kl_rng_range(&rng, vocab)];
+            for (size_t i = 0; i < extra; i++)
+                key[n++] = alphabet[kl_rng_range(&rng, vocab)];
         }
         if (kl_rng_range(&rng, 20) == 0) n = (size_t)kl_rng_range(&rng, page_size + 1); /* empty / sub-page */
         if (kl_rng_range(&rng, 50) == 0) { /* the workload drifts: a document is replaced */
             int r = (int)kl_rng_range(&rng, DOCS);
             doc_len[r] = (size_t)kl_rng_range(&rng, doc_max + 1);
-            for (size_t i = 0; i < DOC_MAX; i++) docs[r][i] = alphabet[kl_rng_range(&rng, vocab)];
+            for (size_t i = 0; i < DOC_MAX; i++)
+                docs[r][i] = alphabet[kl_rng_range(&rng, vocab)];
         }
 
         int64_t r = kl_rng_range(&rng, 100);

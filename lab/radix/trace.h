@@ -31,10 +31,10 @@ enum kl_radix_opcode { KL_RADIX_INSERT, KL_RADIX_MATCH, KL_RADIX_LOCK, KL_RADIX_
 
 struct kl_radix_op {
     enum kl_radix_opcode code;
-    int line;             /* 1-based line in the file */
-    size_t key_off, n;    /* the key: tokens[key_off, key_off + n) of the trace's pool */
-    long long tokens;     /* evict: tokens asked for */
-    long long expect;     /* insert/match/evict; -1 where the op has none */
+    int line;                                 /* 1-based line in the file */
+    size_t key_off, n;                        /* the key: tokens[key_off, key_off + n) of the trace's pool */
+    long long tokens;                         /* evict: tokens asked for */
+    long long expect;                         /* insert/match/evict; -1 where the op has none */
     long long expect_total, expect_evictable; /* size */
 };
 
@@ -44,12 +44,12 @@ struct kl_radix_trace {
     size_t nops, cap_ops;
     struct kl_radix_op *ops;
     size_t ntok, cap_tok;
-    int32_t *tok;    /* every key's tokens, back to back */
+    int32_t *tok; /* every key's tokens, back to back */
 };
 
 /* Parses text (need not be NUL-terminated). Returns 0, or -1 with "<name>:<line>: <problem>". */
-int kl_radix_trace_parse(const char *text, size_t len, const char *name, int page_size,
-                         struct kl_radix_trace *tr, struct kl_err *err);
+int kl_radix_trace_parse(const char *text, size_t len, const char *name, int page_size, struct kl_radix_trace *tr,
+                         struct kl_err *err);
 /* Reads and parses a file (the message names the path). */
 int kl_radix_trace_load(const char *path, int page_size, struct kl_radix_trace *tr, struct kl_err *err);
 void kl_radix_trace_free(struct kl_radix_trace *tr);
@@ -60,18 +60,17 @@ void kl_radix_trace_add(struct kl_radix_trace *tr, enum kl_radix_opcode code, co
 /* One implementation of the radix cache behind a common face: the reference, or the library
  * driven by one variant's compare. */
 struct kl_radix_impl {
-    const char *name;        /* "reference" or the variant's name */
+    const char *name; /* "reference" or the variant's name */
     void *state;
     int page_size;
-    kl_radix_cmp_fn cmp;     /* NULL for the reference */
+    kl_radix_cmp_fn cmp; /* NULL for the reference */
 };
 /* cmp == NULL: the reference (reference/radix.c); else the library driven by cmp. name is
  * kept for messages. Fails only for page_size < 1. */
 int kl_radix_impl_open(struct kl_radix_impl *im, const char *name, kl_radix_cmp_fn cmp, int page_size,
                        struct kl_err *err);
 /* The same for a registered variant (v == NULL: the reference). */
-int kl_radix_impl_open_variant(struct kl_radix_impl *im, const struct kl_variant *v, int page_size,
-                               struct kl_err *err);
+int kl_radix_impl_open_variant(struct kl_radix_impl *im, const struct kl_variant *v, int page_size, struct kl_err *err);
 void kl_radix_impl_close(struct kl_radix_impl *im);
 
 /* What one op returned: insert/match/lock/unlock: tokens (unlock: -1 = not locked);
@@ -89,8 +88,8 @@ int kl_radix_impl_validate(const struct kl_radix_impl *im, char *msg, size_t len
 
 /* Replays tr on im, checking each expectation. Returns 0, or -1 with "<name>:<line>: ..."; *got and
  * *want (if not NULL) get the first mismatching values. */
-int kl_radix_trace_replay(const struct kl_radix_trace *tr, struct kl_radix_impl *im, struct kl_err *err,
-                          long long *got, long long *want);
+int kl_radix_trace_replay(const struct kl_radix_trace *tr, struct kl_radix_impl *im, struct kl_err *err, long long *got,
+                          long long *want);
 /* Replays tr on a and b side by side, ignoring expectations: after every op both must return
  * the same, hold trees with the same digest, and (when validate) pass kl_radix_validate.
  * Returns 0, or -1 naming the op ("op 17 (line 17, match): reference 8, v1_simd 4"). */
