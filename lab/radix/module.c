@@ -444,6 +444,8 @@ static void bench_match(const struct row_ctx *base, struct kl_radix *t, const st
         cJSON_AddNumberToObject(x, "lines_per_match", lines);
         cJSON_AddNumberToObject(x, "lines_per_node", nodes > 0 ? lines / nodes : 0);
         if (m0 >= 0 && m1 >= m0) cJSON_AddNumberToObject(x, "llc_misses_per_match", (double)(m1 - m0) / n);
+        cJSON_AddNumberToObject(x, "tree_nodes", (double)kl_radix_node_count(t));
+        cJSON_AddNumberToObject(x, "tree_bytes", (double)kl_radix_bytes(t));
         if (strcmp(rc.v->name, "v1_simd") == 0) cJSON_AddStringToObject(x, "simd_path", kl_radix_cmp_simd_path());
         emit(&rc, params, x, tm[0], tmed, tm[reps - 1], matched_bytes, bad == 0, (double)bad, frac);
         cJSON_Delete(params);
