@@ -239,9 +239,11 @@ Test(radix, a_missing_trace_a_bad_page_size_or_dtype_fail_cleanly)
     vd = run_case("fp32", "{\"module\":\"radix\",\"dtype\":\"fp32\"}", ok, NULL, dir, sizeof dir);
     cr_expect_eq(vd.status, KL_FAIL);
     cr_expect(strstr(vd.why, "dtype") != NULL, "why = \"%s\"", vd.why);
-    /* No params at all: page_size defaults to 1; unknown keys are ignored. */
+    /* No params at all: page_size defaults to 1; unknown keys are ignored; a UTF-8 BOM and
+     * CRLF line ends (an editor's doing) are not errors. */
     vd = run_case("defaults", "{\"module\":\"radix\",\"dtype\":\"i4\",\"novel\":1}",
-                  "{\"op\":\"insert\",\"key\":[1,2,3],\"expect\":0,\"note\":\"extra keys are ignored\"}\n"
+                  "\xEF\xBB\xBF{\"op\":\"insert\",\"key\":[1,2,3],\"expect\":0,\"note\":\"extra keys are ignored\"}\n"
+                  "{\"op\":\"match\",\"key\":[],\"expect\":0}\n"
                   "{\"op\":\"match\",\"key\":[1,2],\"expect\":2}\r\n",
                   NULL, dir, sizeof dir);
     cr_expect_eq(vd.status, KL_PASS, "why = \"%s\"", vd.why);

@@ -137,7 +137,8 @@ int kl_radix_trace_parse(const char *text, size_t len, const char *name, int pag
     char *buf = NULL;
     size_t bcap = 0;
     int line = 0;
-    for (size_t pos = 0; pos < len;) {
+    size_t start = len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0 ? 3 : 0; /* a UTF-8 BOM is not JSON */
+    for (size_t pos = start; pos < len;) {
         const char *s = text + pos;
         const char *nl = memchr(s, '\n', len - pos);
         size_t l = nl ? (size_t)(nl - s) : len - pos;
