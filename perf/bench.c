@@ -348,7 +348,7 @@ int kl_cmd_bench(int argc, char **argv)
     kl_targets_free(&targets);
     kl_counters_shutdown();
     if (failures) fprintf(stderr, "bench: %d rows failed their output re-check or could not run\n", failures), status = 1;
-    if (a.gate && gpu) {
+    if (a.gate && (gpu || misses)) { /* CPU modules (radix) are gated without a GPU too */
         if (misses) fprintf(stderr, "gate: %d target%s missed (%s)\n", misses, misses == 1 ? "" : "s", targets.path[0] ? targets.path : "");
         else fprintf(stderr, "gate: every target met\n");
         if (misses) status = 1;
