@@ -85,7 +85,7 @@ static void add_counters(cJSON *counters, const struct kl_counters *k, double mo
         /* Far above 1: re-reads or uncoalesced access. Far below: the cache served part of the
          * traffic, so the time is not a DRAM measurement. */
         cJSON_AddStringToObject(counters, "bytes_flag",
-                                ratio > 1.15 ? "extra traffic" : ratio < 0.85 ? "cache-served" : "as modelled");
+                                ratio > 1.15 ? "extra traffic" : ratio < 0.85 ? "under the model" : "as modelled");
     }
 }
 
@@ -260,7 +260,7 @@ static void run_peers(const char *module, const char *workload, const char *json
     free(s);
     cJSON_Delete(o);
     fclose(f);
-    snprintf(cmd, sizeof cmd, "python3 '%s/perf/peers/run.py' --module %s %s%s --json '%s' --ceilings '%s' --commit %s",
+    snprintf(cmd, sizeof cmd, "python3 '%s/perf/peers/run.py' --module %s %s%s --json '%s' --ceilings '%s' --commit '%s'",
              KL_SOURCE_DIR, module, workload ? "--workload " : "", workload ? workload : "", json, ceil_path,
              kl_build_commit());
     int rc = system(cmd);

@@ -23,6 +23,7 @@ struct cJSON;
 struct kl_ceilings {
     struct kl_device_info dev; /* name, cc, sms, l2, copy_gbs, gemm_tflops */
     double copy_bytes;         /* size of the copy measured (read + write) */
+    int copy_shape;            /* which copy kernel shape was fastest (perf/ceilings.cu) */
     double launch_us_stream;   /* empty kernel, back to back on a stream, per launch */
     double launch_us_graph;    /* empty kernel inside a CUDA graph, per launch */
     int sm_clock_mhz, mem_clock_mhz, max_sm_clock_mhz; /* NVML when available, else 0 */

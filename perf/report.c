@@ -463,9 +463,9 @@ static void section_story(FILE *f, const struct mod *md, const char *workload, c
     fprintf(f, "├── DRAM: read %s + wrote %s = %s of the %s the model needs (%s: %s)\n", HB(rd), HB(wr),
             F("%.3fx", num(r, "counters.bytes_ratio")), HB(b), str(r, "counters.bytes_flag", "no counters"),
             isfinite(num(r, "counters.bytes_ratio")) ? (num(r, "counters.bytes_ratio") > 1.15 ? "re-reads or uncoalesced access"
-                                                       : num(r, "counters.bytes_ratio") < 0.85 ? "part came from L2, so the time is not a DRAM measurement"
+                                                       : num(r, "counters.bytes_ratio") < 0.85 ? "outputs still dirty in L2 when the range ended are not yet DRAM writes, and any input L2 served is no DRAM read"
                                                        : "every byte once, nothing more") : "-");
-    fprintf(f, "├── Throughput: DRAM %s%% of peak, SM %s%% of peak, L2 hit rate %s%%, tensor pipe %s%%\n",
+    fprintf(f, "├── Throughput over the profiled range: DRAM %s%% of peak, SM %s%%, L2 hit rate %s%%, tensor pipe %s%%\n",
             F("%.1f", num(r, "counters.dram_throughput_pct")), F("%.1f", num(r, "counters.sm_throughput_pct")),
             F("%.1f", num(r, "counters.l2_hit_rate_pct")), F("%.1f", num(r, "counters.tensor_pipe_pct")));
     const char *names[32];
@@ -520,7 +520,9 @@ static void section_hardware(FILE *f, const struct mod *md, const char *main_w)
                 F("%.0f", num(r, "gbs")));
         if (isfinite(ratio))
             fprintf(f, " It moves %s the modelled bytes%s.", F("%.2fx", ratio),
-                    ratio > 1.15 ? ": extra traffic, from re-reads or partial sectors" : ratio < 0.85 ? ": the cache served some of it" : ", so DRAM traffic is as low as it can be");
+                    ratio > 1.15 ? ": extra traffic, from re-reads or partial sectors"
+                    : ratio < 0.85 ? ": outputs written late in the kernel were still in L2 when the profiled range ended (an output smaller than the L2 is not written back at all within it), so the counters undercount writes"
+                                   : ", so DRAM traffic is as low as it can be");
         if (n) fprintf(f, " Its warps mostly stall on %s (%.0f%%): %s.", names[0], pct[0], stall_meaning(names[0]));
         if (n > 1) fprintf(f, " Next: %s (%.0f%%).", names[1], pct[1]);
         if (isfinite(occ)) fprintf(f, " Achieved occupancy %.0f%%.", occ);
