@@ -60,23 +60,40 @@ int kl_cmd_new_variant(int argc, char **argv)
             " *       build/kernlab bench %s --variant %s\n"
             " * Work mapping: <who owns which rows/heads/pages>. Bound: <the bound it should hit>. */\n",
             name, base->name, module, name, module, name);
-    /* Copy the base, renaming its registration; its own opening comment is skipped. */
-    char line[4096], reg[128], renamed[128];
+    /* Copy the base, renaming its registration and the function it registers (whole words:
+     * a CPU variant's function may be non-static, so the copy must not define it again); the
+     * base's own opening comment is skipped. */
+    char line[4096], reg[128], fn[128] = "", fn_new[256] = "";
     snprintf(reg, sizeof reg, "KL_VARIANT(%s, %s,", module, base->name);
-    snprintf(renamed, sizeof renamed, "KL_VARIANT(%s, %s,", module, name);
     bool in_header = true;
+    long start = ftell(in);
+    while (fgets(line, sizeof line, in)) /* first pass: the registered function's name */
+        if (strstr(line, reg)) {
+            const char *p = strstr(line, reg) + strlen(reg);
+            while (*p == ' ') p++;
+            size_t k = 0;
+            while ((isalnum((unsigned char)p[k]) || p[k] == '_') && k + 1 < sizeof fn) k++;
+            snprintf(fn, sizeof fn, "%.*s", (int)k, p);
+            snprintf(fn_new, sizeof fn_new, "%s_%s", fn, name);
+        }
+    fseek(in, start, SEEK_SET);
     while (fgets(line, sizeof line, in)) {
         if (in_header) {
             if (strstr(line, "*/")) in_header = false;
             continue;
         }
-        char *at = strstr(line, reg);
-        if (at) {
-            fwrite(line, 1, (size_t)(at - line), out);
-            fputs(renamed, out);
-            fputs(at + strlen(reg), out);
-        } else {
-            fputs(line, out);
+        for (const char *p = line; *p;) {
+            bool word_start = p == line || !(isalnum((unsigned char)p[-1]) || p[-1] == '_');
+            size_t fl = strlen(fn);
+            if (strncmp(p, reg, strlen(reg)) == 0) {
+                fprintf(out, "KL_VARIANT(%s, %s,", module, name);
+                p += strlen(reg);
+            } else if (fl && word_start && strncmp(p, fn, fl) == 0 && !(isalnum((unsigned char)p[fl]) || p[fl] == '_')) {
+                fputs(fn_new, out);
+                p += fl;
+            } else {
+                fputc(*p++, out);
+            }
         }
     }
     fclose(in);

@@ -68,6 +68,12 @@ done
 "$kl" verify > /dev/null 2>&1; [ $? -eq 2 ] && ok "verify without cases exits 2" || bad "verify without cases"
 "$kl" check no_such_module > /dev/null 2>&1; [ $? -eq 2 ] && ok "check of an unknown module exits 2" || bad "check unknown"
 "$kl" frobnicate > /dev/null 2>&1; [ $? -eq 2 ] && ok "unknown command exits 2" || bad "unknown command"
+"$kl" new-variant rmsnorm BadName > /dev/null 2>&1; [ $? -eq 2 ] && ok "new-variant rejects a badly formed name" || bad "new-variant name"
+"$kl" new-variant no_such_module v9_x > /dev/null 2>&1; [ $? -eq 2 ] && ok "new-variant rejects an unknown module" || bad "new-variant module"
+"$kl" new-variant rmsnorm v0_naive > /dev/null 2>&1; [ $? -eq 1 ] && ok "new-variant refuses to overwrite a variant" || bad "new-variant overwrite"
+"$kl" ceilings > /dev/null 2> "$tmp/ceil"; rc=$?
+if "$(dirname "$kl")/kl_gpu_guard" true > /dev/null; then ok "ceilings (GPU present: not checked here)"
+else [ $rc -eq 1 ] && grep -q "no CUDA device" "$tmp/ceil" && ok "ceilings without a GPU: a clean refusal, exit 1" || bad "ceilings: rc=$rc $(cat "$tmp/ceil")"; fi
 
 echo "$passes passed, $fails failed"
 exit $((fails > 0))
