@@ -41,6 +41,24 @@ void kl_tensor_convert(struct kl_tensor *dst, const struct kl_tensor *src, enum 
         kl_store_elem(dtype, dst->data, (size_t)i, kl_load_elem(src->dtype, src->data, (size_t)i));
 }
 
+int kl_tensor_convert_exact(struct kl_tensor *dst, const struct kl_tensor *src, enum kl_dtype dtype,
+                            const char *what, struct kl_err *err)
+{
+    if (src->dtype != KL_F32 && src->dtype != KL_F64)
+        return kl_fail(err, "%s: dtype %s, expected <f4", what, kl_dtype_name(src->dtype));
+    kl_tensor_convert(dst, src, dtype);
+    int64_t n = kl_numel(src);
+    for (int64_t i = 0; i < n; i++) {
+        double a = kl_load_elem(src->dtype, src->data, (size_t)i), b = kl_load_elem(dtype, dst->data, (size_t)i);
+        if (!(a == b || (isnan(a) && isnan(b)))) {
+            kl_tensor_free(dst);
+            return kl_fail(err, "%s: element %lld (%.9g) is not representable in %s", what, (long long)i, a,
+                           kl_dtype_name(dtype));
+        }
+    }
+    return 0;
+}
+
 double *kl_tensor_to_f64(const struct kl_tensor *t)
 {
     int64_t n = kl_numel(t);

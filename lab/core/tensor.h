@@ -32,6 +32,11 @@ void kl_tensor_alloc(struct kl_tensor *t, enum kl_dtype dtype, int ndim, const i
 void kl_tensor_free(struct kl_tensor *t);
 /* A copy of src converted (with rounding) to dtype. */
 void kl_tensor_convert(struct kl_tensor *dst, const struct kl_tensor *src, enum kl_dtype dtype);
+/* dst = src converted to dtype, failing (message naming `what`, the file) unless src is <f4/<f8
+ * holding values exactly representable in dtype: goldens store bf16/fp16 inputs that way
+ * (DESIGN.md section 4), and a kernel fed rounded inputs would not match the stored outputs. */
+int kl_tensor_convert_exact(struct kl_tensor *dst, const struct kl_tensor *src, enum kl_dtype dtype,
+                            const char *what, struct kl_err *err);
 /* All elements as doubles (malloc'ed; caller frees). */
 double *kl_tensor_to_f64(const struct kl_tensor *t);
 /* "[4, 111]" into buf. */

@@ -20,24 +20,6 @@ void kl_index_problem_free(struct kl_index_problem *p)
 
 static void free_problem(void *p) { kl_index_problem_free(p); }
 
-/* Stored <f4 values must be exactly representable in the case's dtype (DESIGN.md section 4). */
-static int convert_exact(struct kl_tensor *dst, const struct kl_tensor *src, enum kl_dtype dtype,
-                         const char *path, struct kl_err *err)
-{
-    if (src->dtype != KL_F32 && src->dtype != KL_F64)
-        return kl_fail(err, "%s: dtype %s, expected <f4", path, kl_dtype_name(src->dtype));
-    kl_tensor_convert(dst, src, dtype);
-    int64_t n = kl_numel(src);
-    for (int64_t i = 0; i < n; i++) {
-        double a = kl_load_elem(src->dtype, src->data, (size_t)i), b = kl_load_elem(dtype, dst->data, (size_t)i);
-        if (!(a == b || (isnan(a) && isnan(b)))) {
-            kl_tensor_free(dst);
-            return kl_fail(err, "%s: element %lld (%.9g) is not representable in %s", path, (long long)i, a,
-                           kl_dtype_name(dtype));
-        }
-    }
-    return 0;
-}
 
 /* Data movement: the output is compared bit-exactly. */
 static void set_outputs(const struct kl_index_problem *p, struct kl_outputs *o)
@@ -79,7 +61,7 @@ static void *load(const struct kl_case *c, struct kl_outputs *expected, struct k
     if (kl_tensor_expect(&out, kl_case_path(c, "out.npy", path, sizeof path), 2,
                          (int64_t[]){p->num_tokens, p->hidden}, err))
         goto fail;
-    if (convert_exact(&p->table, &table, p->dtype, kl_case_path(c, "table.npy", path, sizeof path), err)) goto fail;
+    if (kl_tensor_convert_exact(&p->table, &table, p->dtype, kl_case_path(c, "table.npy", path, sizeof path), err)) goto fail;
 
     set_outputs(p, expected);
     for (int64_t i = 0; i < expected->o[0].n; i++) expected->o[0].v[i] = kl_load_elem(out.dtype, out.data, (size_t)i);

@@ -21,25 +21,6 @@ void kl_rmsnorm_problem_free(struct kl_rmsnorm_problem *p)
 
 static void free_problem(void *p) { kl_rmsnorm_problem_free(p); }
 
-/* Stored <f4 values must be exactly representable in the case's dtype (DESIGN.md section 4):
- * otherwise the kernel would see different inputs than the expected outputs were made from. */
-static int convert_exact(struct kl_tensor *dst, const struct kl_tensor *src, enum kl_dtype dtype,
-                         const char *path, struct kl_err *err)
-{
-    if (src->dtype != KL_F32 && src->dtype != KL_F64)
-        return kl_fail(err, "%s: dtype %s, expected <f4", path, kl_dtype_name(src->dtype));
-    kl_tensor_convert(dst, src, dtype);
-    int64_t n = kl_numel(src);
-    for (int64_t i = 0; i < n; i++) {
-        double a = kl_load_elem(src->dtype, src->data, (size_t)i), b = kl_load_elem(dtype, dst->data, (size_t)i);
-        if (!(a == b || (isnan(a) && isnan(b)))) {
-            kl_tensor_free(dst);
-            return kl_fail(err, "%s: element %lld (%.9g) is not representable in %s", path, (long long)i, a,
-                           kl_dtype_name(dtype));
-        }
-    }
-    return 0;
-}
 
 static void set_outputs(const struct kl_rmsnorm_problem *p, struct kl_outputs *o)
 {
@@ -86,10 +67,10 @@ static void *load(const struct kl_case *c, struct kl_outputs *expected, struct k
         (kl_tensor_expect(&r, kl_case_path(c, "residual.npy", path, sizeof path), 2, row, err) ||
          kl_tensor_expect(&rout, kl_case_path(c, "residual_out.npy", path, sizeof path), 2, row, err)))
         goto fail;
-    if (convert_exact(&p->x, &x, p->dtype, kl_case_path(c, "x.npy", path, sizeof path), err) ||
-        convert_exact(&p->weight, &w, p->dtype, kl_case_path(c, "weight.npy", path, sizeof path), err) ||
+    if (kl_tensor_convert_exact(&p->x, &x, p->dtype, kl_case_path(c, "x.npy", path, sizeof path), err) ||
+        kl_tensor_convert_exact(&p->weight, &w, p->dtype, kl_case_path(c, "weight.npy", path, sizeof path), err) ||
         (p->has_residual &&
-         convert_exact(&p->residual, &r, p->dtype, kl_case_path(c, "residual.npy", path, sizeof path), err)))
+         kl_tensor_convert_exact(&p->residual, &r, p->dtype, kl_case_path(c, "residual.npy", path, sizeof path), err)))
         goto fail;
 
     set_outputs(p, expected);

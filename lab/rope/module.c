@@ -19,24 +19,6 @@ void kl_rope_problem_free(struct kl_rope_problem *p)
 
 static void free_problem(void *p) { kl_rope_problem_free(p); }
 
-/* Stored <f4 values must be exactly representable in the case's dtype (DESIGN.md section 4). */
-static int convert_exact(struct kl_tensor *dst, const struct kl_tensor *src, enum kl_dtype dtype,
-                         const char *path, struct kl_err *err)
-{
-    if (src->dtype != KL_F32 && src->dtype != KL_F64)
-        return kl_fail(err, "%s: dtype %s, expected <f4", path, kl_dtype_name(src->dtype));
-    kl_tensor_convert(dst, src, dtype);
-    int64_t n = kl_numel(src);
-    for (int64_t i = 0; i < n; i++) {
-        double a = kl_load_elem(src->dtype, src->data, (size_t)i), b = kl_load_elem(dtype, dst->data, (size_t)i);
-        if (!(a == b || (isnan(a) && isnan(b)))) {
-            kl_tensor_free(dst);
-            return kl_fail(err, "%s: element %lld (%.9g) is not representable in %s", path, (long long)i, a,
-                           kl_dtype_name(dtype));
-        }
-    }
-    return 0;
-}
 
 static void set_outputs(const struct kl_rope_problem *p, struct kl_outputs *o)
 {
@@ -100,8 +82,8 @@ static void *load(const struct kl_case *c, struct kl_outputs *expected, struct k
     if (kl_tensor_expect(&qo, kl_case_path(c, "q_out.npy", path, sizeof path), 3, q.dims, err) ||
         kl_tensor_expect(&ko, kl_case_path(c, "k_out.npy", path, sizeof path), 3, k.dims, err))
         goto fail;
-    if (convert_exact(&p->q, &q, p->dtype, kl_case_path(c, "q.npy", path, sizeof path), err) ||
-        convert_exact(&p->k, &k, p->dtype, kl_case_path(c, "k.npy", path, sizeof path), err))
+    if (kl_tensor_convert_exact(&p->q, &q, p->dtype, kl_case_path(c, "q.npy", path, sizeof path), err) ||
+        kl_tensor_convert_exact(&p->k, &k, p->dtype, kl_case_path(c, "k.npy", path, sizeof path), err))
         goto fail;
     p->cos_sin_cache = cs;
     cs = (struct kl_tensor){0};

@@ -20,24 +20,6 @@ void kl_store_problem_free(struct kl_store_problem *p)
 
 static void free_problem(void *p) { kl_store_problem_free(p); }
 
-/* Stored <f4 values must be exactly representable in the case's dtype (DESIGN.md section 4). */
-static int convert_exact(struct kl_tensor *dst, const struct kl_tensor *src, enum kl_dtype dtype,
-                         const char *path, struct kl_err *err)
-{
-    if (src->dtype != KL_F32 && src->dtype != KL_F64)
-        return kl_fail(err, "%s: dtype %s, expected <f4", path, kl_dtype_name(src->dtype));
-    kl_tensor_convert(dst, src, dtype);
-    int64_t n = kl_numel(src);
-    for (int64_t i = 0; i < n; i++) {
-        double a = kl_load_elem(src->dtype, src->data, (size_t)i), b = kl_load_elem(dtype, dst->data, (size_t)i);
-        if (!(a == b || (isnan(a) && isnan(b)))) {
-            kl_tensor_free(dst);
-            return kl_fail(err, "%s: element %lld (%.9g) is not representable in %s", path, (long long)i, a,
-                           kl_dtype_name(dtype));
-        }
-    }
-    return 0;
-}
 
 /* Data movement: both caches compared bit-exactly, untouched slots included. */
 static void set_outputs(const struct kl_store_problem *p, struct kl_outputs *o)
@@ -101,10 +83,10 @@ static void *load(const struct kl_case *c, struct kl_outputs *expected, struct k
             goto fail;
         }
     }
-    if (convert_exact(&p->k, &k, p->dtype, kl_case_path(c, "k.npy", path, sizeof path), err) ||
-        convert_exact(&p->v, &v, p->dtype, kl_case_path(c, "v.npy", path, sizeof path), err) ||
-        convert_exact(&p->k_cache, &kc, p->dtype, kl_case_path(c, "k_cache.npy", path, sizeof path), err) ||
-        convert_exact(&p->v_cache, &vc, p->dtype, kl_case_path(c, "v_cache.npy", path, sizeof path), err))
+    if (kl_tensor_convert_exact(&p->k, &k, p->dtype, kl_case_path(c, "k.npy", path, sizeof path), err) ||
+        kl_tensor_convert_exact(&p->v, &v, p->dtype, kl_case_path(c, "v.npy", path, sizeof path), err) ||
+        kl_tensor_convert_exact(&p->k_cache, &kc, p->dtype, kl_case_path(c, "k_cache.npy", path, sizeof path), err) ||
+        kl_tensor_convert_exact(&p->v_cache, &vc, p->dtype, kl_case_path(c, "v_cache.npy", path, sizeof path), err))
         goto fail;
 
     set_outputs(p, expected);
