@@ -13,8 +13,8 @@
 #include "perf/bench.h"
 #include "perf/counters.h"
 
-/* Below this many microseconds of modelled DRAM time a workload is "small": it is timed as
- * CUDA-graph replays, where back-to-back launches do not add their launch gaps. */
+/* Below this many microseconds of modelled DRAM time a workload is "small" (more repetitions
+ * of the per-launch event timing). */
 #define KL_SMALL_US 20.0
 /* Rotated input sets must span at least this multiple of the L2, so each launch finds its
  * inputs cold (DESIGN.md section 6), capped by device memory we are willing to take. */
@@ -112,10 +112,15 @@ static int bench_one(const struct kl_bench_args *a, const struct kl_variant *v, 
     r.flops = ops->flops(w);
     bool small = r.bytes / (c->dev.copy_gbs * 1e3) < KL_SMALL_US;
 
+    /* Two timings of the same launches. Graph replays are what the gate judges: back-to-back
+     * kernels with their launch processing pipelined, as in a serving engine's stream or graph.
+     * Events around every single launch are kept beside it: they add the GPU front-end's
+     * launch processing between the events (about 1-3 us here), visible on short kernels. */
     struct kl_clocks before, after;
-    struct kl_timing t;
+    struct kl_timing t, te;
     kl_clocks_read(&before);
-    int rc = kl_time(launch_set, &lc, sets, small ? 30 : 50, small, &t, &err);
+    int rc = kl_time(launch_set, &lc, sets, 30, true, &t, &err);
+    if (!rc) rc = kl_time(launch_set, &lc, sets, small ? 30 : 50, false, &te, &err);
     kl_clocks_read(&after);
     if (rc) {
         fprintf(stderr, "bench %s %s %s: %s\n", a->module->name, v->name, w->name, err.msg);
@@ -162,7 +167,11 @@ static int bench_one(const struct kl_bench_args *a, const struct kl_variant *v, 
     }
     r.params = ops->params ? ops->params(w) : NULL;
     r.extra = cJSON_CreateObject();
-    cJSON_AddStringToObject(r.extra, "timing", small ? "graph" : "events");
+    cJSON_AddStringToObject(r.extra, "timing", "graph");
+    cJSON *ev = cJSON_AddObjectToObject(r.extra, "time_us_events");
+    cJSON_AddNumberToObject(ev, "min", te.min_us);
+    cJSON_AddNumberToObject(ev, "median", te.median_us);
+    cJSON_AddNumberToObject(ev, "max", te.max_us);
     cJSON_AddNumberToObject(r.extra, "input_sets", sets);
     cJSON_AddNumberToObject(r.extra, "floor_frac", floor_frac);
     cJSON_AddItemToObject(r.extra, "roofline", roofline(c, &r));

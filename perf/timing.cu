@@ -33,7 +33,7 @@ extern "C" int kl_time(kl_launch_set_fn launch, void *ctx, int sets, int reps, b
     std::vector<double> us((size_t)reps);
     /* One graph holds enough launches to cover every input set and to make the replay's own
      * launch cost small next to the work inside it. */
-    const int per_graph = std::max(sets, 50);
+    const int per_graph = std::max(sets, 20);
     *t = (struct kl_timing){0, 0, 0, reps, use_graph};
     TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     for (auto &e : ev) TRY(cudaEventCreate(&e));
