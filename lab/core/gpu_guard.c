@@ -1,5 +1,5 @@
 /* kl_gpu_guard CMD ARGS...: runs CMD when a CUDA device is present, else prints why not and
- * exits 77 so ctest reports the test as skipped (not passed). */
+ * exits 77 so ctest reports the test as skipped (not passed). COMMAND is looked up on PATH. */
 #include <stdio.h>
 #include <unistd.h>
 
@@ -17,7 +17,7 @@ int main(int argc, char **argv)
         return 77;
     }
     fflush(stdout);
-    execv(argv[1], argv + 1);
+    execvp(argv[1], argv + 1);
     perror(argv[1]);
     return 127;
 }

@@ -29,6 +29,9 @@ def time_case(torch, case, ceil):
     want = L2_MULTIPLE * ceil["l2_bytes"]
     sets = 1 if set_bytes >= want else min(math.ceil(want / set_bytes), max(1, ROTATION_BYTES_MAX // set_bytes))
     fns = [case["make"](i) for i in range(sets)]
+    # The sets were made on the default stream; the timing stream must not read them before
+    # they are written (prefill-sized ids were once read half-made: out-of-range gathers).
+    torch.cuda.synchronize()
     small = True  # every workload is timed as graph replays, as kernlab bench does (perf/bench.c)
     stream = torch.cuda.Stream()
     times = []
