@@ -224,4 +224,7 @@ KL_MODULE(index, .summary = "embedding-row gather from a (sharded) vocabulary ta
                        "[vocab_start, vocab_start + vocab), else a zero row (tensor-parallel vocabulary: the "
                        "all-reduce after the embedding sums the shards). The first kernel of every forward pass; "
                        "pure data movement, bit-exact: one id read and one row read and written per token.",
-          .tensor = &ops, .perf = &kl_index_perf);
+          .tensor = &ops, .perf = &kl_index_perf,
+          .exercises = "1. v4: a persistent grid (one block per SM slot, looping over tokens) that issues the next token's row loads before storing the current one. Compare v3_rows_stream's fraction above with its target: on a kernel of a few tens of microseconds, ramp-up and tail are a visible share, which a persistent loop removes. Predict the time first (the workload's bytes at the copy bandwidth), then measure with `build/kernlab bench index --variant <name> --workload prefill-8k --counters`.\n"
+              "2. Decode (64 tokens) is launch-bound: try PDL as rmsnorm's v2_pdl does (the ids do not depend on the previous kernel only if they come from the host; say which case you model) and compare floor_frac.\n"
+              "3. Measure what the streaming hints buy: remove __stcs from v3 and compare the DRAM bytes / model ratio and the time.");

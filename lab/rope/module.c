@@ -264,4 +264,7 @@ KL_MODULE(rope, .summary = "rotary position embedding, in place on Q and K (neox
                        "pairs dims i and i + rotary_dim/2, interleaved (GPT-J) pairs 2i and 2i+1; dims past "
                        "rotary_dim are untouched. Runs once per layer per step between the QKV GEMM and the KV "
                        "store; memory-bound: q and k read and written once, one cache row read per distinct position.",
-          .tensor = &ops, .perf = &kl_rope_perf);
+          .tensor = &ops, .perf = &kl_rope_perf,
+          .exercises = "1. v3_regs_cos_sin spills (see the local memory in its execution model above) because it holds 4 heads of q/k plus cos/sin in registers; a v4 with 2 heads per thread and two tokens per block should drop the spills and raise occupancy. Predict its time from the workload's bytes before measuring.\n"
+              "2. Positions are random: cos/sin rows are gathered once per token. Sort tokens by position in the workload and measure whether L2 reuse of cos/sin rows changes the DRAM bytes / model ratio.\n"
+              "3. Decode (64 tokens) is launch-bound: compare floor_frac with PDL, as rmsnorm's v2_pdl does.");

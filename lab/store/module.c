@@ -283,4 +283,7 @@ KL_MODULE(store, .summary = "K/V scatter into a paged KV cache (slot mapping)", 
                        "head_dim] in memory, so each token writes one contiguous row of kv_heads * head_dim "
                        "elements into each cache. Runs once per layer per step after RoPE; pure data movement, "
                        "bit-exact: K and V read once, written once, the cache never read.",
-          .tensor = &ops, .perf = &kl_store_perf);
+          .tensor = &ops, .perf = &kl_store_perf,
+          .exercises = "1. Compare v2_kv_inflight with v1_warp_kv in the tables above: more loads in flight per thread need not help when the stalls are long_scoreboard (loads) and lg_throttle (the load/store queue full). Write a v3 that reduces store transactions instead: one warp per token writing K then V rows with 16-byte st.global.cs, and check the counters' DRAM write bytes against the model.\n"
+              "2. Sequential and random slots cost the same here (a token's row is 2 KB, whole 128-byte lines either way): make head_dim 80 a workload and see whether partial lines change that.\n"
+              "3. Decode (64 tokens) is launch-bound: compare floor_frac with and without PDL.");
