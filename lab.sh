@@ -47,8 +47,9 @@ build_lab() {
   install_missing
   find_cuda
   say "configure ($build)"
-  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release > "$build.configure.log" 2>&1 \
-    || { cat "$build.configure.log" >&2; exit 1; }
+  mkdir -p "$build"
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release > "$build/configure.log" 2>&1 \
+    || { cat "$build/configure.log" >&2; exit 1; }
   say "build ($(nproc) jobs)"
   cmake --build "$build" -j "$(nproc)"
 }
