@@ -89,7 +89,8 @@ static void add_counters(cJSON *counters, const struct kl_counters *k, double mo
     }
 }
 
-static int bench_one(const struct kl_bench_args *a, const struct kl_variant *v, const struct kl_workload *w)
+static int bench_one(const struct kl_bench_args *a, const struct kl_variant *v, const struct kl_workload *w,
+                     double copy_us)
 {
     const struct kl_perf_ops *ops = a->module->perf;
     const struct kl_ceilings *c = a->ceil;
@@ -174,6 +175,10 @@ static int bench_one(const struct kl_bench_args *a, const struct kl_variant *v, 
     cJSON_AddNumberToObject(ev, "max", te.max_us);
     cJSON_AddNumberToObject(r.extra, "input_sets", sets);
     cJSON_AddNumberToObject(r.extra, "floor_frac", floor_frac);
+    if (copy_us > 0) { /* the same bytes as a plain copy: what this size allows */
+        cJSON_AddNumberToObject(r.extra, "copy_same_bytes_us", copy_us);
+        cJSON_AddNumberToObject(r.extra, "copy_same_bytes_frac", copy_us / t.median_us);
+    }
     cJSON_AddItemToObject(r.extra, "roofline", roofline(c, &r));
     cJSON_AddItemToObject(r.extra, "ceilings", kl_ceilings_json(c));
     if (before.valid) {
@@ -209,6 +214,14 @@ int kl_bench_module(const struct kl_bench_args *a)
 {
     const struct kl_perf_ops *ops = a->module->perf;
     int ran = 0;
+    double copy_us[64] = {0};
+    for (int i = 0; i < ops->n_workloads && i < 64; i++) {
+        struct kl_timing t;
+        struct kl_err err = {{0}};
+        if (a->workload && strcmp(a->workload, ops->workloads[i].name) != 0) continue;
+        if (kl_copy_same_bytes(a->ceil, ops->bytes(&ops->workloads[i]), &t, &err) == 0) copy_us[i] = t.median_us;
+        else fprintf(stderr, "bench %s: same-size copy for %s: %s\n", a->module->name, ops->workloads[i].name, err.msg);
+    }
     for (int j = 0; j < kl_variant_count(a->module->name, false); j++) {
         const struct kl_variant *v = kl_variant_at(a->module->name, j, false);
         if (a->variant && strcmp(a->variant, v->name) != 0) continue;
@@ -223,7 +236,7 @@ int kl_bench_module(const struct kl_bench_args *a)
             struct kl_bench_args one = *a;
             const struct kl_variant *best = kl_variant_latest(a->module->name, a->ceil->dev.cc);
             if (best != v) one.targets = NULL;
-            if (bench_one(&one, v, w) && a->failures) ++*a->failures;
+            if (bench_one(&one, v, w, i < 64 ? copy_us[i] : 0) && a->failures) ++*a->failures;
             ran++;
         }
     }

@@ -33,6 +33,7 @@ struct kl_ceilings {
 /* Measures everything; prints progress to `progress` (may be NULL). -1 without a GPU. */
 int kl_ceilings_measure(struct kl_ceilings *c, FILE *progress, struct kl_err *err);
 void kl_ceilings_print(FILE *f, const struct kl_ceilings *c);
+
 struct cJSON *kl_ceilings_json(const struct kl_ceilings *c);
 
 /* ---- clocks through NVML, dlopen'ed (never linked: CI has no libnvidia-ml) ---- */
@@ -55,6 +56,9 @@ struct kl_timing {
  * time per launch; otherwise events around every single launch. */
 int kl_time(kl_launch_set_fn launch, void *ctx, int sets, int reps, bool use_graph, struct kl_timing *t,
             struct kl_err *err);
+/* Times a copy of `bytes` (half read, half written) as a workload is timed: the ceiling for
+ * that size, launch ramp-up and tail included (perf/ceilings.cu). */
+int kl_copy_same_bytes(const struct kl_ceilings *c, double bytes, struct kl_timing *t, struct kl_err *err);
 
 /* ---- one module's workloads ---- */
 struct kl_workload {

@@ -98,6 +98,40 @@ static int launch_gemm(void *p, int set, cudaStream_t s)
     return st == CUBLAS_STATUS_SUCCESS ? 0 : (int)cudaErrorUnknown;
 }
 
+/* A copy moving the same bytes as a workload (half read, half written), with the ceiling's best
+ * shape, rotated over enough buffers to stay cold in L2, timed as graph replays like the
+ * workloads: the size's own ceiling, ramp-up and tail included. */
+struct copy_rot_ctx {
+    uint4 *src, *dst;
+    size_t n; /* 16-byte elements each way per set */
+    int sms, shape;
+};
+
+static int launch_copy_rot(void *p, int set, cudaStream_t s)
+{
+    struct copy_rot_ctx *c = (struct copy_rot_ctx *)p;
+    struct copy_ctx one = {c->src + (size_t)set * c->n, c->dst + (size_t)set * c->n, c->n, c->sms, c->shape};
+    return launch_copy(&one, 0, s);
+}
+
+extern "C" int kl_copy_same_bytes(const struct kl_ceilings *c, double bytes, struct kl_timing *t, struct kl_err *err)
+{
+    struct copy_rot_ctx cc = {nullptr, nullptr, (size_t)(bytes / 2 + 15) / 16, c->dev.sms, c->copy_shape};
+    if (cc.n == 0) cc.n = 1;
+    double set_bytes = 32.0 * cc.n, want = 4.0 * (double)c->dev.l2_bytes;
+    int sets = set_bytes >= want ? 1 : (int)((want + set_bytes - 1) / set_bytes);
+    if (sets * set_bytes > 4e9) sets = (int)(4e9 / set_bytes) > 0 ? (int)(4e9 / set_bytes) : 1;
+    if (cudaMalloc((void **)&cc.src, 16 * cc.n * sets) != cudaSuccess ||
+        cudaMalloc((void **)&cc.dst, 16 * cc.n * sets) != cudaSuccess) {
+        cudaFree(cc.src);
+        return kl_fail(err, "cudaMalloc for a %.0f-byte copy failed", bytes);
+    }
+    cudaMemset(cc.src, 0x3c, 16 * cc.n * sets);
+    int rc = kl_time(launch_copy_rot, &cc, sets, 30, true, t, err);
+    cudaFree(cc.src), cudaFree(cc.dst);
+    return rc;
+}
+
 extern "C" int kl_ceilings_measure(struct kl_ceilings *c, FILE *progress, struct kl_err *err)
 {
     memset(c, 0, sizeof *c);
