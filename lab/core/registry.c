@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tensor.h"
+
 extern const struct kl_variant *__start_kl_variants[] __attribute__((weak));
 extern const struct kl_variant *__stop_kl_variants[] __attribute__((weak));
 extern const struct kl_module *__start_kl_modules[] __attribute__((weak));
@@ -103,4 +105,15 @@ void kl_outputs_set(struct kl_outputs *o, int i, const char *name, enum kl_dtype
     free(x->v);
     *x = (struct kl_out){name, dtype, exact, n, calloc((size_t)(n ? n : 1), sizeof(double))};
     if (i >= o->count) o->count = i + 1;
+}
+
+int kl_out_download(struct kl_out *o, const void *dev, struct kl_err *err)
+{
+    size_t bytes = (size_t)o->n * kl_dtype_size(o->dtype);
+    void *host = malloc(bytes ? bytes : 1);
+    KL_CHECK(host, "out of host memory");
+    int rc = kl_dev_download(host, dev, bytes);
+    for (int64_t j = 0; !rc && j < o->n; j++) o->v[j] = kl_load_elem(o->dtype, host, (size_t)j);
+    free(host);
+    return rc ? kl_fail(err, "copying %s back: %s", o->name, kl_cuda_error_string(rc)) : 0;
 }

@@ -63,6 +63,8 @@ void kl_outputs_free(struct kl_outputs *o);
 /* Sets output i (name, dtype, exact, n) with zeroed storage. */
 void kl_outputs_set(struct kl_outputs *o, int i, const char *name, enum kl_dtype dtype, bool exact,
                     int64_t n);
+/* Copies o->n elements of o->dtype from device memory into o->v (as doubles). */
+int kl_out_download(struct kl_out *o, const void *dev, struct kl_err *err);
 
 /* A tensor module (everything but radix) supplies these; verify/check/tests are then generic. */
 struct kl_tensor_ops {

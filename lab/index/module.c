@@ -192,16 +192,7 @@ int kl_index_download(const struct kl_index_problem *p, const struct kl_index_pa
                       struct kl_err *err)
 {
     set_outputs(p, o);
-    struct kl_tensor host;
-    kl_tensor_alloc(&host, p->dtype, 2, (int64_t[]){p->num_tokens, p->hidden});
-    int rc = kl_dev_download(host.data, k->out, kl_nbytes(&host));
-    if (rc) {
-        kl_tensor_free(&host);
-        return kl_fail(err, "copying out back: %s", kl_cuda_error_string(rc));
-    }
-    for (int64_t j = 0; j < o->o[0].n; j++) o->o[0].v[j] = kl_load_elem(p->dtype, host.data, (size_t)j);
-    kl_tensor_free(&host);
-    return 0;
+    return kl_out_download(&o->o[0], k->out, err);
 }
 
 static int run(const struct kl_variant *v, const void *prob, struct kl_outputs *out, struct kl_err *err)

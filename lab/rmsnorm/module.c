@@ -209,19 +209,8 @@ int kl_rmsnorm_download(const struct kl_rmsnorm_problem *p, const struct kl_rmsn
                         struct kl_outputs *o, struct kl_err *err)
 {
     set_outputs(p, o);
-    struct kl_tensor host;
-    int64_t dims[2] = {p->num_tokens, p->hidden};
-    kl_tensor_alloc(&host, p->dtype, 2, dims);
-    for (int i = 0; i < o->count; i++) {
-        int rc = kl_dev_download(host.data, i == 0 ? k->out : k->residual_out, kl_nbytes(&host));
-        if (rc) {
-            kl_tensor_free(&host);
-            return kl_fail(err, "copying %s back: %s", o->o[i].name, kl_cuda_error_string(rc));
-        }
-        for (int64_t j = 0; j < o->o[i].n; j++) o->o[i].v[j] = kl_load_elem(p->dtype, host.data, (size_t)j);
-    }
-    kl_tensor_free(&host);
-    return 0;
+    if (kl_out_download(&o->o[0], k->out, err)) return -1;
+    return p->has_residual ? kl_out_download(&o->o[1], k->residual_out, err) : 0;
 }
 
 static int run(const struct kl_variant *v, const void *prob, struct kl_outputs *out, struct kl_err *err)

@@ -226,20 +226,7 @@ int kl_rope_download(const struct kl_rope_problem *p, const struct kl_rope_param
                      struct kl_err *err)
 {
     set_outputs(p, o);
-    const struct kl_tensor *shape[2] = {&p->q, &p->k};
-    void *dev[2] = {k->q, k->k};
-    for (int i = 0; i < 2; i++) {
-        struct kl_tensor host;
-        kl_tensor_alloc(&host, p->dtype, 3, shape[i]->dims);
-        int rc = kl_dev_download(host.data, dev[i], kl_nbytes(&host));
-        if (rc) {
-            kl_tensor_free(&host);
-            return kl_fail(err, "copying %s back: %s", o->o[i].name, kl_cuda_error_string(rc));
-        }
-        for (int64_t j = 0; j < o->o[i].n; j++) o->o[i].v[j] = kl_load_elem(p->dtype, host.data, (size_t)j);
-        kl_tensor_free(&host);
-    }
-    return 0;
+    return kl_out_download(&o->o[0], k->q, err) || kl_out_download(&o->o[1], k->k, err) ? -1 : 0;
 }
 
 static int run(const struct kl_variant *v, const void *prob, struct kl_outputs *out, struct kl_err *err)

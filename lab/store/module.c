@@ -248,18 +248,7 @@ int kl_store_download(const struct kl_store_problem *p, const struct kl_store_pa
                       struct kl_err *err)
 {
     set_outputs(p, o);
-    struct kl_tensor host;
-    kl_tensor_alloc(&host, p->dtype, 3, p->k_cache.dims);
-    for (int i = 0; i < 2; i++) {
-        int rc = kl_dev_download(host.data, i == 0 ? k->k_cache : k->v_cache, kl_nbytes(&host));
-        if (rc) {
-            kl_tensor_free(&host);
-            return kl_fail(err, "copying %s back: %s", o->o[i].name, kl_cuda_error_string(rc));
-        }
-        for (int64_t j = 0; j < o->o[i].n; j++) o->o[i].v[j] = kl_load_elem(p->dtype, host.data, (size_t)j);
-    }
-    kl_tensor_free(&host);
-    return 0;
+    return kl_out_download(&o->o[0], k->k_cache, err) || kl_out_download(&o->o[1], k->v_cache, err) ? -1 : 0;
 }
 
 static int run(const struct kl_variant *v, const void *prob, struct kl_outputs *out, struct kl_err *err)
