@@ -864,11 +864,14 @@ static void write_environment(const char *out, struct mod *mods, int n)
     FILE *f = fopen(path, "w");
     if (!f) return;
     const cJSON *c = NULL;
+    const char *from = NULL;
     for (int k = 0; k < n && !c; k++)
         for (int j = 0; j < mods[k].rows.n && !c; j++)
-            if (get(mods[k].rows.r[j], "ceilings")) c = get(mods[k].rows.r[j], "ceilings");
-    fprintf(f, "# Environment\n\nThe machine the committed guides were measured on, and its ceilings as measured at the "
-               "start of the run (`kernlab ceilings`). Targets are fractions of these, not of a datasheet.\n\n");
+            if (get(mods[k].rows.r[j], "ceilings")) c = get(mods[k].rows.r[j], "ceilings"), from = mods[k].name;
+    fprintf(f, "# Environment\n\nThe machine the committed guides were measured on, and its ceilings (`kernlab "
+               "ceilings`). Every `kernlab bench` call measures them again at its start and each guide uses its own "
+               "call's figures; the table shows those of `%s`. Targets are fractions of these, not of a "
+               "datasheet.\n\n", from ? from : "-");
     if (c) {
         double copy = num(c, "copy_gbs"), gemm = num(c, "gemm_tflops");
         fprintf(f, "| | |\n|---|---|\n| GPU | %s (sm_%s), %s SMs, L2 %s |\n| driver / CUDA runtime | %s / %s |\n"
