@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <type_traits>
 
 #include "lab/core/dtype.h"
 
@@ -54,6 +55,39 @@ __device__ __forceinline__ float block_sum(float v)
     }
     __syncthreads();
     return total;
+}
+
+/* Element r (a compile-time constant after unrolling) of a 16-byte word holding 16/sizeof(T)
+ * elements, as float; and the reverse packing. Working on the packed uint4 keeps 8 bf16 in 4
+ * registers, where a struct of 8 bf16 assigned element by element takes 8. */
+template <typename T> __device__ __forceinline__ float elem_f32(const uint4 &v, int r)
+{
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+    if constexpr (sizeof(T) == 4) {
+        return __uint_as_float(w[r]);
+    } else {
+        const unsigned short bits = (unsigned short)(w[r / 2] >> (16 * (r & 1)));
+        if constexpr (std::is_same<T, __half>::value) return __half2float(__ushort_as_half(bits));
+        else return __bfloat162float(__ushort_as_bfloat16(bits));
+    }
+}
+
+template <typename T> __device__ __forceinline__ uint32_t bits_of(float f)
+{
+    if constexpr (sizeof(T) == 4) return __float_as_uint(f);
+    else if constexpr (std::is_same<T, __half>::value) return __half_as_ushort(__float2half_rn(f));
+    else return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+}
+
+template <typename T> __device__ __forceinline__ uint4 pack(const float (&o)[16 / sizeof(T)])
+{
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        if constexpr (sizeof(T) == 4) w[i] = bits_of<T>(o[i]);
+        else w[i] = bits_of<T>(o[2 * i]) | bits_of<T>(o[2 * i + 1]) << 16;
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
 } // namespace kl

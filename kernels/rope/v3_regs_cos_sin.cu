@@ -10,8 +10,6 @@
  * registers (ptxas: 52 B of spills). Bound: DRAM (q, k read and written in place, 343 MB).
  * Measured on an H200 (copy ceiling 4272 GB/s): 95.7 us, 3590 GB/s, 0.840 (v1: 98.8 us, 0.814).
  * Run alone: build/kernlab bench rope --variant v3_regs_cos_sin */
-#include <type_traits>
-
 #include "kernels/common.cuh"
 #include "kernels/rope/rope.h"
 #include "lab/core/registry.h"
@@ -19,39 +17,6 @@
 constexpr int kMaxThreads = 256;
 constexpr int kItems = 4; /* heads per thread per trip: 8 x 16 B loads in flight (KU) */
 constexpr int kMinBlocks = 3; /* 256 x 3 = 768 threads per SM: caps registers at 80 */
-
-/* Element r (a compile-time constant after unrolling) of a 16-byte word holding 16/sizeof(T)
- * elements, as float; and the reverse packing. Working on the packed uint4 keeps an item in 4
- * registers: a struct of 8 bf16 assigned element by element takes 8. */
-template <typename T> __device__ __forceinline__ float elem_f32(const uint4 &v, int r)
-{
-    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-    if constexpr (sizeof(T) == 4) {
-        return __uint_as_float(w[r]);
-    } else {
-        const unsigned short bits = (unsigned short)(w[r / 2] >> (16 * (r & 1)));
-        if constexpr (std::is_same<T, __half>::value) return __half2float(__ushort_as_half(bits));
-        else return __bfloat162float(__ushort_as_bfloat16(bits));
-    }
-}
-
-template <typename T> __device__ __forceinline__ uint32_t bits_of(float f)
-{
-    if constexpr (sizeof(T) == 4) return __float_as_uint(f);
-    else if constexpr (std::is_same<T, __half>::value) return __half_as_ushort(__float2half_rn(f));
-    else return __bfloat16_as_ushort(__float2bfloat16_rn(f));
-}
-
-template <typename T> __device__ __forceinline__ uint4 pack(const float (&o)[16 / sizeof(T)])
-{
-    uint32_t w[4];
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        if constexpr (sizeof(T) == 4) w[i] = bits_of<T>(o[i]);
-        else w[i] = bits_of<T>(o[2 * i]) | bits_of<T>(o[2 * i + 1]) << 16;
-    }
-    return make_uint4(w[0], w[1], w[2], w[3]);
-}
 
 template <bool STCS> __device__ __forceinline__ void store16(void *p, uint4 v)
 {
@@ -125,19 +90,19 @@ static __global__ void __launch_bounds__(kMaxThreads, kMinBlocks)
                     float o1[V], o2[V];
 #pragma unroll
                     for (int r = 0; r < W; r++) {
-                        const float x1 = elem_f32<T>(ra[u], r), x2 = elem_f32<T>(rb[u], r);
+                        const float x1 = kl::elem_f32<T>(ra[u], r), x2 = kl::elem_f32<T>(rb[u], r);
                         o1[r] = x1 * c[r] - x2 * sn[r], o2[r] = x2 * c[r] + x1 * sn[r];
                     }
-                    store16<STCS>(x[u], pack<T>(o1));
-                    store16<STCS>(x[u] + half, pack<T>(o2));
+                    store16<STCS>(x[u], kl::pack<T>(o1));
+                    store16<STCS>(x[u] + half, kl::pack<T>(o2));
                 } else if constexpr (VEC) {
                     float o[V];
 #pragma unroll
                     for (int r = 0; r < W; r++) {
-                        const float x1 = elem_f32<T>(ra[u], 2 * r), x2 = elem_f32<T>(ra[u], 2 * r + 1);
+                        const float x1 = kl::elem_f32<T>(ra[u], 2 * r), x2 = kl::elem_f32<T>(ra[u], 2 * r + 1);
                         o[2 * r] = x1 * c[r] - x2 * sn[r], o[2 * r + 1] = x2 * c[r] + x1 * sn[r];
                     }
-                    store16<STCS>(x[u], pack<T>(o));
+                    store16<STCS>(x[u], kl::pack<T>(o));
                 } else {
 #pragma unroll
                     for (int r = 0; r < W; r++) {

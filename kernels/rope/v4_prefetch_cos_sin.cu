@@ -7,46 +7,12 @@
  * holds the groups resident at once, trimmed so each walks the same token count. Bound: DRAM (343 MB).
  * H200 (copy ceiling 4258 GB/s): 87.7 us, 3919 GB/s, 0.920 (v3 same run: 93.3 us, 0.865).
  * Run alone: build/kernlab bench rope --variant v4_prefetch_cos_sin */
-#include <type_traits>
-
 #include "kernels/common.cuh"
 #include "kernels/rope/rope.h"
 #include "lab/core/registry.h"
 
 constexpr int kMaxThreads = 256;
 constexpr int kItems = 2; /* heads per thread per trip: 4 x 16 B q/k + 4 x 16 B cos/sin in flight */
-
-/* Element r (a compile-time constant after unrolling) of a 16-byte word as float, and the reverse
- * packing: an item stays 4 packed registers, not 8 unpacked ones (as in v3). */
-template <typename T> __device__ __forceinline__ float elem_f32(const uint4 &v, int r)
-{
-    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-    if constexpr (sizeof(T) == 4) {
-        return __uint_as_float(w[r]);
-    } else {
-        const unsigned short bits = (unsigned short)(w[r / 2] >> (16 * (r & 1)));
-        if constexpr (std::is_same<T, __half>::value) return __half2float(__ushort_as_half(bits));
-        else return __bfloat162float(__ushort_as_bfloat16(bits));
-    }
-}
-
-template <typename T> __device__ __forceinline__ uint32_t bits_of(float f)
-{
-    if constexpr (sizeof(T) == 4) return __float_as_uint(f);
-    else if constexpr (std::is_same<T, __half>::value) return __half_as_ushort(__float2half_rn(f));
-    else return __bfloat16_as_ushort(__float2bfloat16_rn(f));
-}
-
-template <typename T> __device__ __forceinline__ uint4 pack(const float (&o)[16 / sizeof(T)])
-{
-    uint32_t w[4];
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        if constexpr (sizeof(T) == 4) w[i] = bits_of<T>(o[i]);
-        else w[i] = bits_of<T>(o[2 * i]) | bits_of<T>(o[2 * i + 1]) << 16;
-    }
-    return make_uint4(w[0], w[1], w[2], w[3]);
-}
 
 /* q/k are read once and written once: evict-first hints on both, so they do not push the
  * cos/sin rows (shared by the group's threads) out of L1. */
@@ -127,19 +93,19 @@ static __global__ void __launch_bounds__(kMaxThreads)
                         float o1[V], o2[V];
 #pragma unroll
                         for (int r = 0; r < W; r++) {
-                            const float x1 = elem_f32<T>(ra[u], r), x2 = elem_f32<T>(rb[u], r);
+                            const float x1 = kl::elem_f32<T>(ra[u], r), x2 = kl::elem_f32<T>(rb[u], r);
                             o1[r] = x1 * c[r] - x2 * sn[r], o2[r] = x2 * c[r] + x1 * sn[r];
                         }
-                        store16(x[u], pack<T>(o1));
-                        store16(x[u] + half, pack<T>(o2));
+                        store16(x[u], kl::pack<T>(o1));
+                        store16(x[u] + half, kl::pack<T>(o2));
                     } else if constexpr (VEC) {
                         float o[V];
 #pragma unroll
                         for (int r = 0; r < W; r++) {
-                            const float x1 = elem_f32<T>(ra[u], 2 * r), x2 = elem_f32<T>(ra[u], 2 * r + 1);
+                            const float x1 = kl::elem_f32<T>(ra[u], 2 * r), x2 = kl::elem_f32<T>(ra[u], 2 * r + 1);
                             o[2 * r] = x1 * c[r] - x2 * sn[r], o[2 * r + 1] = x2 * c[r] + x1 * sn[r];
                         }
-                        store16(x[u], pack<T>(o));
+                        store16(x[u], kl::pack<T>(o));
                     } else {
 #pragma unroll
                         for (int r = 0; r < W; r++) {
