@@ -717,6 +717,7 @@ static void section_correctness(FILE *f, const struct mod *md)
                 log2(p.rel_l2), p.why);
     }
     fprintf(f, "| data movement | 0 | 0 | 0 | %s |\n\n", kl_policy_for(KL_BF16, true).why);
+    if (md->m && md->m->tolerance) fprintf(f, "%s\n\n", md->m->tolerance);
     }
     if (md->m && md->m->tensor) {
         fprintf(f, "Edge catalogue (`kernlab check %s`), then random shapes:\n\n", md->name);

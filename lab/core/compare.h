@@ -20,14 +20,30 @@ extern "C" {
 #endif
 
 struct kl_policy {
-    double rtol;      /* per element, relative to |ref| */
-    double atol_frac; /* per element, absolute, as a fraction of max|ref| over the output */
-    double rel_l2;    /* whole output */
-    const char *why;  /* the rationale, printed by guides */
+    double rtol;       /* per element, relative to |ref| */
+    double atol_frac;  /* per element, absolute, as a fraction of atol_scale */
+    double rel_l2;     /* whole output */
+    const char *why;   /* the rationale, printed by guides */
+    double atol_scale; /* > 0: the scale atol_frac multiplies (attention: max |v|); 0: max|ref| of the output */
 };
 
 /* The policy for an output of kernel dtype t; exact (all zeros) for data movement. */
 struct kl_policy kl_policy_for(enum kl_dtype t, bool exact);
+
+/* Attention (decode and prefill): the bound of a kernel that computes scores in float32, rounds
+ * the probabilities P to the input dtype t before P.V (as every fast attention kernel does) and
+ * accumulates in float32. The bound depends on the problem, so the module passes what it knows:
+ *   head_dim       the length of each score's dot product
+ *   max_kv_len     the most keys any query attends
+ *   logit_bound    an upper bound on sm_scale * sum_i |q_i| |k_i| over every (query, key) pair
+ *                  (kl_attention_logit_bound: sm_scale * max ||q|| * max ||k||)
+ *   v_abs_max      max |v| over the values attended
+ * The derivation is in compare.c. */
+struct kl_policy kl_policy_attention_out(enum kl_dtype t, int64_t head_dim, int64_t max_kv_len, double logit_bound,
+                                         double v_abs_max);
+struct kl_policy kl_policy_attention_lse(int64_t head_dim, int64_t max_kv_len, double logit_bound);
+/* The rationale of both rows, for the guides. */
+extern const char *const kl_attention_tolerance_text;
 
 #define KL_MAX_REPORTED 10
 

@@ -103,8 +103,14 @@ void kl_outputs_set(struct kl_outputs *o, int i, const char *name, enum kl_dtype
 {
     struct kl_out *x = &o->o[i];
     free(x->v);
-    *x = (struct kl_out){name, dtype, exact, n, calloc((size_t)(n ? n : 1), sizeof(double))};
+    *x = (struct kl_out){.name = name, .dtype = dtype, .exact = exact, .n = n, .v = calloc((size_t)(n ? n : 1), sizeof(double))};
     if (i >= o->count) o->count = i + 1;
+}
+
+void kl_outputs_policy(struct kl_outputs *o, int i, struct kl_policy p)
+{
+    o->o[i].own_policy = true;
+    o->o[i].policy = p;
 }
 
 int kl_out_download(struct kl_out *o, const void *dev, struct kl_err *err)

@@ -53,6 +53,8 @@ struct kl_out {
     bool exact;          /* data movement: bit-exact */
     int64_t n;
     double *v;           /* n values, owned */
+    bool own_policy;     /* variants are judged by `policy` (attention), not the dtype's row */
+    struct kl_policy policy;
 };
 
 struct kl_outputs {
@@ -63,6 +65,8 @@ void kl_outputs_free(struct kl_outputs *o);
 /* Sets output i (name, dtype, exact, n) with zeroed storage. */
 void kl_outputs_set(struct kl_outputs *o, int i, const char *name, enum kl_dtype dtype, bool exact,
                     int64_t n);
+/* Gives output i a policy of the module's own (kl_policy_attention_out, ...). */
+void kl_outputs_policy(struct kl_outputs *o, int i, struct kl_policy p);
 /* Copies o->n elements of o->dtype from device memory into o->v (as doubles). */
 int kl_out_download(struct kl_out *o, const void *dev, struct kl_err *err);
 
@@ -106,6 +110,7 @@ struct kl_module {
     const struct kl_perf_ops *perf;                 /* GPU workloads, timed by perf/ */
     int (*bench)(const struct kl_bench_args *args); /* or a module's own bench (radix: CPU) */
     const char *exercises; /* for the guide: the next variant to write, what it should gain, how to check */
+    const char *tolerance; /* for the guide, where outputs carry a policy of their own (attention) */
 };
 
 #define KL_MODULE(mod, ...)                                                                   \

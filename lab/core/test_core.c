@@ -204,6 +204,29 @@ Test(core, compare_catches_a_systematic_error_inside_the_element_bound)
     cr_assert(!c.pass, "rel_l2 %.3g passed", c.rel_l2);
 }
 
+Test(core, attention_bound_scales_with_the_values_not_the_output)
+{
+    /* An average of 1000 values of size 1 is about 0.03: an error of 0.003 in it is one bf16 P
+     * rounding at the scale of |v| (allowed), but ten times the output's own size would allow. */
+    enum { N = 4 };
+    double want[N] = {0.03, -0.02, 0.01, 0.025}, got[N];
+    struct kl_policy p = kl_policy_attention_out(KL_BF16, 128, 1000, 10, 1.0);
+    for (int i = 0; i < N; i++) got[i] = want[i] + (i % 2 ? -0.002 : 0.002);
+    struct kl_cmp c;
+    kl_compare(got, want, N, p, &c);
+    cr_assert_eq(c.n_bad, 0, "an error of half a bf16 roundoff of max|v| failed");
+    kl_compare(got, want, N, kl_policy_for(KL_BF16, false), &c);
+    cr_assert_gt(c.n_bad, 0, "the plain bf16 row would have passed it too: the test shows nothing");
+    /* A whole unit of |v| off is far outside. */
+    got[0] = want[0] + 0.05;
+    kl_compare(got, want, N, p, &c);
+    cr_assert_eq(c.n_bad, 1);
+    /* lse in log2 instead of ln is 1.44x: caught. */
+    double lse[2] = {5.0, 7.5}, lse2[2] = {5.0 / 0.6931471805599453, 7.5 / 0.6931471805599453};
+    kl_compare(lse2, lse, 2, kl_policy_attention_lse(128, 1000, 10), &c);
+    cr_assert(!c.pass);
+}
+
 Test(core, registry_lists_modules_and_variants_sorted)
 {
     cr_assert_geq(kl_module_count(), 1);
