@@ -52,12 +52,12 @@ static int cmd_list(int argc, char **argv)
     char cc[16];
     for (int i = 0; i < kl_module_count(); i++) {
         const struct kl_module *m = kl_module_at(i);
-        printf("%-24s %-6s %s\n", m->name, cc_str(m->min_cc, cc, sizeof cc), m->summary);
+        printf("%-36s %-6s %s\n", m->name, cc_str(m->min_cc, cc, sizeof cc), m->summary);
         for (int j = 0; j < kl_variant_count(m->name, false); j++) {
             const struct kl_variant *v = kl_variant_at(m->name, j, false);
             char full[96];
             snprintf(full, sizeof full, "%s/%s", m->name, v->name);
-            printf("  %-22s %-6s %s\n", full, cc_str(v->min_cc, cc, sizeof cc), v->summary);
+            printf("  %-34s %-6s %s\n", full, cc_str(v->min_cc, cc, sizeof cc), v->summary);
         }
     }
     return 0;

@@ -48,6 +48,7 @@ static double metric_value(const char *metric, const struct kl_result *r, double
     if (strcmp(metric, "tc_frac") == 0) return r->tc_frac;
     if (strcmp(metric, "floor_frac") == 0) return floor_frac;
     if (strcmp(metric, "latency_us") == 0) return r->time_us_median;
+    if (strcmp(metric, "read_frac") == 0) return r->device.read_gbs > 0 ? r->gbs / r->device.read_gbs : NAN;
     return NAN;
 }
 
@@ -109,6 +110,7 @@ static int bench_one(const struct kl_bench_args *a, const struct kl_variant *v, 
     struct launch_ctx lc = {ops, v, state};
     struct kl_result r = {.module = a->module->name, .variant = v->name, .workload = w->name};
     r.device = c->dev;
+    r.device.read_gbs = c->read_gbs;
     r.bytes = ops->bytes(w);
     r.flops = ops->flops(w);
     bool small = r.bytes / (c->dev.copy_gbs * 1e3) < KL_SMALL_US;
@@ -175,6 +177,7 @@ static int bench_one(const struct kl_bench_args *a, const struct kl_variant *v, 
     cJSON_AddNumberToObject(ev, "max", te.max_us);
     cJSON_AddNumberToObject(r.extra, "input_sets", sets);
     cJSON_AddNumberToObject(r.extra, "floor_frac", floor_frac);
+    if (c->read_gbs > 0) cJSON_AddNumberToObject(r.extra, "read_frac", r.gbs / c->read_gbs);
     if (copy_us > 0) { /* the same bytes as a plain copy: what this size allows */
         cJSON_AddNumberToObject(r.extra, "copy_same_bytes_us", copy_us);
         cJSON_AddNumberToObject(r.extra, "copy_same_bytes_frac", copy_us / t.median_us);

@@ -24,6 +24,8 @@ struct kl_ceilings {
     struct kl_device_info dev; /* name, cc, sms, l2, copy_gbs, gemm_tflops */
     double copy_bytes;         /* size of the copy measured (read + write) */
     int copy_shape;            /* which copy kernel shape was fastest (perf/ceilings.cu) */
+    double read_gbs;           /* a pure streaming read: the bound of read-dominated kernels (decode) */
+    double read_bytes;         /* size of the read measured */
     double launch_us_stream;   /* empty kernel, back to back on a stream, per launch */
     double launch_us_graph;    /* empty kernel inside a CUDA graph, per launch */
     int sm_clock_mhz, mem_clock_mhz, max_sm_clock_mhz; /* NVML when available, else 0 */
@@ -59,6 +61,10 @@ int kl_time(kl_launch_set_fn launch, void *ctx, int sets, int reps, bool use_gra
 /* Times a copy of `bytes` (half read, half written) as a workload is timed: the ceiling for
  * that size, launch ramp-up and tail included (perf/ceilings.cu). */
 int kl_copy_same_bytes(const struct kl_ceilings *c, double bytes, struct kl_timing *t, struct kl_err *err);
+
+/* Fills n elements of dtype at p (device memory) with seeded random values of variance scale^2
+ * (perf/fill.cu). Returns a cudaError_t. */
+int kl_dev_fill_random(void *p, enum kl_dtype dtype, size_t n, uint64_t seed, float scale);
 
 /* ---- one module's workloads ---- */
 struct kl_workload {

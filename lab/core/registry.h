@@ -79,7 +79,9 @@ struct kl_tensor_ops {
     void *(*make)(int i, uint64_t seed, char *label, size_t label_len);
     /* The CPU reference (reference/<module>.c), float64 accumulation. Allocates out. */
     int (*reference)(const void *prob, struct kl_outputs *out, struct kl_err *err);
-    /* Runs variant v on the GPU: uploads inputs, poisons outputs, launches, downloads. */
+    /* Runs variant v on the GPU: uploads inputs, poisons outputs, launches, downloads. Returns 0,
+     * -1 on failure, or 1 when v does not handle this problem (a dtype or shape it leaves to
+     * other variants): a SKIP with the reason in err, never a PASS. */
     int (*run)(const struct kl_variant *v, const void *prob, struct kl_outputs *out,
                struct kl_err *err);
     void (*free)(void *prob);

@@ -44,6 +44,7 @@ int kl_result_write(FILE *f, const struct kl_result *r)
     cJSON_AddNumberToObject(d, "l2_bytes", (double)r->device.l2_bytes);
     num(d, "copy_gbs", r->device.copy_gbs);
     num(d, "gemm_tflops", r->device.gemm_tflops);
+    if (r->device.read_gbs > 0) num(d, "read_gbs", r->device.read_gbs);
     cJSON *t = cJSON_AddObjectToObject(o, "time_us");
     num(t, "min", r->time_us_min);
     num(t, "median", r->time_us_median);

@@ -26,6 +26,7 @@ struct kl_device_info {
     long long l2_bytes;
     double copy_gbs;    /* measured ceilings of this run (0 when not measured) */
     double gemm_tflops;
+    double read_gbs;    /* the streaming-read ceiling (0 when not measured; written only when measured) */
 };
 
 struct kl_result {

@@ -64,6 +64,46 @@ for c in truncated:x.npy magic:weight.npy missing:out.npy badjson:meta.json unkn
   fi
 done
 
+# Broken attention_decode page tables: one FAIL line naming the array, never a GPU fault.
+wi4() { # wi4 FILE v1 v2 ...: a 1-d <i4 .npy written by hand
+  python3 - "$@" <<'PY'
+import struct, sys
+path, vals = sys.argv[1], [int(v) for v in sys.argv[2:]]
+hdr = "{'descr': '<i4', 'fortran_order': False, 'shape': (%d,), }" % len(vals)
+hdr += " " * ((64 - (10 + len(hdr) + 1) % 64) % 64) + "\n"
+open(path, "wb").write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hdr)) + hdr.encode() + struct.pack("<%di" % len(vals), *vals))
+PY
+}
+src=golden/attention_decode/kv_len_0_in_batch  # 3 requests of 10, 0, 5 tokens, page 16, 3 pages
+for c in past_pool:kv_indices.npy decreasing:kv_indptr.npy last_zero:kv_last_page_len.npy \
+         last_too_big:kv_last_page_len.npy indptr_end:kv_indptr.npy; do
+  name=${c%%:*} file=${c#*:}
+  rm -rf "$tmp/$name"; cp -r $src "$tmp/$name"
+  case $name in
+    past_pool) wi4 "$tmp/$name/kv_indices.npy" 0 99 ;;
+    decreasing) wi4 "$tmp/$name/kv_indptr.npy" 0 1 0 2 ;;
+    last_zero) wi4 "$tmp/$name/kv_last_page_len.npy" 0 0 5 ;;
+    last_too_big) wi4 "$tmp/$name/kv_last_page_len.npy" 17 0 5 ;;
+    indptr_end) wi4 "$tmp/$name/kv_indptr.npy" 0 1 1 3 ;;
+  esac
+  "$kl" verify "$tmp/$name" > "$tmp/out_$name" 2> "$tmp/err_$name"; rc=$?
+  if [ $rc -eq 1 ] && ! grep -qv "^FAIL .*$tmp/$name/$file" "$tmp/out_$name" && grep -q . "$tmp/out_$name"; then
+    ok "broken page table '$name' fails cleanly for every implementation: $(head -1 "$tmp/out_$name" | cut -c1-150)"
+  else
+    bad "broken page table '$name': rc=$rc: $(cat "$tmp/out_$name" "$tmp/err_$name")"
+  fi
+done
+rm -rf "$tmp/gqa"; cp -r $src "$tmp/gqa"
+python3 - "$tmp/gqa" <<'PY'
+import struct, sys  # q with 3 qo heads over 2 kv heads: not a GQA group
+d = sys.argv[1]; hdr = "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 3, 64), }"
+hdr += " " * ((64 - (10 + len(hdr) + 1) % 64) % 64) + "\n"
+open(d + "/q.npy", "wb").write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hdr)) + hdr.encode() + struct.pack("<576f", *([0.5] * 576)))
+PY
+"$kl" verify --reference "$tmp/gqa" > "$tmp/out_gqa" 2>&1; rc=$?
+[ $rc -eq 1 ] && grep -q "^FAIL .*q.npy.*not a multiple" "$tmp/out_gqa" && ok "qo heads not a multiple of kv heads fail cleanly" \
+  || bad "gqa: rc=$rc $(cat "$tmp/out_gqa")"
+
 # Usage errors exit 2; an unknown module for check is a usage error.
 "$kl" verify > /dev/null 2>&1; [ $? -eq 2 ] && ok "verify without cases exits 2" || bad "verify without cases"
 "$kl" check no_such_module > /dev/null 2>&1; [ $? -eq 2 ] && ok "check of an unknown module exits 2" || bad "check unknown"

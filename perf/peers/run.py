@@ -90,6 +90,8 @@ def main():
         return 0
     ceil = json.load(open(args.ceilings))
     device = {k: ceil[k] for k in ("name", "cc", "sms", "l2_bytes", "copy_gbs", "gemm_tflops")}
+    if ceil.get("read_gbs"):
+        device["read_gbs"] = ceil["read_gbs"]
     today = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     with open(args.json, "a") as out:
         for case in mod.cases(torch, args.workload):
@@ -108,6 +110,8 @@ def main():
                 "peer": True, "timing": timing, "input_sets": sets,
                 "floor_frac": ceil["launch_us_graph"] / t["median"], "torch": torch.__version__,
             }
+            if ceil.get("read_gbs"):
+                row["read_frac"] = gbs / ceil["read_gbs"]
             out.write(json.dumps(row, separators=(",", ":")) + "\n")
             out.flush()
             print(f"{case['variant']:<14} {case['workload']:<20} {t['median']:9.2f} {gbs:8.0f} "

@@ -1,0 +1,222 @@
+/* Device helpers the attention_decode variants share: the page table walk, the split-KV
+ * workspace and the merge of partial results. Inline device code only. */
+#pragma once
+
+#include <math.h>
+
+#include "kernels/attention_decode/attention_decode.h"
+#include "kernels/common.cuh"
+
+namespace kl::decode {
+
+/* kv_len of request b: (pages - 1) * page_size + tokens in the last page. */
+__device__ __forceinline__ int kv_len(const kl_attention_decode_params &p, int b)
+{
+    const int pages = p.kv_indptr[b + 1] - p.kv_indptr[b];
+    return pages ? (pages - 1) * (int)p.page_size + p.kv_last_page_len[b] : 0;
+}
+
+/* Element offset of token t of request b, kv head g, dim 0 in either cache. */
+__device__ __forceinline__ int64_t kv_offset(const kl_attention_decode_params &p, int b, int t, int g)
+{
+    const int64_t page = p.kv_indices[p.kv_indptr[b] + t / (int)p.page_size];
+    return ((page * p.page_size + t % (int)p.page_size) * p.num_kv_heads + g) * p.head_dim;
+}
+
+/* The split-KV workspace (sized by kl_attention_decode_workspace_bytes): first one merge counter
+ * per (request, kv head, head block), then per (split, request, qo head) a partial row: the
+ * unnormalised output acc[head_dim], the running max m (log2 units) and the sum l. */
+__device__ __forceinline__ unsigned *counters(const kl_attention_decode_params &p)
+{
+    return static_cast<unsigned *>(p.workspace);
+}
+
+__device__ __forceinline__ float *partial(const kl_attention_decode_params &p, int split, int b, int h)
+{
+    const int64_t group = p.num_qo_heads / p.num_kv_heads;
+    const int64_t n_counters = p.batch * p.num_kv_heads * ((group + 7) / 8);
+    float *base = reinterpret_cast<float *>(static_cast<char *>(p.workspace) +
+                                            (n_counters * sizeof(unsigned) + 255) / 256 * 256);
+    return base + ((split * p.batch + b) * p.num_qo_heads + h) * (p.head_dim + 2);
+}
+
+/* The final output of (b, h) from `splits` partials: with M = max m_s, the weights 2^(m_s - M)
+ * put every partial on one scale, so out = sum acc_s w_s / sum l_s w_s and
+ * lse = ln 2 * (M + log2(sum l_s w_s)). The threads of the calling group split head_dim
+ * (thread `lane` of `lanes`); all of them read m and l. Partials were written by other blocks:
+ * read through L2 (__ldcg), never a stale L1 line. */
+template <typename T>
+__device__ __forceinline__ void merge_partials(const kl_attention_decode_params &p, int b, int h, int splits,
+                                               int lane, int lanes)
+{
+    float m = -INFINITY;
+    for (int s = 0; s < splits; s++) m = fmaxf(m, __ldcg(partial(p, s, b, h) + p.head_dim));
+    float l = 0;
+    for (int s = 0; s < splits; s++) {
+        const float *ps = partial(p, s, b, h);
+        l += __ldcg(ps + p.head_dim + 1) * exp2f(__ldcg(ps + p.head_dim) - m);
+    }
+    T *out = static_cast<T *>(p.out) + ((int64_t)b * p.num_qo_heads + h) * p.head_dim;
+    const float inv_l = 1.f / l;
+    for (int d = lane; d < p.head_dim; d += lanes) {
+        float acc = 0;
+        for (int s = 0; s < splits; s++) {
+            const float *ps = partial(p, s, b, h);
+            acc += __ldcg(ps + d) * exp2f(__ldcg(ps + p.head_dim) - m);
+        }
+        out[d] = kl::from_f32<T>(acc * inv_l);
+    }
+    if (lane == 0) p.lse[(int64_t)b * p.num_qo_heads + h] = (m + log2f(l)) * 0.69314718056f;
+}
+
+/* out = 0 and lse = -inf for a request with no keys (the empty sum). */
+template <typename T>
+__device__ __forceinline__ void write_empty(const kl_attention_decode_params &p, int b, int h, int lane, int lanes)
+{
+    T *out = static_cast<T *>(p.out) + ((int64_t)b * p.num_qo_heads + h) * p.head_dim;
+    for (int d = lane; d < p.head_dim; d += lanes) out[d] = kl::from_f32<T>(0.f);
+    if (lane == 0) p.lse[(int64_t)b * p.num_qo_heads + h] = -INFINITY;
+}
+
+} // namespace kl::decode
+
+namespace kl::decode {
+
+/* ---- the CUDA-core path shared by v1, v2 and v3 ----
+ * A block of 4 warps attends one kv head g for `nh` (<= GMAX) consecutive qo heads h0.. over the
+ * tokens [t0, t1) of request b. Each token's K (and V) row is split into 16-byte vectors: LANES
+ * lanes cover a row (VPL vectors each), so a warp holds TPW tokens at once and the block GROUPS
+ * = 4 * TPW token streams; stream i takes tokens t0 + i, t0 + i + GROUPS, ... Every stream keeps
+ * an online softmax per head (running max m in log2 units, sum l, unnormalised acc), rescaling
+ * acc whenever the max grows. At the end the streams are merged through shared memory. */
+template <typename T, int HD> struct cuda_core_shape {
+    static constexpr int VEC = 16 / sizeof(T);                 /* elements per 16-byte vector */
+    static constexpr int NV = HD / VEC;                        /* vectors per row */
+    static constexpr int LANES = NV < 32 ? NV : 32;            /* lanes sharing one row */
+    static constexpr int VPL = NV / LANES;                     /* vectors per lane */
+    static constexpr int E = VPL * VEC;                        /* elements per lane */
+    static constexpr int TPW = 32 / LANES;                     /* tokens a warp holds at once */
+    static constexpr int WARPS = 4, THREADS = 32 * WARPS, GROUPS = WARPS * TPW;
+    /* shared floats: every stream's (acc, m, l) per head, then the merged (acc, m, l) per head */
+    template <int GMAX> static constexpr int smem_floats() { return (GROUPS + 1) * GMAX * (HD + 2); }
+};
+
+/* Loads this lane's E elements of a row as floats (VPL 16-byte loads). */
+template <typename T, int HD>
+__device__ __forceinline__ void load_row(const T *row, int li, float (&x)[cuda_core_shape<T, HD>::E])
+{
+    using S = cuda_core_shape<T, HD>;
+#pragma unroll
+    for (int j = 0; j < S::VPL; j++) {
+        const uint4 w = reinterpret_cast<const uint4 *>(row)[li + j * S::LANES];
+#pragma unroll
+        for (int e = 0; e < S::VEC; e++) x[j * S::VEC + e] = kl::elem_f32<T>(w, e);
+    }
+}
+
+/* Attends [t0, t1) for heads h0..h0+nh-1; leaves in shared memory, per head h < nh, the merged
+ * unnormalised acc[HD] at sm + (GROUPS * GMAX + h) * (HD + 2), its max m at [HD] and sum l at
+ * [HD + 1] (m = -inf, l = 0 when the range is empty). Ends with a barrier. */
+template <typename T, int HD, int GMAX>
+__device__ __forceinline__ void attend_cuda_cores(const kl_attention_decode_params &p, int b, int g, int h0, int nh,
+                                                  int t0, int t1, float *sm)
+{
+    using S = cuda_core_shape<T, HD>;
+    constexpr int E = S::E, ROW = HD + 2;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, li = lane % S::LANES;
+    const int stream = warp * S::TPW + lane / S::LANES;
+    const float scale = p.sm_scale * 1.44269504089f; /* scores in log2 units: exp(x) = exp2(x log2 e) */
+
+    float q[GMAX][E], m[GMAX], l[GMAX], acc[GMAX][E];
+#pragma unroll
+    for (int h = 0; h < GMAX; h++) {
+        if (h < nh) load_row<T, HD>(static_cast<const T *>(p.q) + ((int64_t)b * p.num_qo_heads + h0 + h) * HD, li, q[h]);
+        else
+#pragma unroll
+            for (int e = 0; e < E; e++) q[h][e] = 0;
+        m[h] = -INFINITY, l[h] = 0;
+#pragma unroll
+        for (int e = 0; e < E; e++) acc[h][e] = 0;
+    }
+
+    /* The trip count is the same for the whole warp (the shuffles below need every lane); a
+     * stream past t1 computes with zeros and masks its score to -inf. */
+    for (int base = t0; base < t1; base += S::GROUPS) {
+        const int t = base + stream;
+        const bool valid = t < t1;
+        float k[E], v[E];
+        if (valid) {
+            const int64_t at = kv_offset(p, b, t, g);
+            load_row<T, HD>(static_cast<const T *>(p.k_cache) + at, li, k); /* K and V loads both issued */
+            load_row<T, HD>(static_cast<const T *>(p.v_cache) + at, li, v); /* before the first use */
+        } else {
+#pragma unroll
+            for (int e = 0; e < E; e++) k[e] = v[e] = 0;
+        }
+#pragma unroll
+        for (int h = 0; h < GMAX; h++) {
+            float s = 0;
+#pragma unroll
+            for (int e = 0; e < E; e++) s += q[h][e] * k[e];
+#pragma unroll
+            for (int off = S::LANES / 2; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+            s = valid ? s * scale : -INFINITY;
+            const float m_new = fmaxf(m[h], s);
+            if (m_new == -INFINITY) continue; /* nothing seen yet: exp2(-inf - -inf) would be NaN */
+            const float alpha = exp2f(m[h] - m_new), prob = exp2f(s - m_new);
+            l[h] = l[h] * alpha + prob;
+#pragma unroll
+            for (int e = 0; e < E; e++) acc[h][e] = acc[h][e] * alpha + prob * v[e];
+            m[h] = m_new;
+        }
+    }
+
+    /* Merge the streams: each writes its rows, then thread i computes merged dims. */
+#pragma unroll
+    for (int h = 0; h < GMAX; h++) {
+        float *row = sm + (stream * GMAX + h) * ROW;
+#pragma unroll
+        for (int j = 0; j < S::VPL; j++)
+#pragma unroll
+            for (int e = 0; e < S::VEC; e++) row[(li + j * S::LANES) * S::VEC + e] = acc[h][j * S::VEC + e];
+        if (li == 0) row[HD] = m[h], row[HD + 1] = l[h];
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < nh * (HD + 2); i += S::THREADS) {
+        const int h = i / (HD + 2), d = i % (HD + 2);
+        float mx = -INFINITY;
+        for (int s = 0; s < S::GROUPS; s++) mx = fmaxf(mx, sm[(s * GMAX + h) * ROW + HD]);
+        float sum = 0;
+        for (int s = 0; s < S::GROUPS; s++) {
+            const float *row = sm + (s * GMAX + h) * ROW;
+            const float w = mx == -INFINITY ? 0.f : exp2f(row[HD] - mx); /* an empty stream weighs 0 */
+            sum += (d == HD ? 0.f : d == HD + 1 ? row[HD + 1] : row[d]) * w;
+        }
+        sm[(S::GROUPS * GMAX + h) * ROW + d] = d == HD ? mx : sum;
+    }
+    __syncthreads();
+}
+
+/* Writes the merged result of attend_cuda_cores as the final out and lse of (b, h0 + h). */
+template <typename T, int HD, int GMAX>
+__device__ __forceinline__ void write_output(const kl_attention_decode_params &p, int b, int h0, int nh, const float *sm)
+{
+    using S = cuda_core_shape<T, HD>;
+    for (int i = threadIdx.x; i < nh * HD; i += S::THREADS) {
+        const int h = i / HD, d = i % HD;
+        const float *res = sm + (S::GROUPS * GMAX + h) * (HD + 2);
+        static_cast<T *>(p.out)[((int64_t)b * p.num_qo_heads + h0 + h) * HD + d] = kl::from_f32<T>(res[d] / res[HD + 1]);
+        if (d == 0) p.lse[(int64_t)b * p.num_qo_heads + h0 + h] = (res[HD] + log2f(res[HD + 1])) * 0.69314718056f;
+    }
+}
+
+} // namespace kl::decode
+
+/* Calls body with HD bound to head_dim (64, 128 or 256); other sizes: cudaErrorNotSupported. */
+#define KL_DISPATCH_HEAD_DIM(head_dim, HD, ...)                          \
+    switch (head_dim) {                                                  \
+    case 64: { constexpr int HD = 64; __VA_ARGS__; } break;              \
+    case 128: { constexpr int HD = 128; __VA_ARGS__; } break;            \
+    case 256: { constexpr int HD = 256; __VA_ARGS__; } break;            \
+    default: return cudaErrorNotSupported;                               \
+    }

@@ -1,0 +1,78 @@
+/* The argument checks every attention_decode launcher starts with, the split-KV plan and its
+ * workspace. */
+#include <stdio.h>
+
+#include <cuda_runtime_api.h>
+
+#include "attention_decode.h"
+
+cudaError_t kl_attention_decode_check_params(const struct kl_attention_decode_params *p, const char *variant)
+{
+    const char *bad = NULL;
+    if (p->batch < 0) bad = "batch < 0";
+    else if (p->batch > INT32_MAX / 2) bad = "batch > 2^30";
+    else if (p->num_kv_heads < 1) bad = "num_kv_heads < 1";
+    else if (p->num_qo_heads < 1 || p->num_qo_heads % p->num_kv_heads) bad = "num_qo_heads must be a positive multiple of num_kv_heads";
+    else if (p->num_qo_heads > 1024) bad = "num_qo_heads > 1024";
+    else if (p->head_dim < 8 || p->head_dim > 256 || p->head_dim % 8) bad = "head_dim must be a multiple of 8 in 8..256";
+    else if (p->page_size < 1) bad = "page_size < 1";
+    else if (p->num_pages < 0) bad = "num_pages < 0";
+    else if (p->max_kv_len < 0) bad = "max_kv_len < 0";
+    else if (!(p->dtype == KL_F32 || p->dtype == KL_F16 || p->dtype == KL_BF16)) bad = "dtype must be fp32, fp16 or bf16";
+    else if (p->sm_scale != p->sm_scale) bad = "sm_scale is NaN";
+    else if (p->batch > 0 && (!p->q || !p->kv_indptr || !p->kv_last_page_len || !p->out || !p->lse))
+        bad = "q, kv_indptr, kv_last_page_len, out and lse must be set";
+    else if (p->batch > 0 && p->num_pages > 0 && (!p->k_cache || !p->v_cache || !p->kv_indices))
+        bad = "k_cache, v_cache and kv_indices must be set";
+    if (!bad) return cudaSuccess;
+    fprintf(stderr,
+            "attention_decode %s: %s (batch=%lld num_qo_heads=%lld num_kv_heads=%lld head_dim=%lld page_size=%lld "
+            "num_pages=%lld)\n",
+            variant, bad, (long long)p->batch, (long long)p->num_qo_heads, (long long)p->num_kv_heads,
+            (long long)p->head_dim, (long long)p->page_size, (long long)p->num_pages);
+    return cudaErrorInvalidValue;
+}
+
+#define KL_DECODE_MAX_SPLITS 256
+
+struct kl_decode_split kl_attention_decode_split(const struct kl_attention_decode_params *p, int sms,
+                                                 int blocks_per_sm, int64_t granule, int64_t min_chunk)
+{
+    const int64_t group = p->num_qo_heads / p->num_kv_heads, head_blocks = (group + 7) / 8;
+    const int64_t pairs = p->batch * p->num_kv_heads * head_blocks, want = (int64_t)blocks_per_sm * sms;
+    const int64_t n = p->max_kv_len;
+    int64_t splits = pairs > 0 ? (want + pairs - 1) / pairs : 1;
+    if (splits > (n + min_chunk - 1) / min_chunk) splits = (n + min_chunk - 1) / min_chunk;
+    if (splits > KL_DECODE_MAX_SPLITS) splits = KL_DECODE_MAX_SPLITS;
+    if (splits < 1) splits = 1;
+    int64_t chunk = (n + splits - 1) / splits;
+    chunk = (chunk + granule - 1) / granule * granule;
+    if (chunk < granule) chunk = granule;
+    splits = n > 0 ? (n + chunk - 1) / chunk : 1;
+    return (struct kl_decode_split){chunk, (int)splits};
+}
+
+size_t kl_attention_decode_workspace_for(const struct kl_attention_decode_params *p, int splits)
+{
+    const int64_t group = p->num_qo_heads / (p->num_kv_heads > 0 ? p->num_kv_heads : 1);
+    const size_t counters = (size_t)(p->batch * p->num_kv_heads * ((group + 7) / 8)) * sizeof(unsigned);
+    const size_t partials = (size_t)splits * (size_t)(p->batch * p->num_qo_heads) * (size_t)(p->head_dim + 2) * 4;
+    return (counters + 255) / 256 * 256 + partials;
+}
+
+size_t kl_attention_decode_workspace_bytes(const struct kl_attention_decode_params *p, int sms)
+{
+    /* The largest plan any variant asks for: blocks_per_sm and chunks no finer than these. */
+    return kl_attention_decode_workspace_for(p, kl_attention_decode_split(p, sms, 32, 16, 64).splits);
+}
+
+int kl_attention_decode_sms(void)
+{
+    static int sms = 0;
+    if (!sms) {
+        int dev = 0;
+        cudaGetDevice(&dev);
+        if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) sms = 1;
+    }
+    return sms;
+}

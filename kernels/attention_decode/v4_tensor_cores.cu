@@ -1,0 +1,238 @@
+/* v4_tensor_cores: the GQA group's scores and P.V on tensor cores, K/V streamed through a
+ * multi-stage cp.async pipeline, split-KV partials merged by the last block of each request.
+ *
+ * What changed from v3, and why: v3's CUDA cores do head_dim multiply-adds per key per qo head
+ * plus a shuffle reduction per key; for a group of 4 that is several instructions per byte
+ * read, close to what the SM can issue at the bandwidth of an H200. Here a warp takes 16 tokens
+ * at a time and computes S^T (16 tokens x 8 heads) = K_tile Q^T with mma.sync m16n8k16 (the GQA
+ * group's <= 8 qo heads are the n dimension), then O^T (head_dim x 8) += V_tile^T P^T, with P
+ * rounded to bf16/fp16 and transposed in registers (movmatrix) into the B operand: about 0.3
+ * warp instructions per 256 bytes instead of ~10. The K/V tiles (64 tokens: 16 per warp) come
+ * into shared memory with cp.async, STAGES deep, in a swizzled layout (16-byte chunk c of row r
+ * stored at c ^ (r % 8)) so ldmatrix reads 8 rows without bank conflicts; tokens past the end
+ * are zero-filled and masked. The keys are split as in v3 (chunks of a multiple of 64 tokens),
+ * but the merge runs in the same kernel: each block adds one to a counter per (request, kv head,
+ * head block) after its partial is written; the block that arrives last merges all of them and
+ * resets the counter, so there is no second launch and the workspace stays zeroed.
+ * Bound: the read bandwidth (b64-kv8k-p16 reads 2.1 GB); predicted >= 0.95 of the read ceiling
+ * on the big batches. bf16/fp16 and head_dim 64/128/256 (fp32 is left to v0-v3).
+ * Run alone: build/kernlab bench attention_decode --variant v4_tensor_cores */
+#include <stdio.h>
+
+#include "kernels/attention_decode/decode.cuh"
+#include "kernels/mma.cuh"
+#include "lab/core/registry.h"
+
+template <int HD> struct tc_shape {
+    static constexpr int WARPS = 4, THREADS = 32 * WARPS;
+    static constexpr int TOK = 16 * WARPS;                         /* tokens per stage: 16 per warp */
+    static constexpr int CHUNKS = HD / 8;                          /* 16-byte chunks per row */
+    static constexpr int KSTEPS = HD / 16;                         /* k-steps of Q.K, m-tiles of V^T */
+    static constexpr int STAGES = HD == 256 ? 2 : HD == 128 ? 3 : 4; /* ~100 KB: two blocks per SM */
+    static constexpr int STAGE_CHUNKS = 2 * TOK * CHUNKS;          /* K then V */
+    static constexpr int ROW = HD + 2;                             /* merged rows: acc, m, l */
+    static constexpr int SMEM = STAGES * STAGE_CHUNKS * 16;
+    static_assert((WARPS + 1) * 8 * ROW * 4 <= SMEM, "the merge reuses the stage buffers");
+};
+
+/* Chunk c of row r of a [rows][CHUNKS] tile, swizzled: the 8 rows an ldmatrix reads land in 8
+ * different 16-byte bank groups. */
+template <int HD> __device__ __forceinline__ int swz(int r, int c) { return r * tc_shape<HD>::CHUNKS + (c ^ (r & 7)); }
+
+template <typename T, int HD>
+static __global__ void __launch_bounds__(128) decode_v4(const kl_attention_decode_params p, int chunk)
+{
+    using S = tc_shape<HD>;
+    extern __shared__ uint4 smem[];
+    const int group = (int)(p.num_qo_heads / p.num_kv_heads), blocks = (group + 7) / 8;
+    const int b = blockIdx.x, g = blockIdx.y / blocks, h0 = g * group + blockIdx.y % blocks * 8;
+    const int nh = min(8, g * group + group - h0), n = kl::decode::kv_len(p, b), split = blockIdx.z;
+    const int splits = (n + chunk - 1) / chunk;
+    if (n == 0) {
+        if (split == 0)
+            for (int h = 0; h < nh; h++) kl::decode::write_empty<T>(p, b, h0 + h, threadIdx.x, blockDim.x);
+        return;
+    }
+    if (split >= splits) return;
+    const int t0 = split * chunk, t1 = min(n, t0 + chunk), n_stages = (t1 - t0 + S::TOK - 1) / S::TOK;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4, tq = lane % 4;
+    const float scale = p.sm_scale * 1.44269504089f; /* scores in log2 units */
+
+    /* Q^T as the B operand of every k-step (d = 16 ks + 2 tq .. , head gq), loaded once. */
+    uint32_t qf[S::KSTEPS][2];
+    const T *q = static_cast<const T *>(p.q) + ((int64_t)b * p.num_qo_heads + h0 + min(gq, nh - 1)) * HD;
+#pragma unroll
+    for (int ks = 0; ks < S::KSTEPS; ks++) {
+        qf[ks][0] = gq < nh ? *reinterpret_cast<const uint32_t *>(q + 16 * ks + 2 * tq) : 0u;
+        qf[ks][1] = gq < nh ? *reinterpret_cast<const uint32_t *>(q + 16 * ks + 8 + 2 * tq) : 0u;
+    }
+
+    /* Stage st: tokens t0 + 64 st .. into buffer st % STAGES; thread i copies chunk i % CHUNKS
+     * of every (THREADS / CHUNKS)-th row, of K and of V (same page, same offset). Past t1 the
+     * copy reads nothing and writes zeros. Every thread commits a group even when there is
+     * nothing left, so the wait counts below stay uniform. */
+    const T *kc = static_cast<const T *>(p.k_cache), *vc = static_cast<const T *>(p.v_cache);
+    auto load_stage = [&](int st) {
+        if (st < n_stages) {
+            uint4 *ks = smem + (st % S::STAGES) * S::STAGE_CHUNKS, *vs = ks + S::TOK * S::CHUNKS;
+            const int c = threadIdx.x % S::CHUNKS;
+#pragma unroll
+            for (int r = threadIdx.x / S::CHUNKS; r < S::TOK; r += S::THREADS / S::CHUNKS) {
+                const int t = t0 + st * S::TOK + r;
+                const int64_t at = t < t1 ? kl::decode::kv_offset(p, b, t, g) + 8 * c : 0;
+                kl::mma::cp_async_16(ks + swz<HD>(r, c), kc + at, t < t1 ? 16 : 0);
+                kl::mma::cp_async_16(vs + swz<HD>(r, c), vc + at, t < t1 ? 16 : 0);
+            }
+        }
+        kl::mma::cp_async_commit();
+    };
+
+    float o[S::KSTEPS][4] = {}; /* O^T: m-tile mt holds (d 16 mt + gq (+8), heads 2 tq, 2 tq + 1) */
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0}; /* heads 2 tq and 2 tq + 1 */
+    for (int st = 0; st < S::STAGES - 1; st++) load_stage(st);
+    for (int st = 0; st < n_stages; st++) {
+        kl::mma::cp_async_wait<S::STAGES - 2>(); /* this thread's copies of stage st have landed */
+        __syncthreads(); /* ...everyone's too; and every warp is done with the buffer refilled next */
+        load_stage(st + S::STAGES - 1);
+        const uint4 *ks = smem + (st % S::STAGES) * S::STAGE_CHUNKS, *vs = ks + S::TOK * S::CHUNKS;
+        const int i8 = lane % 8, mat = lane / 8;
+
+        /* S^T = K Q^T over this warp's 16 tokens: A = K rows (matrices: tokens 0-7 / 8-15 x dims
+         * 0-7 / 8-15 of the k-step, in a0..a3 order). */
+        float s[4] = {0, 0, 0, 0};
+#pragma unroll
+        for (int kk = 0; kk < S::KSTEPS; kk++) {
+            uint32_t a[4];
+            kl::mma::ldmatrix_x4(a, ks + swz<HD>(warp * 16 + i8 + 8 * (mat & 1), 2 * kk + (mat >> 1)));
+            kl::mma::mma_16816<T>(s, a, qf[kk]);
+        }
+
+        /* Online softmax per head column. s[0], s[1]: token gq, heads 2tq, 2tq+1; s[2], s[3]:
+         * token gq + 8. The column max over 16 tokens: own pair, then the lanes sharing tq. */
+        const int tok = t0 + st * S::TOK + warp * 16 + gq;
+        const float x0 = tok < t1 ? s[0] * scale : -INFINITY, x1 = tok < t1 ? s[1] * scale : -INFINITY;
+        const float x2 = tok + 8 < t1 ? s[2] * scale : -INFINITY, x3 = tok + 8 < t1 ? s[3] * scale : -INFINITY;
+        float mx0 = fmaxf(x0, x2), mx1 = fmaxf(x1, x3);
+#pragma unroll
+        for (int off = 4; off < 32; off <<= 1) {
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
+        }
+        const float mn0 = fmaxf(m[0], mx0), mn1 = fmaxf(m[1], mx1);
+        const float base0 = mn0 == -INFINITY ? 0.f : mn0, base1 = mn1 == -INFINITY ? 0.f : mn1; /* no -inf - -inf */
+        const float al0 = exp2f(m[0] - base0), al1 = exp2f(m[1] - base1);
+        const float p0 = exp2f(x0 - base0), p1 = exp2f(x1 - base1), p2 = exp2f(x2 - base0), p3 = exp2f(x3 - base1);
+        l[0] = l[0] * al0 + p0 + p2, l[1] = l[1] * al1 + p1 + p3; /* from the unrounded p */
+        m[0] = mn0, m[1] = mn1;
+#pragma unroll
+        for (int mt = 0; mt < S::KSTEPS; mt++) o[mt][0] *= al0, o[mt][1] *= al1, o[mt][2] *= al0, o[mt][3] *= al1;
+
+        /* P^T as the B operand: (p0, p1) is row gq, cols 2tq.. of the 8x8 block [token][head];
+         * its transpose is (tokens 2tq.., head gq): b0. (p2, p3) gives b1 (tokens 8 + 2tq..). */
+        const uint32_t pb[2] = {kl::mma::movmatrix_trans(kl::mma::pack2<T>(p0, p1)),
+                                kl::mma::movmatrix_trans(kl::mma::pack2<T>(p2, p3))};
+        /* O^T += V^T P^T: A = V^T (16 dims x 16 tokens) by ldmatrix.trans of V rows (matrices:
+         * tokens 0-7 / 8-15 x dims 0-7 / 8-15, in a0..a3 order of the transpose). */
+#pragma unroll
+        for (int mt = 0; mt < S::KSTEPS; mt++) {
+            uint32_t a[4];
+            kl::mma::ldmatrix_x4_trans(a, vs + swz<HD>(warp * 16 + i8 + 8 * (mat >> 1), 2 * mt + (mat & 1)));
+            kl::mma::mma_16816<T>(o[mt], a, pb);
+        }
+    }
+    kl::mma::cp_async_wait<0>();
+    __syncthreads(); /* the stage buffers become the merge area */
+
+    /* Each warp's state to shared memory: l summed over the lanes sharing a head first. */
+#pragma unroll
+    for (int off = 4; off < 32; off <<= 1) {
+        l[0] += __shfl_xor_sync(0xffffffffu, l[0], off);
+        l[1] += __shfl_xor_sync(0xffffffffu, l[1], off);
+    }
+    float *mrg = reinterpret_cast<float *>(smem), *res = mrg + S::WARPS * 8 * S::ROW;
+    float *w0 = mrg + (warp * 8 + 2 * tq) * S::ROW, *w1 = w0 + S::ROW;
+#pragma unroll
+    for (int mt = 0; mt < S::KSTEPS; mt++) {
+        w0[16 * mt + gq] = o[mt][0], w1[16 * mt + gq] = o[mt][1];
+        w0[16 * mt + gq + 8] = o[mt][2], w1[16 * mt + gq + 8] = o[mt][3];
+    }
+    if (gq == 0) w0[HD] = m[0], w0[HD + 1] = l[0], w1[HD] = m[1], w1[HD + 1] = l[1];
+    __syncthreads();
+    /* The four warps merged: res[h] = (acc on the common max, that max, the sum). */
+    for (int i = threadIdx.x; i < nh * S::ROW; i += S::THREADS) {
+        const int h = i / S::ROW, d = i % S::ROW;
+        float mx = -INFINITY, sum = 0;
+        for (int w = 0; w < S::WARPS; w++) mx = fmaxf(mx, mrg[(w * 8 + h) * S::ROW + HD]);
+        for (int w = 0; w < S::WARPS; w++) {
+            const float *row = mrg + (w * 8 + h) * S::ROW;
+            sum += (d == HD ? 0.f : row[d]) * (mx == -INFINITY ? 0.f : exp2f(row[HD] - mx));
+        }
+        res[i] = d == HD ? mx : sum;
+    }
+    __syncthreads();
+
+    if (splits == 1) { /* the whole request in this block: write the output */
+        for (int i = threadIdx.x; i < nh * HD; i += S::THREADS) {
+            const int h = i / HD, d = i % HD;
+            const float *r = res + h * S::ROW;
+            static_cast<T *>(p.out)[((int64_t)b * p.num_qo_heads + h0 + h) * HD + d] = kl::from_f32<T>(r[d] / r[HD + 1]);
+            if (d == 0) p.lse[(int64_t)b * p.num_qo_heads + h0 + h] = (r[HD] + log2f(r[HD + 1])) * 0.69314718056f;
+        }
+        return;
+    }
+    for (int i = threadIdx.x; i < nh * S::ROW; i += S::THREADS)
+        kl::decode::partial(p, split, b, h0 + i / S::ROW)[i % S::ROW] = res[i];
+    /* Publish the partial, then count it. The fence makes this thread's partial stores visible
+     * device-wide before the barrier lets thread 0 increment the counter; the block that brings
+     * the count to `splits` reads every partial after its own fence, through L2. */
+    __threadfence();
+    __syncthreads();
+    __shared__ bool last;
+    if (threadIdx.x == 0) {
+        unsigned *counter = kl::decode::counters(p) + ((int64_t)b * p.num_kv_heads + g) * blocks + blockIdx.y % blocks;
+        last = atomicAdd(counter, 1u) == (unsigned)splits - 1;
+        if (last) *counter = 0; /* every other block of this request has counted: reset for the next launch */
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    for (int h = warp; h < nh; h += S::WARPS) kl::decode::merge_partials<T>(p, b, h0 + h, splits, lane, 32);
+}
+
+template <typename T, int HD>
+static cudaError_t launch_hd(const struct kl_attention_decode_params *p, struct kl_decode_split plan, cudaStream_t stream)
+{
+    using S = tc_shape<HD>;
+    static bool configured = false; /* once per instantiation: more than 48 KB of shared memory */
+    if (!configured) {
+        cudaError_t rc = cudaFuncSetAttribute(decode_v4<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, S::SMEM);
+        if (rc != cudaSuccess) return rc;
+        configured = true;
+    }
+    const int64_t blocks = (p->num_qo_heads / p->num_kv_heads + 7) / 8;
+    const dim3 grid((unsigned)p->batch, (unsigned)(p->num_kv_heads * blocks), (unsigned)plan.splits);
+    decode_v4<T, HD><<<grid, S::THREADS, S::SMEM, stream>>>(*p, (int)plan.chunk);
+    return cudaGetLastError();
+}
+
+static cudaError_t launch(const struct kl_attention_decode_params *p, cudaStream_t stream)
+{
+    cudaError_t rc = kl_attention_decode_check_params(p, "v4_tensor_cores");
+    if (rc != cudaSuccess || p->batch == 0) return rc;
+    if (p->dtype == KL_F32) return cudaErrorNotSupported;
+    const struct kl_decode_split plan = kl_attention_decode_split(p, kl_attention_decode_sms(), 32, 64, 256);
+    if (plan.splits > 1 && p->workspace_bytes < kl_attention_decode_workspace_for(p, plan.splits)) {
+        fprintf(stderr, "attention_decode v4_tensor_cores: workspace of %zu bytes, %zu needed\n", p->workspace_bytes,
+                kl_attention_decode_workspace_for(p, plan.splits));
+        return cudaErrorInvalidValue;
+    }
+    if (p->dtype == KL_BF16) {
+        KL_DISPATCH_HEAD_DIM(p->head_dim, HD, return launch_hd<__nv_bfloat16, HD>(p, plan, stream));
+    } else {
+        KL_DISPATCH_HEAD_DIM(p->head_dim, HD, return launch_hd<__half, HD>(p, plan, stream));
+    }
+    return cudaErrorNotSupported;
+}
+
+KL_VARIANT(attention_decode, v4_tensor_cores, launch, .min_cc = 80,
+           .summary = "GQA group on mma.sync tensor cores, cp.async K/V pipeline, split-KV merged by the last block");

@@ -1,0 +1,387 @@
+/* The attention_decode lab module: golden-case loading, the page-table checks, the check
+ * catalogue, running a variant. Tests and `kernlab verify/check/bench` all come through here;
+ * the perf workloads are in perf.c. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/attention_decode/attention_decode.h"
+#include "lab/attention_decode/attention_decode_module.h"
+#include "lab/core/registry.h"
+#include "reference/attention_decode.h"
+
+void kl_attention_decode_problem_free(struct kl_attention_decode_problem *p)
+{
+    if (!p) return;
+    kl_tensor_free(&p->q), kl_tensor_free(&p->k_cache), kl_tensor_free(&p->v_cache);
+    kl_tensor_free(&p->kv_indptr), kl_tensor_free(&p->kv_indices), kl_tensor_free(&p->kv_last_page_len);
+    free(p);
+}
+
+static void free_problem(void *p) { kl_attention_decode_problem_free(p); }
+
+static int64_t kv_len_of(const struct kl_attention_decode_problem *p, int64_t b)
+{
+    const int32_t *indptr = p->kv_indptr.data, *last = p->kv_last_page_len.data;
+    const int64_t pages = indptr[b + 1] - indptr[b];
+    return pages ? (pages - 1) * p->page_size + last[b] : 0;
+}
+
+/* Calls fn(ctx, page, row) for every attended token of request b, in token order. */
+#define FOR_EACH_TOKEN(p, b, page, row, body)                                                      \
+    for (int64_t t_ = 0, n_ = kv_len_of(p, b); t_ < n_; t_++) {                                 \
+        const int64_t page = ((const int32_t *)(p)->kv_indices.data)[((const int32_t *)(p)->kv_indptr.data)[b] + \
+                                                                    t_ / (p)->page_size];       \
+        const int64_t row = t_ % (p)->page_size;                                                 \
+        body;                                                                                    \
+    }
+
+static void set_outputs(const struct kl_attention_decode_problem *p, struct kl_outputs *o)
+{
+    kl_outputs_set(o, 0, "out", p->dtype, false, p->batch * p->num_qo_heads * p->head_dim);
+    kl_outputs_set(o, 1, "lse", KL_F32, false, p->batch * p->num_qo_heads);
+    kl_outputs_policy(o, 0, kl_policy_attention_out(p->dtype, p->head_dim, p->max_kv_len, p->logit_bound, p->v_abs_max));
+    kl_outputs_policy(o, 1, kl_policy_attention_lse(p->head_dim, p->max_kv_len, p->logit_bound));
+}
+
+int kl_attention_decode_check_table(struct kl_attention_decode_problem *p, const char *what, struct kl_err *err)
+{
+    const int32_t *indptr = p->kv_indptr.data, *idx = p->kv_indices.data, *last = p->kv_last_page_len.data;
+    const int64_t n_idx = kl_numel(&p->kv_indices);
+    if (indptr[0] != 0) return kl_fail(err, "%skv_indptr.npy: kv_indptr[0] = %d, must be 0", what, indptr[0]);
+    p->max_kv_len = 0;
+    for (int64_t b = 0; b < p->batch; b++) {
+        if (indptr[b + 1] < indptr[b])
+            return kl_fail(err, "%skv_indptr.npy: decreases at request %lld (%d then %d)", what, (long long)b,
+                           indptr[b], indptr[b + 1]);
+        const int64_t pages = indptr[b + 1] - indptr[b];
+        if (pages && (last[b] < 1 || last[b] > p->page_size))
+            return kl_fail(err, "%skv_last_page_len.npy: request %lld has %d tokens in its last page, page_size %lld",
+                           what, (long long)b, last[b], (long long)p->page_size);
+        if (!pages && last[b] != 0)
+            return kl_fail(err, "%skv_last_page_len.npy: request %lld has no pages but a last page of %d tokens", what,
+                           (long long)b, last[b]);
+        if (kv_len_of(p, b) > p->max_kv_len) p->max_kv_len = kv_len_of(p, b);
+    }
+    if (indptr[p->batch] != n_idx)
+        return kl_fail(err, "%skv_indptr.npy: ends at %d but kv_indices holds %lld pages", what, indptr[p->batch],
+                       (long long)n_idx);
+    for (int64_t i = 0; i < n_idx; i++)
+        if (idx[i] < 0 || idx[i] >= p->num_pages)
+            return kl_fail(err, "%skv_indices.npy: kv_indices[%lld] = %d is not a page (num_pages %lld)", what,
+                           (long long)i, idx[i], (long long)p->num_pages);
+    return 0;
+}
+
+void kl_attention_decode_bounds(struct kl_attention_decode_problem *p)
+{
+    const int64_t d = p->head_dim, row = p->num_kv_heads * d;
+    double q_norm = 0, k_norm = 0, v_max = 0;
+    for (int64_t i = 0; i < p->batch * p->num_qo_heads; i++) {
+        double s = 0;
+        for (int64_t j = 0; j < d; j++) s += pow(kl_load_elem(p->dtype, p->q.data, (size_t)(i * d + j)), 2);
+        q_norm = fmax(q_norm, sqrt(s));
+    }
+    for (int64_t b = 0; b < p->batch; b++)
+        FOR_EACH_TOKEN(p, b, page, r, {
+            for (int64_t g = 0; g < p->num_kv_heads; g++) {
+                const int64_t at = (page * p->page_size + r) * row + g * d;
+                double s = 0;
+                for (int64_t j = 0; j < d; j++) {
+                    s += pow(kl_load_elem(p->dtype, p->k_cache.data, (size_t)(at + j)), 2);
+                    v_max = fmax(v_max, fabs(kl_load_elem(p->dtype, p->v_cache.data, (size_t)(at + j))));
+                }
+                k_norm = fmax(k_norm, sqrt(s));
+            }
+        })
+    p->logit_bound = fabs(p->sm_scale) * q_norm * k_norm;
+    p->v_abs_max = v_max;
+}
+
+static void *load(const struct kl_case *c, struct kl_outputs *expected, struct kl_err *err)
+{
+    struct kl_attention_decode_problem *p = calloc(1, sizeof *p);
+    struct kl_tensor q = {0}, kc = {0}, vc = {0}, out = {0}, lse = {0};
+    char path[1200], what[1100];
+    p->dtype = c->dtype;
+    if (c->dtype != KL_F32 && c->dtype != KL_F16 && c->dtype != KL_BF16) {
+        kl_fail(err, "%s/meta.json: attention_decode needs dtype fp32, fp16 or bf16", c->dir);
+        goto fail;
+    }
+    if (kl_case_array(c, "q", &q, false, err) || kl_case_array(c, "k_cache", &kc, false, err) ||
+        kl_case_array(c, "v_cache", &vc, false, err) || kl_case_array(c, "kv_indptr", &p->kv_indptr, false, err) ||
+        kl_case_array(c, "kv_indices", &p->kv_indices, false, err) ||
+        kl_case_array(c, "kv_last_page_len", &p->kv_last_page_len, false, err) ||
+        kl_case_array(c, "out", &out, false, err) || kl_case_array(c, "lse", &lse, false, err))
+        goto fail;
+    if (kl_tensor_expect(&q, kl_case_path(c, "q.npy", path, sizeof path), 3, (int64_t[]){-1, -1, -1}, err)) goto fail;
+    p->batch = q.dims[0], p->num_qo_heads = q.dims[1], p->head_dim = q.dims[2];
+    if (kl_tensor_expect(&kc, kl_case_path(c, "k_cache.npy", path, sizeof path), 4, (int64_t[]){-1, -1, -1, p->head_dim},
+                         err))
+        goto fail;
+    p->num_pages = kc.dims[0], p->page_size = kc.dims[1], p->num_kv_heads = kc.dims[2];
+    if (p->head_dim < 1 || p->page_size < 1 || p->num_kv_heads < 1 || p->num_qo_heads < 1) {
+        kl_fail(err, "%s: head_dim, page_size, num_kv_heads and num_qo_heads must be >= 1", path);
+        goto fail;
+    }
+    if (p->num_qo_heads % p->num_kv_heads) {
+        kl_fail(err, "%s: %lld qo heads (q.npy) are not a multiple of %lld kv heads", path, (long long)p->num_qo_heads,
+                (long long)p->num_kv_heads);
+        goto fail;
+    }
+    const int64_t batch1 = p->batch + 1;
+    if (kl_tensor_expect(&vc, kl_case_path(c, "v_cache.npy", path, sizeof path), 4, kc.dims, err) ||
+        kl_tensor_expect(&out, kl_case_path(c, "out.npy", path, sizeof path), 3, q.dims, err) ||
+        kl_tensor_expect(&lse, kl_case_path(c, "lse.npy", path, sizeof path), 2, q.dims, err) ||
+        kl_tensor_expect(&p->kv_indptr, kl_case_path(c, "kv_indptr.npy", path, sizeof path), 1, &batch1, err) ||
+        kl_tensor_expect(&p->kv_last_page_len, kl_case_path(c, "kv_last_page_len.npy", path, sizeof path), 1,
+                         &p->batch, err) ||
+        kl_tensor_expect(&p->kv_indices, kl_case_path(c, "kv_indices.npy", path, sizeof path), 1, (int64_t[]){-1}, err))
+        goto fail;
+    const char *ints[3] = {"kv_indptr", "kv_indices", "kv_last_page_len"};
+    const struct kl_tensor *it[3] = {&p->kv_indptr, &p->kv_indices, &p->kv_last_page_len};
+    for (int i = 0; i < 3; i++)
+        if (it[i]->dtype != KL_I32) {
+            snprintf(what, sizeof what, "%s.npy", ints[i]);
+            kl_fail(err, "%s: dtype %s, expected <i4", kl_case_path(c, what, path, sizeof path),
+                    kl_dtype_name(it[i]->dtype));
+            goto fail;
+        }
+    snprintf(what, sizeof what, "%s/", c->dir);
+    if (kl_attention_decode_check_table(p, what, err)) goto fail;
+    double scale;
+    if (kl_case_param_double(c, "sm_scale", 1.0 / sqrt((double)p->head_dim), &scale, err)) goto fail;
+    p->sm_scale = scale;
+    if (kl_tensor_convert_exact(&p->q, &q, p->dtype, kl_case_path(c, "q.npy", path, sizeof path), err) ||
+        kl_tensor_convert_exact(&p->k_cache, &kc, p->dtype, kl_case_path(c, "k_cache.npy", path, sizeof path), err) ||
+        kl_tensor_convert_exact(&p->v_cache, &vc, p->dtype, kl_case_path(c, "v_cache.npy", path, sizeof path), err))
+        goto fail;
+    kl_attention_decode_bounds(p);
+    set_outputs(p, expected);
+    for (int64_t i = 0; i < expected->o[0].n; i++) expected->o[0].v[i] = kl_load_elem(out.dtype, out.data, (size_t)i);
+    for (int64_t i = 0; i < expected->o[1].n; i++) expected->o[1].v[i] = kl_load_elem(lse.dtype, lse.data, (size_t)i);
+    kl_tensor_free(&q), kl_tensor_free(&kc), kl_tensor_free(&vc), kl_tensor_free(&out), kl_tensor_free(&lse);
+    return p;
+fail:
+    kl_tensor_free(&q), kl_tensor_free(&kc), kl_tensor_free(&vc), kl_tensor_free(&out), kl_tensor_free(&lse);
+    kl_outputs_free(expected);
+    kl_attention_decode_problem_free(p);
+    return NULL;
+}
+
+struct kl_attention_decode_problem *kl_attention_decode_problem_random(int64_t batch, int64_t num_qo_heads,
+                                                                       int64_t num_kv_heads, int64_t head_dim,
+                                                                       int64_t page_size, const int64_t *kv_lens,
+                                                                       enum kl_dtype dtype, double q_scale,
+                                                                       uint64_t seed)
+{
+    struct kl_attention_decode_problem *p = calloc(1, sizeof *p);
+    struct kl_rng rng;
+    kl_rng_seed(&rng, seed);
+    int64_t pages = 0;
+    for (int64_t b = 0; b < batch; b++) pages += (kv_lens[b] + page_size - 1) / page_size;
+    *p = (struct kl_attention_decode_problem){.batch = batch, .num_qo_heads = num_qo_heads,
+                                              .num_kv_heads = num_kv_heads, .head_dim = head_dim,
+                                              .page_size = page_size, .num_pages = pages + 2,
+                                              .sm_scale = 1.0 / sqrt((double)head_dim), .dtype = dtype};
+    const int64_t qd[3] = {batch, num_qo_heads, head_dim}, cd[4] = {p->num_pages, page_size, num_kv_heads, head_dim};
+    const int64_t b1 = batch + 1;
+    kl_tensor_alloc(&p->q, dtype, 3, qd);
+    kl_tensor_alloc(&p->k_cache, dtype, 4, cd), kl_tensor_alloc(&p->v_cache, dtype, 4, cd);
+    kl_tensor_alloc(&p->kv_indptr, KL_I32, 1, &b1), kl_tensor_alloc(&p->kv_indices, KL_I32, 1, &pages);
+    kl_tensor_alloc(&p->kv_last_page_len, KL_I32, 1, &batch);
+    kl_rng_fill_normal(&rng, &p->q, q_scale);
+    /* Pages handed out from a shuffled pool (a fragmented cache); the two spare pages and the
+     * rows past each request's last token keep the poison. */
+    int32_t *perm = malloc(sizeof(int32_t) * (size_t)p->num_pages), *indptr = p->kv_indptr.data;
+    for (int64_t i = 0; i < p->num_pages; i++) perm[i] = (int32_t)i;
+    for (int64_t i = p->num_pages - 1; i > 0; i--) {
+        int64_t j = kl_rng_range(&rng, i + 1);
+        int32_t t = perm[i];
+        perm[i] = perm[j], perm[j] = t;
+    }
+    memcpy(p->kv_indices.data, perm, sizeof(int32_t) * (size_t)pages);
+    free(perm);
+    for (int64_t b = 0; b < batch; b++) {
+        const int64_t np = (kv_lens[b] + page_size - 1) / page_size;
+        indptr[b + 1] = indptr[b] + (int32_t)np;
+        ((int32_t *)p->kv_last_page_len.data)[b] = np ? (int32_t)(kv_lens[b] - (np - 1) * page_size) : 0;
+    }
+    const int64_t n = kl_numel(&p->k_cache);
+    for (int64_t i = 0; i < n; i++) {
+        kl_store_elem(dtype, p->k_cache.data, (size_t)i, KL_DECODE_POISON);
+        kl_store_elem(dtype, p->v_cache.data, (size_t)i, -KL_DECODE_POISON);
+    }
+    struct kl_err err;
+    kl_attention_decode_check_table(p, "random problem: ", &err); /* valid by construction; sets max_kv_len */
+    const int64_t row = num_kv_heads * head_dim;
+    for (int64_t b = 0; b < batch; b++)
+        FOR_EACH_TOKEN(p, b, page, r, {
+            for (int64_t j = 0; j < row; j++) {
+                const size_t at = (size_t)((page * page_size + r) * row + j);
+                kl_store_elem(dtype, p->k_cache.data, at, kl_rng_normal(&rng));
+                kl_store_elem(dtype, p->v_cache.data, at, kl_rng_normal(&rng));
+            }
+        })
+    kl_attention_decode_bounds(p);
+    return p;
+}
+
+/* The check catalogue: edge cases first, then random shapes. kv lengths: a list ending in -1,
+ * or {-2, lo, hi} for `batch` lengths drawn from lo..hi. */
+static const struct edge {
+    int64_t batch, qo_heads, kv_heads, head_dim, page_size;
+    int64_t lens[8];
+    enum kl_dtype dtype;
+    double q_scale;
+    const char *what;
+} kedges[] = {
+    {1, 32, 8, 128, 16, {1, -1}, KL_BF16, 1, "one request, one token"},
+    {4, 32, 8, 128, 16, {37, 16, 100, 5, -1}, KL_BF16, 1, "last pages partly full"},
+    {3, 8, 2, 128, 1, {97, 1, 40, -1}, KL_BF16, 1, "page_size 1"},
+    {3, 8, 2, 64, 5, {23, 5, 11, -1}, KL_F16, 1, "odd page_size 5"},
+    {4, 8, 2, 128, 16, {10, 0, 5, 0, -1}, KL_BF16, 1, "kv_len 0 in a batch"},
+    {2, 8, 8, 128, 16, {97, 33, -1}, KL_BF16, 1, "GQA 1 (MHA)"},
+    {2, 16, 2, 128, 16, {97, 64, -1}, KL_BF16, 1, "GQA 8"},
+    {2, 32, 2, 64, 16, {50, 17, -1}, KL_BF16, 1, "GQA 16: two head blocks"},
+    {2, 6, 2, 64, 16, {50, 17, -1}, KL_F16, 1, "GQA 3"},
+    {2, 8, 2, 256, 16, {70, 33, -1}, KL_BF16, 1, "head_dim 256"},
+    {2, 8, 2, 64, 16, {97, 1, -1}, KL_BF16, 1, "head_dim 64, kv_len 97"},
+    {2, 8, 2, 128, 16, {60, 9, -1}, KL_BF16, 100, "large logits"},
+    {2, 8, 2, 64, 16, {60, 9, -1}, KL_F32, 1, "fp32"},
+    {2, 8, 2, 128, 16, {3000, 700, -1}, KL_BF16, 1, "long requests: many splits"},
+    {1, 8, 1, 128, 16, {20000, -1}, KL_F16, 1, "one long request: every split of it merged"},
+    {33, 8, 2, 128, 16, {-2, 1, 300}, KL_BF16, 1, "33 ragged requests"},
+    {0, 8, 2, 128, 16, {-1}, KL_BF16, 1, "empty batch"},
+};
+#define N_EDGES ((int)(sizeof kedges / sizeof kedges[0]))
+#define N_RANDOM 6
+
+static void *make(int i, uint64_t seed, char *label, size_t len)
+{
+    if (i >= N_EDGES + N_RANDOM) return NULL;
+    struct kl_rng rng;
+    kl_rng_seed(&rng, seed * 1000003u + (uint64_t)i);
+    struct edge e;
+    if (i < N_EDGES) {
+        e = kedges[i];
+    } else {
+        static const enum kl_dtype types[3] = {KL_F32, KL_F16, KL_BF16};
+        static const int64_t dims[3] = {64, 128, 256}, groups[4] = {1, 2, 4, 8}, pages[4] = {1, 5, 16, 16};
+        const int64_t kv = 1 + kl_rng_range(&rng, 4);
+        e = (struct edge){1 + kl_rng_range(&rng, 8), kv * groups[kl_rng_range(&rng, 4)], kv,
+                          dims[kl_rng_range(&rng, 3)], pages[kl_rng_range(&rng, 4)], {-2, 0, 1200},
+                          types[kl_rng_range(&rng, 3)], 1, "random"};
+    }
+    int64_t lens[64] = {0};
+    for (int64_t b = 0; b < e.batch && b < 64; b++)
+        lens[b] = e.lens[0] == -2 ? e.lens[1] + kl_rng_range(&rng, e.lens[2] - e.lens[1] + 1) : e.lens[b];
+    snprintf(label, len, "%s:batch=%lld,heads=%lld/%lld,head_dim=%lld,page=%lld,max_kv=%lld,%s", e.what,
+             (long long)e.batch, (long long)e.qo_heads, (long long)e.kv_heads, (long long)e.head_dim,
+             (long long)e.page_size, (long long)(e.batch ? lens[0] : 0), kl_dtype_name(e.dtype));
+    for (char *c = label; *c; c++)
+        if (*c == ' ') *c = '_';
+    return kl_attention_decode_problem_random(e.batch, e.qo_heads, e.kv_heads, e.head_dim, e.page_size, lens, e.dtype,
+                                              e.q_scale, kl_rng_u64(&rng));
+}
+
+int kl_attention_decode_run_reference(const struct kl_attention_decode_problem *p, struct kl_outputs *o,
+                                      struct kl_err *err)
+{
+    double *q = kl_tensor_to_f64(&p->q), *k = kl_tensor_to_f64(&p->k_cache), *v = kl_tensor_to_f64(&p->v_cache);
+    set_outputs(p, o);
+    kl_attention_decode_reference(q, k, v, p->kv_indptr.data, p->kv_indices.data, p->kv_last_page_len.data,
+                                  p->batch, p->num_qo_heads, p->num_kv_heads, p->head_dim, p->page_size, p->sm_scale,
+                                  o->o[0].v, o->o[1].v);
+    free(q), free(k), free(v);
+    return 0;
+}
+
+static int reference(const void *prob, struct kl_outputs *out, struct kl_err *err)
+{
+    return kl_attention_decode_run_reference(prob, out, err);
+}
+
+int kl_attention_decode_upload(const struct kl_attention_decode_problem *p, struct kl_attention_decode_params *k,
+                               struct kl_err *err)
+{
+    memset(k, 0, sizeof *k);
+    *k = (struct kl_attention_decode_params){.batch = p->batch, .num_qo_heads = p->num_qo_heads,
+                                             .num_kv_heads = p->num_kv_heads, .head_dim = p->head_dim,
+                                             .page_size = p->page_size, .num_pages = p->num_pages,
+                                             .max_kv_len = p->max_kv_len, .sm_scale = (float)p->sm_scale,
+                                             .dtype = p->dtype};
+    const struct kl_tensor *src[6] = {&p->q, &p->k_cache, &p->v_cache, &p->kv_indptr, &p->kv_indices,
+                                      &p->kv_last_page_len};
+    void *buf[9] = {0};
+    const size_t out_bytes = (size_t)(p->batch * p->num_qo_heads * p->head_dim) * kl_dtype_size(p->dtype);
+    const size_t lse_bytes = (size_t)(p->batch * p->num_qo_heads) * sizeof(float);
+    k->workspace_bytes = kl_attention_decode_workspace_bytes(k, kl_attention_decode_sms());
+    const size_t sizes[9] = {kl_nbytes(src[0]), kl_nbytes(src[1]), kl_nbytes(src[2]), kl_nbytes(src[3]),
+                             kl_nbytes(src[4]), kl_nbytes(src[5]), out_bytes, lse_bytes, k->workspace_bytes};
+    for (int i = 0; i < 9; i++) {
+        if (kl_dev_alloc(&buf[i], sizes[i])) {
+            for (int j = 0; j < i; j++) kl_dev_free(buf[j]);
+            return kl_fail(err, "cudaMalloc of %zu bytes failed", sizes[i]);
+        }
+        if (i < 6) kl_dev_upload(buf[i], src[i]->data, sizes[i]);
+    }
+    /* Outputs poisoned (0xFF bytes are NaN): an element a variant never writes fails. The
+     * workspace starts zeroed (its merge counters), as a serving engine would allocate it. */
+    kl_dev_fill_bytes(buf[6], 0xFF, out_bytes), kl_dev_fill_bytes(buf[7], 0xFF, lse_bytes);
+    kl_dev_fill_bytes(buf[8], 0, k->workspace_bytes);
+    k->q = buf[0], k->k_cache = buf[1], k->v_cache = buf[2], k->kv_indptr = buf[3], k->kv_indices = buf[4];
+    k->kv_last_page_len = buf[5], k->out = buf[6], k->lse = buf[7], k->workspace = buf[8];
+    return 0;
+}
+
+void kl_attention_decode_release(struct kl_attention_decode_params *k)
+{
+    kl_dev_free((void *)k->q), kl_dev_free((void *)k->k_cache), kl_dev_free((void *)k->v_cache);
+    kl_dev_free((void *)k->kv_indptr), kl_dev_free((void *)k->kv_indices), kl_dev_free((void *)k->kv_last_page_len);
+    kl_dev_free(k->out), kl_dev_free(k->lse), kl_dev_free(k->workspace);
+    memset(k, 0, sizeof *k);
+}
+
+int kl_attention_decode_download(const struct kl_attention_decode_problem *p,
+                                 const struct kl_attention_decode_params *k, struct kl_outputs *o, struct kl_err *err)
+{
+    set_outputs(p, o);
+    return kl_out_download(&o->o[0], k->out, err) || kl_out_download(&o->o[1], k->lse, err) ? -1 : 0;
+}
+
+static int run(const struct kl_variant *v, const void *prob, struct kl_outputs *out, struct kl_err *err)
+{
+    const struct kl_attention_decode_problem *p = prob;
+    struct kl_attention_decode_params k;
+    if (kl_attention_decode_upload(p, &k, err)) return -1;
+    int rc = (int)((kl_attention_decode_launch_fn)v->launch)(&k, 0);
+    if (!rc) rc = kl_dev_sync();
+    int ret = rc == (int)cudaErrorNotSupported
+                  ? (kl_fail(err, "%s: does not handle %s head_dim %lld", v->name, kl_dtype_name(p->dtype),
+                             (long long)p->head_dim), 1)
+              : rc ? kl_fail(err, "%s: launch failed: %s", v->name, kl_cuda_error_string(rc))
+                   : kl_attention_decode_download(p, &k, out, err);
+    kl_attention_decode_release(&k);
+    return ret;
+}
+
+static const struct kl_tensor_ops ops = {load, make, reference, run, free_problem};
+
+KL_MODULE(attention_decode, .summary = "paged GQA decode attention (one query token per request)", .min_cc = 70,
+          .semantics = "For each request b and qo head h: out = softmax(sm_scale * q[b, h] . K^T) V over the request's "
+                       "kv_len keys and values, read from a paged cache [num_pages, page_size, kv_heads, head_dim] "
+                       "through kv_indptr / kv_indices / kv_last_page_len (FlashInfer's layout), with kv head "
+                       "h / (qo_heads / kv_heads) (GQA); lse = log(sum exp(scores)), natural log. A request with "
+                       "kv_len 0 gets out = 0 and lse = -inf. Runs once per layer per generated token: it reads the "
+                       "whole KV of every request (about a thousand times the bytes it writes), so its bound is the "
+                       "device's read bandwidth.",
+          .tensor = &ops, .perf = &kl_attention_decode_perf, .tolerance = kl_attention_tolerance_text,
+          .exercises = "1. Compare v1 and v2 on the GQA workloads: the DRAM bytes per token should drop by the "
+                       "group size (4 for Llama-3.1-8B). Check it in the counters' bytes_ratio.\n"
+                       "2. The split-KV variants choose their chunk from max_kv_len alone. Give a ragged batch's "
+                       "short requests fewer splits (a host-side plan over the real lengths, as FlashInfer's plan() "
+                       "does) and measure ragged-b64-p16.\n"
+                       "3. Replace cp.async with the Hopper bulk copy (cp.async.bulk, one instruction per 256-byte "
+                       "K row, completion on an mbarrier) and see whether issue slots or DRAM bound the result.");

@@ -1,0 +1,67 @@
+/* Deliberately wrong attention_decode variants, linked into the tests only: the checker must
+ * flag every one. Each is a one-pass online softmax, one block per (request, qo head), thread i
+ * owning output dims i and i + 128, with one realistic bug:
+ *   no_max_subtraction    p = exp(s) instead of exp(s - m): overflows to Inf/NaN on large logits
+ *   last_partial_page_dropped  kv_len counts whole pages only: a partly filled last page is skipped
+ *   wrong_kv_head         qo head h reads kv head h % kv_heads (interleaved) instead of h / group
+ *   pv_accumulated_in_dtype  the P.V accumulator is rounded to bf16/fp16 after every key
+ *   lse_in_log2           lse = log2(sum exp(s)), FlashInfer's convention, where ours is ln */
+#include "kernels/attention_decode/decode.cuh"
+#include "lab/core/registry.h"
+
+enum bug { NO_MAX, PARTIAL_PAGE_DROPPED, WRONG_KV_HEAD, ACC_IN_DTYPE, LSE_LOG2 };
+
+template <typename T, int BUG>
+static __global__ void decode_mutant(const kl_attention_decode_params p)
+{
+    const int b = blockIdx.x, h = blockIdx.y, group = (int)(p.num_qo_heads / p.num_kv_heads), d = (int)p.head_dim;
+    const int g = BUG == WRONG_KV_HEAD ? h % (int)p.num_kv_heads : h / group;
+    int n = kl::decode::kv_len(p, b);
+    if (BUG == PARTIAL_PAGE_DROPPED) n -= n % (int)p.page_size;
+    if (n == 0) return kl::decode::write_empty<T>(p, b, h, threadIdx.x, blockDim.x);
+    const T *q = static_cast<const T *>(p.q) + ((int64_t)b * p.num_qo_heads + h) * d;
+    float m = BUG == NO_MAX ? 0.f : -INFINITY, l = 0, acc[2] = {0, 0};
+    for (int t = 0; t < n; t++) {
+        const int64_t at = kl::decode::kv_offset(p, b, t, g);
+        const T *k = static_cast<const T *>(p.k_cache) + at, *v = static_cast<const T *>(p.v_cache) + at;
+        float part = 0;
+        for (int i = threadIdx.x; i < d; i += blockDim.x) part += kl::to_f32(q[i]) * kl::to_f32(k[i]);
+        const float s = p.sm_scale * kl::block_sum(part);
+        const float m_new = BUG == NO_MAX ? 0.f : fmaxf(m, s), alpha = expf(m - m_new), prob = expf(s - m_new);
+        l = l * alpha + prob;
+        for (int j = 0; j < 2; j++) {
+            const int i = threadIdx.x + j * blockDim.x;
+            if (i < d) acc[j] = acc[j] * alpha + prob * kl::to_f32(v[i]);
+            if (BUG == ACC_IN_DTYPE) acc[j] = kl::to_f32(kl::from_f32<T>(acc[j]));
+        }
+        m = m_new;
+    }
+    T *out = static_cast<T *>(p.out) + ((int64_t)b * p.num_qo_heads + h) * d;
+    for (int j = 0; j < 2; j++) {
+        const int i = threadIdx.x + j * blockDim.x;
+        if (i < d) out[i] = kl::from_f32<T>(acc[j] / l);
+    }
+    if (threadIdx.x == 0)
+        p.lse[(int64_t)b * p.num_qo_heads + h] = BUG == LSE_LOG2 ? (m + logf(l)) * 1.44269504089f : m + logf(l);
+}
+
+template <int BUG>
+static cudaError_t launch(const struct kl_attention_decode_params *p, cudaStream_t stream)
+{
+    cudaError_t rc = kl_attention_decode_check_params(p, "mutant");
+    if (rc != cudaSuccess || p->batch == 0) return rc;
+    const dim3 grid((unsigned)p->batch, (unsigned)p->num_qo_heads);
+    KL_DISPATCH_FLOAT(p->dtype, T, decode_mutant<T, BUG><<<grid, 128, 0, stream>>>(*p));
+    return cudaGetLastError();
+}
+
+KL_VARIANT(attention_decode, mutant_no_max_subtraction, launch<NO_MAX>, .min_cc = 70,
+           .summary = "p = exp(s) without subtracting the max", .mutant = 1);
+KL_VARIANT(attention_decode, mutant_last_partial_page_dropped, launch<PARTIAL_PAGE_DROPPED>, .min_cc = 70,
+           .summary = "a partly filled last page is skipped", .mutant = 1);
+KL_VARIANT(attention_decode, mutant_wrong_kv_head, launch<WRONG_KV_HEAD>, .min_cc = 70,
+           .summary = "qo head h reads kv head h % kv_heads", .mutant = 1);
+KL_VARIANT(attention_decode, mutant_pv_accumulated_in_dtype, launch<ACC_IN_DTYPE>, .min_cc = 70,
+           .summary = "P.V accumulated in the input dtype", .mutant = 1);
+KL_VARIANT(attention_decode, mutant_lse_in_log2, launch<LSE_LOG2>, .min_cc = 70, .summary = "lse in base 2",
+           .mutant = 1);

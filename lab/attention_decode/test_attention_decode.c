@@ -1,0 +1,275 @@
+/* attention_decode tests. Suite `attention_decode` runs anywhere (the reference against the
+ * goldens and worked examples, the page-table checks, the split plan); suite
+ * `attention_decode_gpu` runs every variant on the device and skips without one.
+ * Parameterized over variant INDICES (pointers as parameters crash Criterion's workers). */
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lab/attention_decode/attention_decode_module.h"
+#include "lab/core/device.h"
+#include "lab/core/testing.h"
+#include "reference/attention_decode.h"
+
+static const struct kl_module *module(void) { return kl_module_find("attention_decode"); }
+
+Test(attention_decode, reference_matches_every_golden_case)
+{
+    int failures = kl_test_goldens("attention_decode", NULL, stderr);
+    cr_assert(failures >= 0, "no golden cases found under golden/attention_decode");
+    cr_assert_eq(failures, 0, "%d golden cases failed (lines above)", failures);
+}
+
+Test(attention_decode, reference_softmax_of_two_keys_worked_by_hand)
+{
+    /* One request, one head, head_dim 2, page_size 1, sm_scale 1: q = (1, 0), keys (1, 0) and
+     * (0, 1) give scores 1 and 0, so p = (e, 1) / (e + 1); values (1, 2) and (3, 4). */
+    const double q[2] = {1, 0}, k[4] = {1, 0, 0, 1}, v[4] = {1, 2, 3, 4};
+    const int32_t indptr[2] = {0, 2}, indices[2] = {0, 1}, last[1] = {1};
+    double out[2], lse;
+    kl_attention_decode_reference(q, k, v, indptr, indices, last, 1, 1, 1, 2, 1, 1.0, out, &lse);
+    const double e = exp(1.0), p0 = e / (e + 1), p1 = 1 / (e + 1);
+    cr_assert_float_eq(out[0], p0 * 1 + p1 * 3, 1e-14);
+    cr_assert_float_eq(out[1], p0 * 2 + p1 * 4, 1e-14);
+    cr_assert_float_eq(lse, log(e + 1), 1e-14);
+}
+
+Test(attention_decode, reference_gives_zero_and_minus_infinity_for_an_empty_request)
+{
+    const double q[4] = {1, 2, 3, 4}, k[2] = {1, 1}, v[2] = {5, 5};
+    const int32_t indptr[3] = {0, 0, 1}, indices[1] = {0}, last[2] = {0, 1};
+    double out[4] = {9, 9, 9, 9}, lse[2] = {9, 9};
+    kl_attention_decode_reference(q, k, v, indptr, indices, last, 2, 1, 1, 2, 1, 1.0, out, lse);
+    cr_assert(out[0] == 0 && out[1] == 0 && isinf(lse[0]) && lse[0] < 0, "empty request: out %g %g, lse %g", out[0],
+              out[1], lse[0]);
+    cr_assert(out[2] == 5 && out[3] == 5, "one key: out is its value");
+}
+
+/* A problem built by hand: batch 1, `qo` heads over `kv` kv heads, head_dim 2, page_size 2,
+ * kv_len 3 (two pages, the second holding 1 token). */
+static struct kl_attention_decode_problem *tiny(int64_t qo, int64_t kv)
+{
+    const int64_t lens[1] = {3};
+    return kl_attention_decode_problem_random(1, qo, kv, 2, 2, lens, KL_F32, 1, 7);
+}
+
+Test(attention_decode, reference_reads_the_kv_head_of_each_gqa_group)
+{
+    /* 4 qo heads over 2 kv heads: heads 0, 1 read kv head 0 and heads 2, 3 kv head 1. Making the
+     * two kv heads' values differ by a constant must move exactly heads 2 and 3 by it. */
+    struct kl_attention_decode_problem *p = tiny(4, 2);
+    struct kl_outputs a = {0}, b = {0};
+    struct kl_err err;
+    kl_attention_decode_run_reference(p, &a, &err);
+    float *v = p->v_cache.data;
+    for (int64_t i = 0; i < kl_numel(&p->v_cache); i++)
+        if ((i / 2) % 2 == 1) v[i] += 10; /* element i belongs to kv head (i / head_dim) % kv_heads */
+    kl_attention_decode_run_reference(p, &b, &err);
+    for (int h = 0; h < 4; h++)
+        for (int d = 0; d < 2; d++) {
+            const double moved = b.o[0].v[h * 2 + d] - a.o[0].v[h * 2 + d], want = h < 2 ? 0 : 10;
+            cr_assert(fabs(moved - want) < 1e-5, "head %d dim %d moved by %.9g, expected %g (v in float32)", h, d, moved, want);
+        }
+    kl_outputs_free(&a), kl_outputs_free(&b);
+    kl_attention_decode_problem_free(p);
+}
+
+Test(attention_decode, reference_never_reads_past_the_last_page_len)
+{
+    /* The row after the last token (page 2, row 1) holds poison; changing it changes nothing. */
+    struct kl_attention_decode_problem *p = tiny(2, 1);
+    struct kl_outputs a = {0}, b = {0};
+    struct kl_err err;
+    kl_attention_decode_run_reference(p, &a, &err);
+    const int32_t last_page = ((int32_t *)p->kv_indices.data)[1];
+    float *k = p->k_cache.data, *v = p->v_cache.data;
+    const int64_t at = (last_page * 2 + 1) * 2;
+    k[at] = 1e6f, v[at] = -1e6f;
+    kl_attention_decode_run_reference(p, &b, &err);
+    for (int i = 0; i < 4; i++) cr_assert_eq(a.o[0].v[i], b.o[0].v[i], "out[%d] changed", i);
+    kl_outputs_free(&a), kl_outputs_free(&b);
+    kl_attention_decode_problem_free(p);
+}
+
+Test(attention_decode, malformed_page_tables_are_refused_naming_the_array)
+{
+    struct kl_err err;
+    struct kl_attention_decode_problem *p = tiny(2, 1);
+    int32_t *indptr = p->kv_indptr.data, *idx = p->kv_indices.data, *last = p->kv_last_page_len.data;
+    cr_assert_eq(kl_attention_decode_check_table(p, "", &err), 0, "%s", err.msg);
+    cr_assert_eq(p->max_kv_len, 3);
+    idx[1] = (int32_t)p->num_pages;
+    cr_assert_neq(kl_attention_decode_check_table(p, "", &err), 0);
+    cr_assert(strstr(err.msg, "kv_indices.npy"), "%s", err.msg);
+    idx[1] = -1;
+    cr_assert_neq(kl_attention_decode_check_table(p, "", &err), 0);
+    idx[1] = 0;
+    last[0] = 0;
+    cr_assert_neq(kl_attention_decode_check_table(p, "", &err), 0);
+    cr_assert(strstr(err.msg, "kv_last_page_len.npy"), "%s", err.msg);
+    last[0] = 3; /* page_size 2 */
+    cr_assert_neq(kl_attention_decode_check_table(p, "", &err), 0);
+    last[0] = 1;
+    indptr[1] = 3; /* more pages than kv_indices holds */
+    cr_assert_neq(kl_attention_decode_check_table(p, "", &err), 0);
+    cr_assert(strstr(err.msg, "kv_indptr.npy"), "%s", err.msg);
+    indptr[0] = 1;
+    cr_assert_neq(kl_attention_decode_check_table(p, "", &err), 0);
+    kl_attention_decode_problem_free(p);
+}
+
+Test(attention_decode, catalogue_covers_the_edges_and_keeps_poison_outside_requests)
+{
+    char label[200];
+    bool page1 = false, odd_page = false, empty = false, partial = false, gqa8 = false, mha = false;
+    for (int i = 0;; i++) {
+        struct kl_attention_decode_problem *p = module()->tensor->make(i, 3, label, sizeof label);
+        if (!p) break;
+        struct kl_err err;
+        cr_assert_eq(kl_attention_decode_check_table(p, "", &err), 0, "%s: %s", label, err.msg);
+        const int32_t *indptr = p->kv_indptr.data, *last = p->kv_last_page_len.data;
+        for (int64_t b = 0; b < p->batch; b++) {
+            empty |= indptr[b + 1] == indptr[b];
+            partial |= indptr[b + 1] > indptr[b] && last[b] < p->page_size;
+        }
+        page1 |= p->page_size == 1, odd_page |= p->page_size % 2 == 1 && p->page_size > 1;
+        gqa8 |= p->num_qo_heads / p->num_kv_heads == 8, mha |= p->num_qo_heads == p->num_kv_heads;
+        /* The pool's spare pages are never handed out, and hold poison. */
+        const int64_t n_idx = kl_numel(&p->kv_indices), page_elems = kl_numel(&p->k_cache) / p->num_pages;
+        int64_t spare = -1;
+        for (int64_t page = 0; page < p->num_pages && spare < 0; page++) {
+            bool used = false;
+            for (int64_t j = 0; j < n_idx; j++) used |= ((const int32_t *)p->kv_indices.data)[j] == page;
+            if (!used) spare = page;
+        }
+        cr_assert_geq(spare, 0, "%s: no spare page", label);
+        cr_assert_eq(kl_load_elem(p->dtype, p->k_cache.data, (size_t)(spare * page_elems)), KL_DECODE_POISON,
+                     "%s: a spare page is not poison", label);
+        module()->tensor->free(p);
+    }
+    cr_assert(page1 && odd_page && empty && partial && gqa8 && mha);
+}
+
+Test(attention_decode, split_plans_cover_every_token_and_fit_the_workspace)
+{
+    const int64_t batches[4] = {1, 8, 64, 128}, lens[4] = {1, 512, 8192, 32768};
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++) {
+            struct kl_attention_decode_params p = {.batch = batches[i], .num_qo_heads = 32, .num_kv_heads = 8,
+                                                   .head_dim = 128, .page_size = 16, .max_kv_len = lens[j]};
+            const size_t ws = kl_attention_decode_workspace_bytes(&p, 132);
+            const struct kl_decode_split plans[2] = {kl_attention_decode_split(&p, 132, 16, 16, 256),
+                                                     kl_attention_decode_split(&p, 132, 32, 64, 128)};
+            for (int k = 0; k < 2; k++) {
+                cr_assert_geq(plans[k].chunk * plans[k].splits, lens[j]);
+                cr_assert_lt(plans[k].chunk * (plans[k].splits - 1), lens[j], "an empty split");
+                cr_assert_leq(kl_attention_decode_workspace_for(&p, plans[k].splits), ws);
+            }
+        }
+}
+
+/* ---- GPU ---- */
+
+static int indices[64];
+
+static struct criterion_test_params variants(bool mutants)
+{
+    int n = kl_variant_count("attention_decode", mutants), m = 0;
+    for (int i = 0; i < n; i++)
+        if (kl_variant_at("attention_decode", i, mutants)->mutant == (int)mutants) indices[m++] = i;
+    return cr_make_param_array(int, indices, (size_t)m);
+}
+
+ParameterizedTestParameters(attention_decode_gpu, every_variant_matches_the_goldens) { return variants(false); }
+
+ParameterizedTest(int *i, attention_decode_gpu, every_variant_matches_the_goldens)
+{
+    const struct kl_variant *v = kl_variant_at("attention_decode", *i, false);
+    cr_log_info("variant %s", v->name);
+    if (kl_test_skip_reason(v)) cr_skip_test("%s: %s", v->name, kl_test_skip_reason(v));
+    int failures = kl_test_goldens("attention_decode", v, stderr);
+    cr_assert_eq(failures, 0, "%s: %d golden cases failed (lines above)", v->name, failures);
+}
+
+ParameterizedTestParameters(attention_decode_gpu, every_variant_matches_the_reference_on_fresh_inputs_and_edges)
+{
+    return variants(false);
+}
+
+ParameterizedTest(int *i, attention_decode_gpu, every_variant_matches_the_reference_on_fresh_inputs_and_edges)
+{
+    const struct kl_variant *v = kl_variant_at("attention_decode", *i, false);
+    cr_log_info("variant %s", v->name);
+    if (kl_test_skip_reason(v)) cr_skip_test("%s: %s", v->name, kl_test_skip_reason(v));
+    int failures = kl_check_module(module(), v, kl_test_seed(stderr), stderr);
+    cr_assert_eq(failures, 0, "%s: %d problems failed (lines above)", v->name, failures);
+}
+
+ParameterizedTestParameters(attention_decode_gpu, repeated_launches_give_identical_results) { return variants(false); }
+
+ParameterizedTest(int *i, attention_decode_gpu, repeated_launches_give_identical_results)
+{
+    /* Split variants keep merge counters in the workspace and must leave them as they found them:
+     * a second launch (a CUDA-graph replay, the next decode step) must not see stale counts. */
+    const struct kl_variant *v = kl_variant_at("attention_decode", *i, false);
+    cr_log_info("variant %s", v->name);
+    if (kl_test_skip_reason(v)) cr_skip_test("%s: %s", v->name, kl_test_skip_reason(v));
+    const int64_t lens[3] = {3000, 1, 700};
+    struct kl_attention_decode_problem *p = kl_attention_decode_problem_random(3, 8, 2, 128, 16, lens, KL_BF16, 1, 11);
+    struct kl_attention_decode_params k;
+    struct kl_err err;
+    struct kl_outputs first = {0}, again = {0};
+    cr_assert_eq(kl_attention_decode_upload(p, &k, &err), 0, "%s", err.msg);
+    kl_attention_decode_launch_fn f = (kl_attention_decode_launch_fn)v->launch;
+    cr_assert_eq(f(&k, 0), cudaSuccess);
+    cr_assert_eq(kl_dev_sync(), 0);
+    cr_assert_eq(kl_attention_decode_download(p, &k, &first, &err), 0, "%s", err.msg);
+    for (int r = 0; r < 5; r++) cr_assert_eq(f(&k, 0), cudaSuccess);
+    cr_assert_eq(kl_dev_sync(), 0);
+    cr_assert_eq(kl_attention_decode_download(p, &k, &again, &err), 0, "%s", err.msg);
+    for (int o = 0; o < 2; o++)
+        for (int64_t j = 0; j < first.o[o].n; j++)
+            cr_assert(first.o[o].v[j] == again.o[o].v[j] || (isnan(first.o[o].v[j]) && isnan(again.o[o].v[j])),
+                      "%s: %s[%lld] %g then %g", v->name, first.o[o].name, (long long)j, first.o[o].v[j],
+                      again.o[o].v[j]);
+    kl_outputs_free(&first), kl_outputs_free(&again);
+    kl_attention_decode_release(&k);
+    kl_attention_decode_problem_free(p);
+}
+
+ParameterizedTestParameters(attention_decode_gpu, every_mutant_is_flagged) { return variants(true); }
+
+ParameterizedTest(int *i, attention_decode_gpu, every_mutant_is_flagged)
+{
+    const struct kl_variant *v = kl_variant_at("attention_decode", *i, true);
+    cr_log_info("mutant %s", v->name);
+    if (kl_test_skip_reason(v)) cr_skip_test("%s: %s", v->name, kl_test_skip_reason(v));
+    int flagged = kl_test_goldens("attention_decode", v, stderr) +
+                  kl_check_module(module(), v, kl_test_seed(stderr), stderr);
+    cr_assert_gt(flagged, 0, "mutant %s passed every golden case and the whole check catalogue", v->name);
+}
+
+Test(attention_decode_gpu, there_are_at_least_five_mutants)
+{
+    cr_assert_geq(kl_variant_count("attention_decode", true) - kl_variant_count("attention_decode", false), 5);
+}
+
+Test(attention_decode_gpu, launchers_reject_bad_shapes_without_launching)
+{
+    if (!kl_have_gpu()) cr_skip_test("no CUDA device");
+    for (int i = 0; i < kl_variant_count("attention_decode", false); i++) {
+        const struct kl_variant *v = kl_variant_at("attention_decode", i, false);
+        kl_attention_decode_launch_fn f = (kl_attention_decode_launch_fn)v->launch;
+        struct kl_attention_decode_params bad = {.batch = 2, .num_qo_heads = 6, .num_kv_heads = 4, .head_dim = 128,
+                                                 .page_size = 16, .num_pages = 4, .dtype = KL_BF16, .sm_scale = 0.1f};
+        cr_expect_eq(f(&bad, 0), cudaErrorInvalidValue, "%s accepted 6 qo heads over 4 kv heads", v->name);
+        bad.num_qo_heads = 8, bad.head_dim = 12;
+        cr_expect_eq(f(&bad, 0), cudaErrorInvalidValue, "%s accepted head_dim 12", v->name);
+        bad.head_dim = 128, bad.page_size = 0;
+        cr_expect_eq(f(&bad, 0), cudaErrorInvalidValue, "%s accepted page_size 0", v->name);
+        bad.page_size = 16; /* pointers unset with requests to attend */
+        cr_expect_eq(f(&bad, 0), cudaErrorInvalidValue, "%s accepted NULL pointers", v->name);
+    }
+}

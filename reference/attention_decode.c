@@ -1,0 +1,61 @@
+/* Decode attention, the obviously right way, in float64.
+ *
+ * For each request and each kv head, the keys and values it owns are first gathered out of the
+ * pages into contiguous [kv_len, head_dim] matrices. The GQA group's query rows (the qo heads
+ * sharing that kv head) against those keys is one matrix product, S = Q K^T, and the output is
+ * another, O = P V: both through OpenBLAS. The softmax subtracts each row's max before exp, so
+ * large logits cannot overflow. */
+#include "attention_decode.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lab/core/check.h"
+
+void kl_attention_decode_reference(const double *q, const double *k_cache, const double *v_cache,
+                                   const int32_t *kv_indptr, const int32_t *kv_indices,
+                                   const int32_t *kv_last_page_len, int64_t batch, int64_t qo_heads,
+                                   int64_t kv_heads, int64_t head_dim, int64_t page_size, double sm_scale,
+                                   double *out, double *lse)
+{
+    const int64_t group = qo_heads / kv_heads, d = head_dim;
+    for (int64_t b = 0; b < batch; b++) {
+        const int64_t pages = kv_indptr[b + 1] - kv_indptr[b];
+        const int64_t kv_len = pages ? (pages - 1) * page_size + kv_last_page_len[b] : 0;
+        double *o_b = out + b * qo_heads * d, *lse_b = lse + b * qo_heads;
+        if (kv_len == 0) {
+            memset(o_b, 0, sizeof(double) * (size_t)(qo_heads * d));
+            for (int64_t h = 0; h < qo_heads; h++) lse_b[h] = -INFINITY;
+            continue;
+        }
+        double *k = malloc(sizeof(double) * (size_t)(kv_len * d)), *v = malloc(sizeof(double) * (size_t)(kv_len * d));
+        double *s = malloc(sizeof(double) * (size_t)(group * kv_len));
+        KL_CHECK(k && v && s, "out of host memory (kv_len %lld)", (long long)kv_len);
+        for (int64_t g = 0; g < kv_heads; g++) {
+            /* Gather: token t lives in page kv_indices[kv_indptr[b] + t / page_size], row t % page_size. */
+            for (int64_t t = 0; t < kv_len; t++) {
+                const int64_t page = kv_indices[kv_indptr[b] + t / page_size], row = t % page_size;
+                const int64_t at = ((page * page_size + row) * kv_heads + g) * d;
+                memcpy(k + t * d, k_cache + at, sizeof(double) * (size_t)d);
+                memcpy(v + t * d, v_cache + at, sizeof(double) * (size_t)d);
+            }
+            /* S[group, kv_len] = sm_scale * Q_g K^T, Q_g = the group's rows of q (contiguous). */
+            const double *q_g = q + (b * qo_heads + g * group) * d;
+            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)group, (int)kv_len, (int)d, sm_scale, q_g,
+                        (int)d, k, (int)d, 0.0, s, (int)kv_len);
+            for (int64_t i = 0; i < group; i++) {
+                double *row = s + i * kv_len, m = -INFINITY, sum = 0;
+                for (int64_t t = 0; t < kv_len; t++) m = fmax(m, row[t]);
+                for (int64_t t = 0; t < kv_len; t++) sum += row[t] = exp(row[t] - m);
+                for (int64_t t = 0; t < kv_len; t++) row[t] /= sum;
+                lse_b[g * group + i] = m + log(sum);
+            }
+            /* O_g[group, d] = P V. */
+            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)group, (int)d, (int)kv_len, 1.0, s,
+                        (int)kv_len, v, (int)d, 0.0, o_b + g * group * d, (int)d);
+        }
+        free(k), free(v), free(s);
+    }
+}
