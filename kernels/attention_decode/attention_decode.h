@@ -56,19 +56,24 @@ cudaError_t kl_attention_decode_check_params(const struct kl_attention_decode_pa
 
 /* How split-KV variants cut the keys: every request's keys in chunks of `chunk` tokens (a
  * multiple of `granule`), so request b runs ceil(kv_len(b) / chunk) blocks per kv head, at most
- * `splits`. Chosen from the shape alone (the host knows max_kv_len, not each kv_len): enough
- * blocks for `blocks_per_sm` x sms, chunks of at least min_chunk tokens so the merge stays
- * small next to the keys read. */
+ * `splits`. Chosen from the shape alone (the host knows max_kv_len, not each kv_len): about
+ * blocks_per_sm x sms blocks, chunks kept within [min_chunk, max_chunk] tokens (short chunks
+ * make the merge large next to the keys read; long ones leave a long tail on a ragged batch),
+ * and never more than KL_DECODE_MAX_SPLITS splits. min_chunk must be >= KL_DECODE_MIN_CHUNK. */
+#define KL_DECODE_MAX_SPLITS 256
+#define KL_DECODE_MIN_CHUNK 64
 struct kl_decode_split {
     int64_t chunk;
     int splits;
 };
 struct kl_decode_split kl_attention_decode_split(const struct kl_attention_decode_params *p, int sms,
-                                                 int blocks_per_sm, int64_t granule, int64_t min_chunk);
+                                                 int blocks_per_sm, int64_t granule, int64_t min_chunk,
+                                                 int64_t max_chunk);
 
-/* Workspace for the split plan of this shape on a device with `sms` multiprocessors: per
- * (request, qo head, split) a partial output of head_dim floats plus its max and sum, and one
- * merge counter per (request, kv head, head block). Zero it once; kernels leave it zeroed. */
+/* Workspace for any split plan of this shape (the `sms` argument is kept for plans that depend
+ * on the device): per (request, qo head, split) a partial output of head_dim floats plus its
+ * max and sum, and one merge counter per (request, kv head, head block). Zero it once; kernels
+ * leave it zeroed. */
 size_t kl_attention_decode_workspace_bytes(const struct kl_attention_decode_params *p, int sms);
 /* The workspace a plan of `splits` needs (launchers check workspace_bytes against it). */
 size_t kl_attention_decode_workspace_for(const struct kl_attention_decode_params *p, int splits);

@@ -40,33 +40,44 @@ __device__ __forceinline__ float *partial(const kl_attention_decode_params &p, i
     return base + ((split * p.batch + b) * p.num_qo_heads + h) * (p.head_dim + 2);
 }
 
-/* The final output of (b, h) from `splits` partials: with M = max m_s, the weights 2^(m_s - M)
- * put every partial on one scale, so out = sum acc_s w_s / sum l_s w_s and
- * lse = ln 2 * (M + log2(sum l_s w_s)). The threads of the calling group split head_dim
- * (thread `lane` of `lanes`); all of them read m and l. Partials were written by other blocks:
- * read through L2 (__ldcg), never a stale L1 line. */
+/* The final output of (b, h) from `splits` partials, computed by the whole block (every thread
+ * must call it; it synchronises). With M = max m_s, the weights w_s = 2^(m_s - M) put every
+ * partial on one scale: out = sum acc_s w_s / L and lse = ln 2 * (M + log2 L), L = sum l_s w_s.
+ * The weights are computed once into `w` (shared, >= splits + 2 floats), then each thread sums
+ * its dims over the splits. Partials were written by other blocks: read through L2 (__ldcg),
+ * never from a possibly stale L1 line. */
 template <typename T>
-__device__ __forceinline__ void merge_partials(const kl_attention_decode_params &p, int b, int h, int splits,
-                                               int lane, int lanes)
+__device__ __forceinline__ void merge_partials(const kl_attention_decode_params &p, int b, int h, int splits, float *w)
 {
-    float m = -INFINITY;
-    for (int s = 0; s < splits; s++) m = fmaxf(m, __ldcg(partial(p, s, b, h) + p.head_dim));
-    float l = 0;
-    for (int s = 0; s < splits; s++) {
-        const float *ps = partial(p, s, b, h);
-        l += __ldcg(ps + p.head_dim + 1) * exp2f(__ldcg(ps + p.head_dim) - m);
+    const int hd = (int)p.head_dim, tid = threadIdx.x, threads = blockDim.x;
+    float *total = w + splits; /* [0]: M, [1]: L */
+    for (int s = tid; s < splits; s += threads) w[s] = __ldcg(partial(p, s, b, h) + hd);
+    __syncthreads();
+    if (tid < 32) {
+        float m = -INFINITY;
+        for (int s = tid; s < splits; s += 32) m = fmaxf(m, w[s]);
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+        if (tid == 0) total[0] = m;
     }
-    T *out = static_cast<T *>(p.out) + ((int64_t)b * p.num_qo_heads + h) * p.head_dim;
-    const float inv_l = 1.f / l;
-    for (int d = lane; d < p.head_dim; d += lanes) {
+    __syncthreads();
+    for (int s = tid; s < splits; s += threads) w[s] = exp2f(w[s] - total[0]);
+    __syncthreads();
+    if (tid < 32) {
+        float l = 0;
+        for (int s = tid; s < splits; s += 32) l += __ldcg(partial(p, s, b, h) + hd + 1) * w[s];
+        l = kl::warp_sum(l);
+        if (tid == 0) total[1] = l;
+    }
+    __syncthreads();
+    T *out = static_cast<T *>(p.out) + ((int64_t)b * p.num_qo_heads + h) * hd;
+    for (int d = tid; d < hd; d += threads) {
         float acc = 0;
-        for (int s = 0; s < splits; s++) {
-            const float *ps = partial(p, s, b, h);
-            acc += __ldcg(ps + d) * exp2f(__ldcg(ps + p.head_dim) - m);
-        }
-        out[d] = kl::from_f32<T>(acc * inv_l);
+        for (int s = 0; s < splits; s++) acc += __ldcg(partial(p, s, b, h) + d) * w[s];
+        out[d] = kl::from_f32<T>(acc / total[1]);
     }
-    if (lane == 0) p.lse[(int64_t)b * p.num_qo_heads + h] = (m + log2f(l)) * 0.69314718056f;
+    if (tid == 0) p.lse[(int64_t)b * p.num_qo_heads + h] = (total[0] + log2f(total[1])) * 0.69314718056f;
+    __syncthreads(); /* w and total are reused by the caller's next head */
 }
 
 /* out = 0 and lse = -inf for a request with no keys (the empty sum). */

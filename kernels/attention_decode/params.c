@@ -33,23 +33,20 @@ cudaError_t kl_attention_decode_check_params(const struct kl_attention_decode_pa
     return cudaErrorInvalidValue;
 }
 
-#define KL_DECODE_MAX_SPLITS 256
-
 struct kl_decode_split kl_attention_decode_split(const struct kl_attention_decode_params *p, int sms,
-                                                 int blocks_per_sm, int64_t granule, int64_t min_chunk)
+                                                 int blocks_per_sm, int64_t granule, int64_t min_chunk,
+                                                 int64_t max_chunk)
 {
     const int64_t group = p->num_qo_heads / p->num_kv_heads, head_blocks = (group + 7) / 8;
     const int64_t pairs = p->batch * p->num_kv_heads * head_blocks, want = (int64_t)blocks_per_sm * sms;
-    const int64_t n = p->max_kv_len;
-    int64_t splits = pairs > 0 ? (want + pairs - 1) / pairs : 1;
-    if (splits > (n + min_chunk - 1) / min_chunk) splits = (n + min_chunk - 1) / min_chunk;
-    if (splits > KL_DECODE_MAX_SPLITS) splits = KL_DECODE_MAX_SPLITS;
-    if (splits < 1) splits = 1;
+    const int64_t n = p->max_kv_len, splits = pairs > 0 ? (want + pairs - 1) / pairs : 1;
     int64_t chunk = (n + splits - 1) / splits;
+    if (chunk < min_chunk) chunk = min_chunk;
+    if (chunk > max_chunk) chunk = max_chunk;
     chunk = (chunk + granule - 1) / granule * granule;
-    if (chunk < granule) chunk = granule;
-    splits = n > 0 ? (n + chunk - 1) / chunk : 1;
-    return (struct kl_decode_split){chunk, (int)splits};
+    if (n > KL_DECODE_MAX_SPLITS * chunk) chunk = (n + KL_DECODE_MAX_SPLITS - 1) / KL_DECODE_MAX_SPLITS;
+    chunk = (chunk + granule - 1) / granule * granule;
+    return (struct kl_decode_split){chunk, n > 0 ? (int)((n + chunk - 1) / chunk) : 1};
 }
 
 size_t kl_attention_decode_workspace_for(const struct kl_attention_decode_params *p, int splits)
@@ -62,8 +59,11 @@ size_t kl_attention_decode_workspace_for(const struct kl_attention_decode_params
 
 size_t kl_attention_decode_workspace_bytes(const struct kl_attention_decode_params *p, int sms)
 {
-    /* The largest plan any variant asks for: blocks_per_sm and chunks no finer than these. */
-    return kl_attention_decode_workspace_for(p, kl_attention_decode_split(p, sms, 32, 16, 64).splits);
+    /* Room for the most splits any plan makes: chunks of KL_DECODE_MIN_CHUNK tokens, at most
+     * KL_DECODE_MAX_SPLITS of them. */
+    int64_t splits = (p->max_kv_len + KL_DECODE_MIN_CHUNK - 1) / KL_DECODE_MIN_CHUNK;
+    if (splits > KL_DECODE_MAX_SPLITS) splits = KL_DECODE_MAX_SPLITS;
+    return kl_attention_decode_workspace_for(p, splits > 1 ? (int)splits : 1);
 }
 
 int kl_attention_decode_sms(void)

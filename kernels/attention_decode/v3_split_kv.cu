@@ -41,8 +41,9 @@ static __global__ void __launch_bounds__(128) decode_v3(const kl_attention_decod
 template <typename T>
 static __global__ void merge_v3(const kl_attention_decode_params p, int chunk)
 {
+    __shared__ float w[KL_DECODE_MAX_SPLITS + 2];
     const int b = blockIdx.x, h = blockIdx.y, n = kl::decode::kv_len(p, b), splits = (n + chunk - 1) / chunk;
-    if (splits > 1) kl::decode::merge_partials<T>(p, b, h, splits, threadIdx.x, blockDim.x);
+    if (splits > 1) kl::decode::merge_partials<T>(p, b, h, splits, w);
 }
 
 template <typename T, int HD, int GMAX>
@@ -61,7 +62,7 @@ static cudaError_t launch(const struct kl_attention_decode_params *p, cudaStream
 {
     cudaError_t rc = kl_attention_decode_check_params(p, "v3_split_kv");
     if (rc != cudaSuccess || p->batch == 0) return rc;
-    const struct kl_decode_split plan = kl_attention_decode_split(p, kl_attention_decode_sms(), 16, 16, 256);
+    const struct kl_decode_split plan = kl_attention_decode_split(p, kl_attention_decode_sms(), 16, 16, 256, 1 << 30);
     if (plan.splits > 1 && p->workspace_bytes < kl_attention_decode_workspace_for(p, plan.splits)) {
         fprintf(stderr, "attention_decode v3_split_kv: workspace of %zu bytes, %zu needed\n", p->workspace_bytes,
                 kl_attention_decode_workspace_for(p, plan.splits));

@@ -10,8 +10,9 @@
  * warp instructions per 256 bytes instead of ~10. The K/V tiles (64 tokens: 16 per warp) come
  * into shared memory with cp.async, STAGES deep, in a swizzled layout (16-byte chunk c of row r
  * stored at c ^ (r % 8)) so ldmatrix reads 8 rows without bank conflicts; tokens past the end
- * are zero-filled and masked. The keys are split as in v3 (chunks of a multiple of 64 tokens),
- * but the merge runs in the same kernel: each block adds one to a counter per (request, kv head,
+ * are zero-filled and masked. The keys are split as in v3 (chunks of 128..2048 tokens, a
+ * multiple of 64, about 4 blocks per SM: two resident, two waves), but the merge runs in the
+ * same kernel: each block adds one to a counter per (request, kv head,
  * head block) after its partial is written; the block that arrives last merges all of them and
  * resets the counter, so there is no second launch and the workspace stays zeroed.
  * Bound: the read bandwidth (b64-kv8k-p16 reads 2.1 GB); predicted >= 0.95 of the read ceiling
@@ -67,21 +68,33 @@ static __global__ void __launch_bounds__(128) decode_v4(const kl_attention_decod
         qf[ks][1] = gq < nh ? *reinterpret_cast<const uint32_t *>(q + 16 * ks + 8 + 2 * tq) : 0u;
     }
 
-    /* Stage st: tokens t0 + 64 st .. into buffer st % STAGES; thread i copies chunk i % CHUNKS
-     * of every (THREADS / CHUNKS)-th row, of K and of V (same page, same offset). Past t1 the
-     * copy reads nothing and writes zeros. Every thread commits a group even when there is
-     * nothing left, so the wait counts below stay uniform. */
+    /* Stage st holds tokens t0 + 64 st .. in buffer st % STAGES; thread i copies 16-byte chunk
+     * i % CHUNKS of rows i / CHUNKS, + THREADS / CHUNKS, ... (RPT rows), of K and of V (same slot,
+     * same offset). Where a row lives takes a load of its page number; those loads are issued one
+     * stage ahead (fetch_slots), so their latency, long under a saturated memory system, is
+     * hidden behind a stage of compute instead of sitting between a barrier and the copies. */
+    constexpr int RPT = S::TOK * S::CHUNKS / S::THREADS;
+    const int32_t *pages = p.kv_indices + p.kv_indptr[b];
+    const int ps = (int)p.page_size, c = threadIdx.x % S::CHUNKS, r0 = threadIdx.x / S::CHUNKS;
+    auto fetch_slots = [&](int st, int (&slot)[RPT]) {
+#pragma unroll
+        for (int i = 0; i < RPT; i++) {
+            const int t = t0 + st * S::TOK + r0 + i * (S::THREADS / S::CHUNKS);
+            slot[i] = t < t1 ? pages[t / ps] * ps + t % ps : -1; /* -1: past the chunk */
+        }
+    };
+    /* Past t1 a copy reads nothing and writes zeros. Every thread commits a group even when
+     * there is nothing left, so the wait counts below stay uniform. */
     const T *kc = static_cast<const T *>(p.k_cache), *vc = static_cast<const T *>(p.v_cache);
-    auto load_stage = [&](int st) {
+    auto issue_stage = [&](int st, const int (&slot)[RPT]) {
         if (st < n_stages) {
             uint4 *ks = smem + (st % S::STAGES) * S::STAGE_CHUNKS, *vs = ks + S::TOK * S::CHUNKS;
-            const int c = threadIdx.x % S::CHUNKS;
 #pragma unroll
-            for (int r = threadIdx.x / S::CHUNKS; r < S::TOK; r += S::THREADS / S::CHUNKS) {
-                const int t = t0 + st * S::TOK + r;
-                const int64_t at = t < t1 ? kl::decode::kv_offset(p, b, t, g) + 8 * c : 0;
-                kl::mma::cp_async_16(ks + swz<HD>(r, c), kc + at, t < t1 ? 16 : 0);
-                kl::mma::cp_async_16(vs + swz<HD>(r, c), vc + at, t < t1 ? 16 : 0);
+            for (int i = 0; i < RPT; i++) {
+                const int r = r0 + i * (S::THREADS / S::CHUNKS);
+                const int64_t at = slot[i] < 0 ? 0 : ((int64_t)slot[i] * p.num_kv_heads + g) * HD + 8 * c;
+                kl::mma::cp_async_16(ks + swz<HD>(r, c), kc + at, slot[i] < 0 ? 0 : 16);
+                kl::mma::cp_async_16(vs + swz<HD>(r, c), vc + at, slot[i] < 0 ? 0 : 16);
             }
         }
         kl::mma::cp_async_commit();
@@ -89,23 +102,28 @@ static __global__ void __launch_bounds__(128) decode_v4(const kl_attention_decod
 
     float o[S::KSTEPS][4] = {}; /* O^T: m-tile mt holds (d 16 mt + gq (+8), heads 2 tq, 2 tq + 1) */
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0}; /* heads 2 tq and 2 tq + 1 */
-    for (int st = 0; st < S::STAGES - 1; st++) load_stage(st);
+    int slot[RPT];
+    for (int st = 0; st < S::STAGES - 1; st++) fetch_slots(st, slot), issue_stage(st, slot);
+    fetch_slots(S::STAGES - 1, slot);
     for (int st = 0; st < n_stages; st++) {
         kl::mma::cp_async_wait<S::STAGES - 2>(); /* this thread's copies of stage st have landed */
         __syncthreads(); /* ...everyone's too; and every warp is done with the buffer refilled next */
-        load_stage(st + S::STAGES - 1);
+        issue_stage(st + S::STAGES - 1, slot);
+        fetch_slots(st + S::STAGES, slot); /* lands during this stage's compute */
         const uint4 *ks = smem + (st % S::STAGES) * S::STAGE_CHUNKS, *vs = ks + S::TOK * S::CHUNKS;
         const int i8 = lane % 8, mat = lane / 8;
 
         /* S^T = K Q^T over this warp's 16 tokens: A = K rows (matrices: tokens 0-7 / 8-15 x dims
          * 0-7 / 8-15 of the k-step, in a0..a3 order). */
-        float s[4] = {0, 0, 0, 0};
+        float s[4] = {0, 0, 0, 0}, s_odd[4] = {0, 0, 0, 0}; /* two chains: half the dependent mma latency */
 #pragma unroll
         for (int kk = 0; kk < S::KSTEPS; kk++) {
             uint32_t a[4];
             kl::mma::ldmatrix_x4(a, ks + swz<HD>(warp * 16 + i8 + 8 * (mat & 1), 2 * kk + (mat >> 1)));
-            kl::mma::mma_16816<T>(s, a, qf[kk]);
+            kl::mma::mma_16816<T>(kk % 2 ? s_odd : s, a, qf[kk]);
         }
+#pragma unroll
+        for (int e = 0; e < 4; e++) s[e] += s_odd[e];
 
         /* Online softmax per head column. s[0], s[1]: token gq, heads 2tq, 2tq+1; s[2], s[3]:
          * token gq + 8. The column max over 16 tokens: own pair, then the lanes sharing tq. */
@@ -196,7 +214,7 @@ static __global__ void __launch_bounds__(128) decode_v4(const kl_attention_decod
     __syncthreads();
     if (!last) return;
     __threadfence();
-    for (int h = warp; h < nh; h += S::WARPS) kl::decode::merge_partials<T>(p, b, h0 + h, splits, lane, 32);
+    for (int h = 0; h < nh; h++) kl::decode::merge_partials<T>(p, b, h0 + h, splits, reinterpret_cast<float *>(smem));
 }
 
 template <typename T, int HD>
@@ -220,7 +238,7 @@ static cudaError_t launch(const struct kl_attention_decode_params *p, cudaStream
     cudaError_t rc = kl_attention_decode_check_params(p, "v4_tensor_cores");
     if (rc != cudaSuccess || p->batch == 0) return rc;
     if (p->dtype == KL_F32) return cudaErrorNotSupported;
-    const struct kl_decode_split plan = kl_attention_decode_split(p, kl_attention_decode_sms(), 32, 64, 256);
+    const struct kl_decode_split plan = kl_attention_decode_split(p, kl_attention_decode_sms(), 4, 64, 128, 2048);
     if (plan.splits > 1 && p->workspace_bytes < kl_attention_decode_workspace_for(p, plan.splits)) {
         fprintf(stderr, "attention_decode v4_tensor_cores: workspace of %zu bytes, %zu needed\n", p->workspace_bytes,
                 kl_attention_decode_workspace_for(p, plan.splits));

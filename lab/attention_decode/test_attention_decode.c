@@ -154,15 +154,17 @@ Test(attention_decode, catalogue_covers_the_edges_and_keeps_poison_outside_reque
 
 Test(attention_decode, split_plans_cover_every_token_and_fit_the_workspace)
 {
-    const int64_t batches[4] = {1, 8, 64, 128}, lens[4] = {1, 512, 8192, 32768};
+    const int64_t batches[4] = {1, 8, 64, 128}, lens[4] = {1, 512, 8192, 1 << 20};
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 4; j++) {
             struct kl_attention_decode_params p = {.batch = batches[i], .num_qo_heads = 32, .num_kv_heads = 8,
                                                    .head_dim = 128, .page_size = 16, .max_kv_len = lens[j]};
             const size_t ws = kl_attention_decode_workspace_bytes(&p, 132);
-            const struct kl_decode_split plans[2] = {kl_attention_decode_split(&p, 132, 16, 16, 256),
-                                                     kl_attention_decode_split(&p, 132, 32, 64, 128)};
-            for (int k = 0; k < 2; k++) {
+            const struct kl_decode_split plans[3] = {kl_attention_decode_split(&p, 132, 16, 16, 256, 1 << 30),
+                                                     kl_attention_decode_split(&p, 132, 4, 64, 128, 2048),
+                                                     kl_attention_decode_split(&p, 132, 64, 64, 64, 64)};
+            for (int k = 0; k < 3; k++) {
+                cr_assert_leq(plans[k].splits, KL_DECODE_MAX_SPLITS);
                 cr_assert_geq(plans[k].chunk * plans[k].splits, lens[j]);
                 cr_assert_lt(plans[k].chunk * (plans[k].splits - 1), lens[j], "an empty split");
                 cr_assert_leq(kl_attention_decode_workspace_for(&p, plans[k].splits), ws);
