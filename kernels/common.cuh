@@ -1,7 +1,7 @@
 /* Helpers shared by the variants: element conversions, 16-byte vectors, reductions, and the
  * Programmatic Dependent Launch pieces of the decode-size variants. Only inline code lives here
- * (no globals), so every variant file stays one file that reads top to bottom with these few
- * named building blocks. */
+ * (no global variables but this_device()'s cache), so every variant file stays one file that
+ * reads top to bottom with these few named building blocks. */
 #pragma once
 
 #include <cuda_bf16.h>
