@@ -65,13 +65,17 @@ run)
   say "verify every golden case"
   "$build/kernlab" verify golden
   if "$build/kl_gpu_guard" true > /dev/null; then
-    say "benchmarks on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
-    mkdir -p reports/data
+    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+    # One folder per GPU kind (h100, h200, ...): this run replaces its own device's results and
+    # leaves the other devices' beside it; the guides show every device side by side.
+    data=reports/data/$(printf '%s' "${gpu:-gpu}" | sed -e 's/^NVIDIA //' -e 's/ .*//' | tr '[:upper:]' '[:lower:]')
+    say "benchmarks on $gpu (results in $data)"
+    mkdir -p "$data"
     "$build/kernlab" ceilings
     for m in $("$build/kernlab" list | awk '/^[a-z]/{print $1}'); do
-      "$build/kernlab" bench "$m" --counters --peers --gate --json "reports/data/$m.jsonl.new" \
-        && mv "reports/data/$m.jsonl.new" "reports/data/$m.jsonl" \
-        || { echo "lab.sh: bench $m failed or missed its targets (see above); reports/data/$m.jsonl.new kept" >&2; }
+      "$build/kernlab" bench "$m" --counters --peers --gate --json "$data/$m.jsonl.new" \
+        && mv "$data/$m.jsonl.new" "$data/$m.jsonl" \
+        || { echo "lab.sh: bench $m failed or missed its targets (see above); $data/$m.jsonl.new kept" >&2; }
     done
   else
     say "benchmarks need a GPU: $("$build/kl_gpu_guard" true | sed 's/^skipped: //')"

@@ -1,6 +1,7 @@
-/* Device helpers shared by the variants: element conversions, 16-byte vectors, reductions.
- * Only inline device code lives here (no globals), so every variant file stays one file
- * that reads top to bottom with these few named building blocks. */
+/* Helpers shared by the variants: element conversions, 16-byte vectors, reductions, and the
+ * Programmatic Dependent Launch pieces of the decode-size variants. Only inline code lives here
+ * (no global variables but this_device()'s cache), so every variant file stays one file that
+ * reads top to bottom with these few named building blocks. */
 #pragma once
 
 #include <cuda_bf16.h>
@@ -8,6 +9,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <type_traits>
+#include <utility>
 
 #include "lab/core/dtype.h"
 
@@ -72,6 +74,22 @@ template <typename T> __device__ __forceinline__ float elem_f32(const uint4 &v, 
     }
 }
 
+/* W consecutive floats into registers: as float4s where W is a multiple of 4 (p then 16-byte
+ * aligned: the caller checks), else one by one; read-only path (a table such as cos/sin). */
+template <int W> __device__ __forceinline__ void load_f32(const float *p, float (&out)[W])
+{
+    if constexpr (W % 4 == 0) {
+#pragma unroll
+        for (int r = 0; r < W; r += 4) {
+            const float4 v = __ldg(reinterpret_cast<const float4 *>(p + r));
+            out[r] = v.x, out[r + 1] = v.y, out[r + 2] = v.z, out[r + 3] = v.w;
+        }
+    } else {
+#pragma unroll
+        for (int r = 0; r < W; r++) out[r] = __ldg(p + r);
+    }
+}
+
 template <typename T> __device__ __forceinline__ uint32_t bits_of(float f)
 {
     if constexpr (sizeof(T) == 4) return __float_as_uint(f);
@@ -90,7 +108,85 @@ template <typename T> __device__ __forceinline__ uint4 pack(const float (&o)[16 
     return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
+/* ---- Programmatic Dependent Launch (PDL, sm_90) ----
+ * A kernel launched with launch_pdl(..., pdl = true) may start while the stream's previous kernel
+ * still runs. Before pdl_wait() it may read only what no kernel still running can write: weights,
+ * and per-step metadata the scheduler copied in before the forward pass (ids, positions, slots).
+ * pdl_wait() returns once the previous grid has completed and its writes are visible; every read
+ * of its outputs and every store (the previous kernel may still read the buffer we overwrite)
+ * comes after it. pdl_release() lets the next kernel begin launching; a block that exits counts
+ * as released. Below sm_90 both are no-ops and launchers pass pdl = false: plain stream order. */
+__device__ __forceinline__ void pdl_release()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+
+__device__ __forceinline__ void pdl_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+/* kernel<<<grid, block, 0, stream>>>(args...), as a programmatic dependent of the previous kernel
+ * on the stream when pdl (only where the device is sm_90 or newer). */
+template <typename... KArgs, typename... Args>
+inline cudaError_t launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, bool pdl, cudaStream_t stream,
+                              Args &&...args)
+{
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
+/* The current device's compute capability (x10) and SM count, asked once per device: the
+ * decode launchers run every layer of every step, and these never change. */
+struct device_caps {
+    int cc, sms;
+};
+inline device_caps this_device()
+{
+    static device_caps seen[16]; /* by device ordinal; a benign race: every writer stores the same */
+    int dev = 0;
+    cudaGetDevice(&dev);
+    if (dev >= 0 && dev < 16 && seen[dev].cc) return seen[dev];
+    int major = 0, sms = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    const device_caps c = {major * 10, sms};
+    if (dev >= 0 && dev < 16) seen[dev] = c;
+    return c;
+}
+
+/* n threads' worth of work per token, cut into blocks of at most cap threads (a multiple of 32)
+ * of near-equal size: 320 becomes 2 x 160, not 256 + 64. */
+inline void split_even(int64_t n, int cap, unsigned *blocks, unsigned *threads)
+{
+    const int64_t b = (n + cap - 1) / cap, t = (n + b - 1) / b;
+    *blocks = (unsigned)b;
+    *threads = (unsigned)((t + 31) / 32 * 32);
+}
+
 } // namespace kl
+
+/* Calls body with U bound to an unsigned type of `bytes` bytes (16: uint4, 8: uint2, 4: uint32_t,
+ * else uint16_t): the access unit of a data-movement kernel, which only moves bytes. */
+#define KL_DISPATCH_UNIT(bytes, U, ...)                               \
+    switch (bytes) {                                                  \
+    case 16: { using U = uint4; __VA_ARGS__; } break;                 \
+    case 8: { using U = uint2; __VA_ARGS__; } break;                  \
+    case 4: { using U = uint32_t; __VA_ARGS__; } break;               \
+    default: { using U = uint16_t; __VA_ARGS__; } break;              \
+    }
 
 /* Calls body with T bound to the storage type of a kl_dtype (fp32, fp16, bf16). */
 #define KL_DISPATCH_FLOAT(dtype, T, ...)                              \

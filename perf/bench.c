@@ -41,12 +41,15 @@ static void launch_once(void *p)
 
 static const char *metric_name(const struct kl_target *t) { return t ? t->metric : NULL; }
 
-/* The value a target's metric takes in this result. */
-static double metric_value(const char *metric, const struct kl_result *r, double floor_frac)
+/* The value a target's metric takes in this result. copy_same_bytes_frac: a plain copy of the
+ * workload's bytes, timed the same way in the same run, over this kernel's time (>= 1: as fast as
+ * moving those bytes can be without overlapping launches; NaN when the copy was not timed). */
+static double metric_value(const char *metric, const struct kl_result *r, double floor_frac, double copy_us)
 {
     if (strcmp(metric, "bw_frac") == 0) return r->bw_frac;
     if (strcmp(metric, "tc_frac") == 0) return r->tc_frac;
     if (strcmp(metric, "floor_frac") == 0) return floor_frac;
+    if (strcmp(metric, "copy_same_bytes_frac") == 0) return copy_us > 0 ? copy_us / r->time_us_median : NAN;
     if (strcmp(metric, "latency_us") == 0) return r->time_us_median;
     if (strcmp(metric, "read_frac") == 0) return r->device.read_gbs > 0 ? r->gbs / r->device.read_gbs : NAN;
     return NAN;
@@ -165,7 +168,7 @@ static int bench_one(const struct kl_bench_args *a, const struct kl_variant *v, 
     r.gate_metric = metric_name(target);
     if (target) {
         r.gate_target = target->target;
-        r.gate_pass = metric_passes(target->metric, metric_value(target->metric, &r, floor_frac), target->target) &&
+        r.gate_pass = metric_passes(target->metric, metric_value(target->metric, &r, floor_frac, copy_us), target->target) &&
                       r.check_pass;
     }
     r.params = ops->params ? ops->params(w) : NULL;
@@ -196,12 +199,12 @@ static int bench_one(const struct kl_bench_args *a, const struct kl_variant *v, 
     if (ratio) snprintf(ratio_s, sizeof ratio_s, "%.3f", ratio->valuedouble);
     if (target)
         snprintf(gate, sizeof gate, "%s %s %.2f>=%.2f", r.gate_pass ? "pass" : "MISS", target->metric,
-                 metric_value(target->metric, &r, floor_frac), target->target);
+                 metric_value(target->metric, &r, floor_frac, copy_us), target->target);
     fprintf(a->table, "%-14s %-20s %9.2f %8.0f %7.3f %5.2f %6s %5s%s %s\n", v->name, w->name, t.median_us, r.gbs,
             r.bw_frac, floor_frac, ratio_s, r.check_pass ? "ok" : "FAIL", r.throttled ? " throttled" : "", gate);
     if (target && !r.gate_pass) {
         fprintf(stderr, "gate: MISS %s %s %s: %s %.3f, target %.3f%s (%s)\n", a->module->name, v->name, w->name,
-                target->metric, metric_value(target->metric, &r, floor_frac), target->target,
+                target->metric, metric_value(target->metric, &r, floor_frac, copy_us), target->target,
                 r.check_pass ? "" : ", output re-check failed", target->source);
         if (a->gate_misses) ++*a->gate_misses;
     }

@@ -19,11 +19,15 @@
 #include "lab/kernlab.h"
 #include "perf/bench.h"
 
+#define KL_MAX_DEVICES 8 /* GPUs (or CPUs) one module's results may come from */
+#define KL_MAX_FILES 16  /* results files one module's rows may come from */
+
 /* ---- results rows ---- */
 
 struct rows {
     int n;
     cJSON **r;
+    int *file; /* which of the module's results files each row came from */
 };
 
 static const cJSON *get(const cJSON *o, const char *path)
@@ -52,33 +56,6 @@ static const char *str(const cJSON *o, const char *path, const char *def)
 }
 
 static bool is_peer(const cJSON *r) { return cJSON_IsTrue(get(r, "peer")); }
-
-static int load_rows(const char *path, struct rows *out)
-{
-    FILE *f = fopen(path, "r");
-    if (!f) return fprintf(stderr, "kernlab report: %s: %s\n", path, strerror(errno)), -1;
-    char *line = NULL;
-    size_t cap = 0;
-    int lineno = 0;
-    while (getline(&line, &cap, f) > 0) {
-        lineno++;
-        if (line[0] == '\n') continue;
-        cJSON *r = cJSON_Parse(line);
-        if (!r || !cJSON_IsString(get(r, "module")) || !cJSON_IsString(get(r, "variant")) ||
-            !cJSON_IsString(get(r, "workload"))) {
-            fprintf(stderr, "kernlab report: %s:%d: not a results line (module, variant, workload)\n", path, lineno);
-            cJSON_Delete(r);
-            free(line);
-            fclose(f);
-            return -1;
-        }
-        out->r = realloc(out->r, sizeof *out->r * (size_t)(out->n + 1));
-        out->r[out->n++] = r;
-    }
-    free(line);
-    fclose(f);
-    return 0;
-}
 
 /* ---- formatting ---- */
 
@@ -149,12 +126,55 @@ static int read_source(const char *file, char *comment, size_t len)
 /* ---- rows of one module ---- */
 
 struct mod {
-    const char *name;
+    char name[64]; /* a copy: the row it came from may be dropped as a repeat */
     const struct kl_module *m; /* NULL: rows for a module this build does not have */
     struct rows rows;
     int n_variants, n_workloads;
     const char *variants[64], *workloads[64];
+    /* Results from several GPUs: rows are told apart by device.name. Devices are sorted by name
+     * and the first is the primary (its story, execution models and roofline are told in full);
+     * `dev` is the device the sections read at a time (find_row sees only its rows). */
+    int n_devices;
+    const char *devices[KL_MAX_DEVICES], *dev;
+    char labels[KL_MAX_DEVICES][64]; /* short names for table headers: "H100", "H200" */
+    int n_files;
+    char files[KL_MAX_FILES][256]; /* results files, relative to the results folder */
 };
+
+static bool multi(const struct mod *md) { return md->n_devices > 1; }
+
+static const char *dev_name(const cJSON *r) { return str(r, "device.name", "?"); }
+
+static bool on_dev(const struct mod *md, const cJSON *r) { return !md->dev || strcmp(dev_name(r), md->dev) == 0; }
+
+/* Devices sorted by name, each with a short label: the name without "NVIDIA ", cut at its first
+ * space unless that would make two labels equal. */
+static void find_devices(struct mod *md)
+{
+    for (int j = 0; j < md->rows.n; j++) {
+        const char *d = dev_name(md->rows.r[j]);
+        int k = 0;
+        while (k < md->n_devices && strcmp(md->devices[k], d) != 0) k++;
+        if (k == md->n_devices && k < KL_MAX_DEVICES) md->devices[md->n_devices++] = d;
+    }
+    for (int i = 1; i < md->n_devices; i++) /* insertion sort: a handful of names */
+        for (int j = i; j > 0 && strcmp(md->devices[j], md->devices[j - 1]) < 0; j--) {
+            const char *t = md->devices[j];
+            md->devices[j] = md->devices[j - 1], md->devices[j - 1] = t;
+        }
+    bool clash = false;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int d = 0; d < md->n_devices; d++) {
+            const char *n = md->devices[d];
+            if (strncmp(n, "NVIDIA ", 7) == 0) n += 7;
+            snprintf(md->labels[d], sizeof md->labels[d], "%.*s", clash ? 63 : (int)strcspn(n, " "), n);
+        }
+        for (int a = 0; a < md->n_devices; a++)
+            for (int b = a + 1; b < md->n_devices; b++) clash |= strcmp(md->labels[a], md->labels[b]) == 0;
+        if (!clash) break;
+    }
+    md->dev = md->n_devices ? md->devices[0] : NULL;
+}
 
 static int index_of(const char **list, int n, const char *s)
 {
@@ -187,13 +207,146 @@ static void order(struct mod *md)
     }
 }
 
+/* Reads one results file (rel: its path under the results folder), adding each row to the entry
+ * of its own module, created on first sight: a module's rows may come from several files, one
+ * per device (reports/data/<device>/<module>.jsonl) or all in one. */
+static int load_rows(const char *results, const char *rel, struct mod *mods, int *nm)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s", results, rel);
+    FILE *f = fopen(path, "r");
+    if (!f) return fprintf(stderr, "kernlab report: %s: %s\n", path, strerror(errno)), -1;
+    char *line = NULL;
+    size_t cap = 0;
+    int lineno = 0, rc = 0;
+    while (!rc && getline(&line, &cap, f) > 0) {
+        lineno++;
+        if (line[0] == '\n') continue;
+        cJSON *r = cJSON_Parse(line);
+        if (!r || !cJSON_IsString(get(r, "module")) || !cJSON_IsString(get(r, "variant")) ||
+            !cJSON_IsString(get(r, "workload"))) {
+            fprintf(stderr, "kernlab report: %s:%d: not a results line (module, variant, workload)\n", path, lineno);
+            cJSON_Delete(r);
+            rc = -1;
+            break;
+        }
+        const char *module = str(r, "module", "?");
+        int k = 0;
+        while (k < *nm && strcmp(mods[k].name, module) != 0) k++;
+        if (k == *nm && *nm == 32) {
+            fprintf(stderr, "kernlab report: %s:%d: more than 32 modules\n", path, lineno);
+            cJSON_Delete(r);
+            rc = -1;
+            break;
+        }
+        struct mod *md = &mods[k];
+        if (k == *nm) snprintf(md->name, sizeof md->name, "%s", module), ++*nm;
+        int fi = 0;
+        while (fi < md->n_files && strcmp(md->files[fi], rel) != 0) fi++;
+        if (fi == md->n_files && fi < KL_MAX_FILES) snprintf(md->files[md->n_files++], sizeof md->files[0], "%s", rel);
+        md->rows.r = realloc(md->rows.r, sizeof *md->rows.r * (size_t)(md->rows.n + 1));
+        md->rows.file = realloc(md->rows.file, sizeof *md->rows.file * (size_t)(md->rows.n + 1));
+        md->rows.file[md->rows.n] = fi < KL_MAX_FILES ? fi : KL_MAX_FILES - 1;
+        md->rows.r[md->rows.n++] = r;
+    }
+    free(line);
+    fclose(f);
+    return rc;
+}
+
+static int by_name(const struct dirent **a, const struct dirent **b) { return strcmp((*a)->d_name, (*b)->d_name); }
+
+static bool is_jsonl(const char *d)
+{
+    size_t len = strlen(d);
+    return len > 6 && strcmp(d + len - 6, ".jsonl") == 0;
+}
+
+/* Every DIR/<x>.jsonl and DIR/<sub>/<x>.jsonl, in name order (so the output never depends on the
+ * order the file system lists them in). */
+static int load_results(const char *results, struct mod *mods, int *nm)
+{
+    struct dirent **names;
+    int n = scandir(results, &names, NULL, by_name), status = 0;
+    if (n < 0) return fprintf(stderr, "kernlab report: %s: %s\n", results, strerror(errno)), -1;
+    for (int i = 0; i < n; i++) {
+        const char *d = names[i]->d_name;
+        char sub[1200];
+        struct stat st;
+        snprintf(sub, sizeof sub, "%s/%s", results, d);
+        if (d[0] == '.') continue;
+        if (is_jsonl(d)) {
+            if (load_rows(results, d, mods, nm)) status = -1;
+        } else if (stat(sub, &st) == 0 && S_ISDIR(st.st_mode)) {
+            struct dirent **inner;
+            int m = scandir(sub, &inner, NULL, by_name);
+            for (int k = 0; k < m; k++) {
+                char rel[600];
+                snprintf(rel, sizeof rel, "%s/%s", d, inner[k]->d_name);
+                if (is_jsonl(inner[k]->d_name) && load_rows(results, rel, mods, nm)) status = -1;
+                free(inner[k]);
+            }
+            if (m > 0) free(inner);
+        }
+    }
+    for (int i = 0; i < n; i++) free(names[i]);
+    free(names);
+    return status;
+}
+
+/* One row per (variant, workload, device): where two files both hold it (a device's folder and an
+ * old flat file, or a run appended twice), a device folder's row wins over a flat file's, else the
+ * first loaded; the loser is dropped with a note, so a fresh run never hides behind a stale one. */
+static void drop_repeats(struct mod *md)
+{
+    int kept = 0;
+    for (int j = 0; j < md->rows.n; j++) {
+        const cJSON *r = md->rows.r[j];
+        int k = 0;
+        while (k < kept && !(strcmp(str(md->rows.r[k], "variant", ""), str(r, "variant", "")) == 0 &&
+                             strcmp(str(md->rows.r[k], "workload", ""), str(r, "workload", "")) == 0 &&
+                             strcmp(dev_name(md->rows.r[k]), dev_name(r)) == 0))
+            k++;
+        if (k == kept) {
+            md->rows.r[kept] = md->rows.r[j], md->rows.file[kept++] = md->rows.file[j];
+            continue;
+        }
+        const bool newer = strchr(md->files[md->rows.file[j]], '/') && !strchr(md->files[md->rows.file[k]], '/');
+        fprintf(stderr, "kernlab report: %s %s %s on %s is in reports/data/%s and reports/data/%s: using the latter's\n",
+                md->name, str(r, "variant", ""), str(r, "workload", ""), dev_name(r),
+                md->files[md->rows.file[newer ? k : j]], md->files[md->rows.file[newer ? j : k]]);
+        if (newer) {
+            cJSON_Delete(md->rows.r[k]);
+            md->rows.r[k] = md->rows.r[j], md->rows.file[k] = md->rows.file[j];
+        } else {
+            cJSON_Delete(md->rows.r[j]);
+        }
+    }
+    md->rows.n = kept;
+}
+
+static int mod_by_name(const void *a, const void *b)
+{
+    return strcmp(((const struct mod *)a)->name, ((const struct mod *)b)->name);
+}
+
+/* The row of (variant, workload) on the current device; the first one when a file repeats it. */
 static const cJSON *find_row(const struct mod *md, const char *variant, const char *workload)
 {
     for (int j = 0; j < md->rows.n; j++)
         if (strcmp(str(md->rows.r[j], "variant", ""), variant) == 0 &&
-            strcmp(str(md->rows.r[j], "workload", ""), workload) == 0)
+            strcmp(str(md->rows.r[j], "workload", ""), workload) == 0 && on_dev(md, md->rows.r[j]))
             return md->rows.r[j];
     return NULL;
+}
+
+/* The first variant's row of a workload on the current device (the shape and the byte model are
+ * the same in every row of a workload). */
+static const cJSON *first_row(const struct mod *md, const char *workload)
+{
+    const cJSON *r = NULL;
+    for (int i = 0; i < md->n_variants && !r; i++) r = find_row(md, md->variants[i], workload);
+    return r;
 }
 
 static bool has_row(const struct mod *md, const char *workload)
@@ -215,9 +368,11 @@ static const char *main_workload(const struct mod *md, const struct kl_targets *
             return md->workloads[i];
     }
     for (int j = 0; j < md->rows.n; j++)
-        if (cJSON_IsString(get(md->rows.r[j], "gate.metric"))) return str(md->rows.r[j], "workload", NULL);
+        if (on_dev(md, md->rows.r[j]) && cJSON_IsString(get(md->rows.r[j], "gate.metric")))
+            return str(md->rows.r[j], "workload", NULL);
     for (int j = 0; j < md->rows.n; j++)
-        if (num(md->rows.r[j], "bytes") > most) most = num(md->rows.r[j], "bytes"), best = str(md->rows.r[j], "workload", NULL);
+        if (on_dev(md, md->rows.r[j]) && num(md->rows.r[j], "bytes") > most)
+            most = num(md->rows.r[j], "bytes"), best = str(md->rows.r[j], "workload", NULL);
     return best;
 }
 
@@ -314,8 +469,8 @@ static void write_svg(const char *path, const struct mod *md, double copy_gbs, d
     if (!f) return;
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"820\" height=\"420\" font-family=\"sans-serif\" "
                "font-size=\"11\">\n<rect width=\"820\" height=\"420\" fill=\"white\"/>\n");
-    fprintf(f, "<text x=\"70\" y=\"18\" font-size=\"13\">%s roofline: measured copy %.0f GB/s, bf16 GEMM %.0f "
-               "TFLOP/s</text>\n", md->name, copy_gbs, gemm_tflops);
+    fprintf(f, "<text x=\"70\" y=\"18\" font-size=\"13\">%s roofline%s%s: measured copy %.0f GB/s, bf16 GEMM %.0f "
+               "TFLOP/s</text>\n", md->name, multi(md) ? " on " : "", multi(md) ? md->labels[0] : "", copy_gbs, gemm_tflops);
     for (int e = -2; e <= 4; e++)
         fprintf(f, "<line x1=\"%.1f\" y1=\"30\" x2=\"%.1f\" y2=\"370\" stroke=\"#eee\"/><text x=\"%.1f\" y=\"386\" "
                    "text-anchor=\"middle\">1e%d</text>\n", sx(pow(10, e)), sx(pow(10, e)), sx(pow(10, e)), e);
@@ -374,10 +529,27 @@ static void stamp(FILE *f, const struct mod *md)
         while (k < n && strcmp(seen[k], s) != 0) k++;
         if (k == n) snprintf(seen[n++], sizeof seen[0], "%s", s);
     }
-    fprintf(f, "> Generated by `kernlab report` from `reports/data/%s.jsonl` (%d results). Measured on ", md->name,
-            md->rows.n);
+    fprintf(f, "> Generated by `kernlab report` from ");
+    for (int k = 0; k < md->n_files; k++)
+        fprintf(f, "%s`reports/data/%s`", k == 0 ? "" : k + 1 == md->n_files ? " and " : ", ", md->files[k]);
+    fprintf(f, " (%d results", md->rows.n);
+    if (multi(md)) /* how many rows each device contributed */
+        for (int d = 0; d < md->n_devices; d++) {
+            int rows = 0;
+            for (int j = 0; j < md->rows.n; j++) rows += strcmp(dev_name(md->rows.r[j]), md->devices[d]) == 0;
+            fprintf(f, "%s%d on %s", d ? ", " : ": ", rows, md->devices[d]);
+        }
+    fprintf(f, "). Measured on ");
     for (int k = 0; k < n; k++) fprintf(f, "%s%s", k ? "; " : "", seen[k]);
     fprintf(f, ". Do not edit by hand: rerun the commands under *Reproduce*.\n\n");
+    if (multi(md)) {
+        fprintf(f, "> Results from %d devices, named in every table by their short names (", md->n_devices);
+        for (int d = 0; d < md->n_devices; d++)
+            fprintf(f, "%s%s = %s", d ? ", " : "", md->labels[d], md->devices[d]);
+        fprintf(f, "). The execution models, the execution story, the counter notes and the roofline are told on "
+                   "%s, with the other%s key figures beside them; each device's figures are fractions of its own "
+                   "measured ceilings.\n\n", md->labels[0], md->n_devices > 2 ? "s'" : "'s");
+    }
 }
 
 static void section_semantics(FILE *f, const struct mod *md)
@@ -386,8 +558,7 @@ static void section_semantics(FILE *f, const struct mod *md)
     fprintf(f, "| workload | shape | bytes a correct kernel must move | FLOPs | FLOP/byte | at the copy bandwidth |\n"
                "|---|---|---|---|---|---|\n");
     for (int w = 0; w < md->n_workloads; w++) {
-        const cJSON *r = NULL;
-        for (int i = 0; i < md->n_variants && !r; i++) r = find_row(md, md->variants[i], md->workloads[w]);
+        const cJSON *r = first_row(md, md->workloads[w]);
         if (!r) continue;
         char shape[256] = "";
         size_t off = 0;
@@ -398,10 +569,41 @@ static void section_semantics(FILE *f, const struct mod *md)
             else if (cJSON_IsTrue(e)) off += (size_t)snprintf(shape + off, sizeof shape - off, "%s%s", off ? ", " : "", e->string);
         }
         double b = num(r, "bytes"), fl = num(r, "flops"), copy = num(r, "device.copy_gbs");
-        fprintf(f, "| %s | %s | %s | %s | %s | %s us |\n", md->workloads[w], shape, HB(b), F("%.3g", fl),
-                F("%.3f", b > 0 ? fl / b : NAN), F("%.2f", b / (copy * 1e3)));
+        fprintf(f, "| %s | %s | %s | %s | %s | ", md->workloads[w], shape, HB(b), F("%.3g", fl),
+                F("%.3f", b > 0 ? fl / b : NAN));
+        if (!multi(md)) fprintf(f, "%s us |\n", F("%.2f", b / (copy * 1e3)));
+        else /* each device at its own copy bandwidth */
+            for (int d = 0; d < md->n_devices; d++) {
+                struct mod on = *md;
+                on.dev = md->devices[d];
+                const cJSON *rd = first_row(&on, md->workloads[w]);
+                fprintf(f, "%s%s us (%s)%s", d ? ", " : "", F("%.2f", rd ? b / (num(rd, "device.copy_gbs") * 1e3) : NAN),
+                        md->labels[d], d + 1 == md->n_devices ? " |\n" : "");
+            }
     }
     fprintf(f, "\n");
+}
+
+/* A kernel record's launch: the grid as "64" or "64x2" (2-D grids: a block per token and part of
+ * its row), the threads per block, and the blocks in all. */
+struct shape {
+    char grid[48];
+    long long blocks;
+    int threads;
+};
+static struct shape launch_shape(const cJSON *k)
+{
+    const cJSON *g = get(k, "grid"), *b = get(k, "block");
+    int gd[3], bd[3];
+    for (int i = 0; i < 3; i++) {
+        gd[i] = cJSON_GetArrayItem(g, i) ? cJSON_GetArrayItem(g, i)->valueint : i ? 1 : 0;
+        bd[i] = cJSON_GetArrayItem(b, i) ? cJSON_GetArrayItem(b, i)->valueint : i ? 1 : 0;
+    }
+    struct shape s = {"", (long long)gd[0] * gd[1] * gd[2], bd[0] * bd[1] * bd[2]};
+    if (gd[2] > 1) snprintf(s.grid, sizeof s.grid, "%dx%dx%d", gd[0], gd[1], gd[2]);
+    else if (gd[1] > 1) snprintf(s.grid, sizeof s.grid, "%dx%d", gd[0], gd[1]);
+    else snprintf(s.grid, sizeof s.grid, "%d", gd[0]);
+    return s;
 }
 
 static void section_variants(FILE *f, const struct mod *md, const char *workload)
@@ -427,15 +629,14 @@ static void section_variants(FILE *f, const struct mod *md, const char *workload
         const cJSON *r = workload ? find_row(md, v->name, workload) : NULL;
         const cJSON *k = r ? get(r, "counters.launch") : NULL;
         if (k) {
-            const cJSON *g = get(k, "grid"), *b = get(k, "block");
-            int gx = cJSON_GetArrayItem(g, 0) ? cJSON_GetArrayItem(g, 0)->valueint : 0;
-            int bx = cJSON_GetArrayItem(b, 0) ? cJSON_GetArrayItem(b, 0)->valueint : 0;
+            const struct shape sh = launch_shape(k);
             double local = num(k, "local_bytes");
-            fprintf(f, "Execution model on `%s`, as the device recorded the launch: kernel `%s`, grid %d x block %d "
-                       "(%d threads, %s blocks per SM across %s SMs), %s registers per thread, %s B static + %s B dynamic "
+            fprintf(f, "Execution model on `%s`, as the %s recorded the launch: kernel `%s`, grid %s x block %d "
+                       "(%lld threads, %s blocks per SM across %s SMs), %s registers per thread, %s B static + %s B dynamic "
                        "shared memory per block, %s B local memory per thread (%s), theoretical occupancy %s%% "
                        "(limited by %s).\n\n",
-                    workload, str(k, "kernel", "?"), gx, bx, gx * bx, F("%.1f", (double)gx / num(r, "device.sms")),
+                    workload, multi(md) ? md->labels[0] : "device", str(k, "kernel", "?"), sh.grid, sh.threads,
+                    sh.blocks * sh.threads, F("%.1f", (double)sh.blocks / num(r, "device.sms")),
                     F("%.0f", num(r, "device.sms")), F("%.0f", num(k, "registers")), F("%.0f", num(k, "static_smem")),
                     F("%.0f", num(k, "dynamic_smem")), F("%.0f", local), local > 0 ? "spills or a stack frame" : "no spills",
                     F("%.1f", num(k, "theoretical_occupancy_pct")), str(k, "occupancy_limiter", "?"));
@@ -481,11 +682,10 @@ static void section_story(FILE *f, const struct mod *md, const char *workload, c
     const cJSON *k = get(r, "counters.launch");
     fprintf(f, "Kernel: %s\n", k ? str(k, "kernel", "?") : variant);
     if (k) {
-        const cJSON *g = get(k, "grid"), *bl = get(k, "block");
-        int gx = cJSON_GetArrayItem(g, 0) ? cJSON_GetArrayItem(g, 0)->valueint : 0;
-        int bx = cJSON_GetArrayItem(bl, 0) ? cJSON_GetArrayItem(bl, 0)->valueint : 0;
-        fprintf(f, "├── Launch: %d blocks x %d threads over %s SMs (%s blocks per SM)\n", gx, bx,
-                F("%.0f", num(r, "device.sms")), F("%.1f", gx / num(r, "device.sms")));
+        const struct shape sh = launch_shape(k);
+        fprintf(f, "├── Launch: %lld blocks%s%s%s x %d threads over %s SMs (%s blocks per SM)\n", sh.blocks,
+                strchr(sh.grid, 'x') ? " (" : "", strchr(sh.grid, 'x') ? sh.grid : "", strchr(sh.grid, 'x') ? ")" : "",
+                sh.threads, F("%.0f", num(r, "device.sms")), F("%.1f", sh.blocks / num(r, "device.sms")));
         fprintf(f, "├── Resources: %s registers/thread, %s B shared/block, %s B local/thread\n",
                 F("%.0f", num(k, "registers")), F("%.0f", num(k, "static_smem") + num(k, "dynamic_smem")),
                 F("%.0f", num(k, "local_bytes")));
@@ -523,6 +723,27 @@ static void section_story(FILE *f, const struct mod *md, const char *workload, c
                 F("%.3f", num(r, "copy_same_bytes_frac")));
     if (t < 5 * floor_us) fprintf(f, "; %s x the graph launch floor", F("%.1f", t / floor_us));
     fprintf(f, "\n```\n\n");
+    for (int d = 1; d < md->n_devices; d++) { /* the same launch on the other memory systems, in brief */
+        struct mod on = *md;
+        on.dev = md->devices[d];
+        const cJSON *o = find_row(&on, variant, workload);
+        if (!o) continue;
+        const char *names_o[32];
+        double pct_o[32];
+        int no = stalls_of(o, names_o, pct_o, 32);
+        fprintf(f, "The same launch on %s (%s: copy %s GB/s, graph launch floor %s us): %s us (events %s us), %s GB/s = "
+                   "%s of its copy bandwidth and %s of a same-size copy (%s us); DRAM read %s + wrote %s = %s of the "
+                   "model, DRAM %s%% busy, achieved occupancy %s%%",
+                md->labels[d], md->devices[d], F("%.0f", num(o, "device.copy_gbs")),
+                F("%.2f", num(o, "ceilings.launch_us_graph")), F("%.2f", num(o, "time_us.median")),
+                F("%.2f", num(o, "time_us_events.median")), F("%.0f", num(o, "gbs")), F("%.3f", num(o, "bw_frac")),
+                F("%.3f", num(o, "copy_same_bytes_frac")), F("%.2f", num(o, "copy_same_bytes_us")),
+                HB(num(o, "counters.dram_read_bytes")), HB(num(o, "counters.dram_write_bytes")),
+                F("%.3fx", num(o, "counters.bytes_ratio")), F("%.0f", num(o, "counters.dram_throughput_pct")),
+                F("%.0f", num(o, "counters.achieved_occupancy_pct")));
+        if (no) fprintf(f, ", top stall %s %.0f%%", names_o[0], pct_o[0]);
+        fprintf(f, ".\n\n");
+    }
 }
 
 static void section_hardware(FILE *f, const struct mod *md, const char *main_w)
@@ -530,27 +751,34 @@ static void section_hardware(FILE *f, const struct mod *md, const char *main_w)
     if (md->rows.n && num(md->rows.r[0], "device.cc") == 0) return; /* CPU: see "Module measurements" */
     fprintf(f, "## Hardware analysis\n\nTimes are medians of CUDA-graph replays (back-to-back launches, as a serving engine "
                "runs them); the events column times each launch alone between two events, which adds the GPU's launch "
-               "processing.\n\n| variant | workload | median us (min-max) | events us | GB/s | of copy | DRAM bytes / model | "
-               "DRAM %% | SM %% | occupancy | L2 hit %% | top stall |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+               "processing.\n\n| variant | workload |%s median us (min-max) | events us | GB/s | of copy | DRAM bytes / model | "
+               "DRAM %% | SM %% | occupancy | L2 hit %% | top stall |\n|---|---|%s---|---|---|---|---|---|---|---|---|---|\n",
+            multi(md) ? " device |" : "", multi(md) ? "---|" : "");
     for (int i = 0; i < md->n_variants; i++)
-        for (int w = 0; w < md->n_workloads; w++) {
-            const cJSON *r = find_row(md, md->variants[i], md->workloads[w]);
-            if (!r) continue;
-            const char *names[32];
-            double pct[32];
-            int n = stalls_of(r, names, pct, 32);
-            char stall[96] = "-";
-            if (n) snprintf(stall, sizeof stall, "%s %.0f%%", names[0], pct[0]);
-            fprintf(f, "| %s%s | %s | %s (%s-%s) | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", md->variants[i],
-                    is_peer(r) ? " (peer)" : "", md->workloads[w], F("%.2f", num(r, "time_us.median")),
-                    F("%.2f", num(r, "time_us.min")), F("%.2f", num(r, "time_us.max")),
-                    F("%.2f", num(r, "time_us_events.median")), F("%.0f", num(r, "gbs")),
-                    F("%.3f", num(r, "bw_frac")), F("%.3f", num(r, "counters.bytes_ratio")),
-                    F("%.0f", num(r, "counters.dram_throughput_pct")), F("%.0f", num(r, "counters.sm_throughput_pct")),
-                    F("%.0f%%", num(r, "counters.achieved_occupancy_pct")), F("%.0f", num(r, "counters.l2_hit_rate_pct")),
-                    stall);
-        }
-    fprintf(f, "\nWhat the counters say, variant by variant, on `%s`:\n\n", main_w ? main_w : "-");
+        for (int w = 0; w < md->n_workloads; w++)
+            for (int d = 0; d < md->n_devices; d++) { /* each device under the other: one kernel, two memories */
+                struct mod on = *md;
+                on.dev = md->devices[d];
+                const cJSON *r = find_row(&on, md->variants[i], md->workloads[w]);
+                if (!r) continue;
+                char dev_cell[80] = "";
+                if (multi(md)) snprintf(dev_cell, sizeof dev_cell, " %s |", md->labels[d]);
+                const char *names[32];
+                double pct[32];
+                int n = stalls_of(r, names, pct, 32);
+                char stall[96] = "-";
+                if (n) snprintf(stall, sizeof stall, "%s %.0f%%", names[0], pct[0]);
+                fprintf(f, "| %s%s | %s |%s %s (%s-%s) | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", md->variants[i],
+                        is_peer(r) ? " (peer)" : "", md->workloads[w], dev_cell, F("%.2f", num(r, "time_us.median")),
+                        F("%.2f", num(r, "time_us.min")), F("%.2f", num(r, "time_us.max")),
+                        F("%.2f", num(r, "time_us_events.median")), F("%.0f", num(r, "gbs")),
+                        F("%.3f", num(r, "bw_frac")), F("%.3f", num(r, "counters.bytes_ratio")),
+                        F("%.0f", num(r, "counters.dram_throughput_pct")), F("%.0f", num(r, "counters.sm_throughput_pct")),
+                        F("%.0f%%", num(r, "counters.achieved_occupancy_pct")), F("%.0f", num(r, "counters.l2_hit_rate_pct")),
+                        stall);
+            }
+    fprintf(f, "\nWhat the counters say, variant by variant, on `%s`%s%s:\n\n", main_w ? main_w : "-",
+            multi(md) ? " on " : "", multi(md) ? md->labels[0] : "");
     for (int i = 0; main_w && i < md->n_variants; i++) {
         const cJSON *r = find_row(md, md->variants[i], main_w);
         if (!r || is_peer(r)) continue;
@@ -570,10 +798,23 @@ static void section_hardware(FILE *f, const struct mod *md, const char *main_w)
         if (isfinite(occ)) fprintf(f, " Achieved occupancy %.0f%%.", occ);
         double fr = num(r, "bw_frac");
         if (strcmp(str(r, "roofline.bound", ""), "memory") == 0 && isfinite(fr))
-            fprintf(f, " %s\n", fr >= 0.9 ? "Within 10% of the copy ceiling: what is left shows in the other stalls (a reduction's barriers) and in the launch's ramp-up and tail."
+            fprintf(f, " %s", fr >= 0.9 ? "Within 10% of the copy ceiling: what is left shows in the other stalls (a reduction's barriers) and in the launch's ramp-up and tail."
                                 : fr >= 0.6 ? "The gap to the copy ceiling is latency not covered: too few bytes in flight per SM, or a serial phase (a reduction barrier) with the memory system idle."
                                             : "Far from the ceiling: the narrow loads, the extra pass or the launch itself dominate.");
-        else fprintf(f, "\n");
+        for (int d = 1; d < md->n_devices; d++) {
+            struct mod on = *md;
+            on.dev = md->devices[d];
+            const cJSON *o = find_row(&on, md->variants[i], main_w);
+            if (!o) continue;
+            const char *names_o[32];
+            double pct_o[32];
+            int no = stalls_of(o, names_o, pct_o, 32);
+            fprintf(f, " On %s: %s of its copy bandwidth, %s the modelled bytes", md->labels[d], F("%.2f", num(o, "bw_frac")),
+                    F("%.2fx", num(o, "counters.bytes_ratio")));
+            if (no) fprintf(f, ", mostly %s (%.0f%%)", names_o[0], pct_o[0]);
+            fprintf(f, ".");
+        }
+        fprintf(f, "\n");
     }
     fprintf(f, "\n");
 }
@@ -582,7 +823,9 @@ static const char *target_cell(char *buf, size_t len, const struct kl_targets *t
                                const cJSON *r)
 {
     const struct kl_target *x = kl_target_find(t, module, workload);
-    if (!x && r && cJSON_IsString(get(r, "gate.metric"))) {
+    /* A CPU module's own gate (radix: memcmp_frac), recorded in its rows. A GPU row's recorded gate
+     * is the sm_90 file's at measuring time: never shown in another architecture's column. */
+    if (!x && r && num(r, "device.cc") == 0 && cJSON_IsString(get(r, "gate.metric"))) {
         const char *m = str(r, "gate.metric", "");
         snprintf(buf, len, "%s %s >= %s: %s", m, F("%.3f", num(r, m)), F("%.2f", num(r, "gate.target")),
                  cJSON_IsTrue(get(r, "gate.pass")) ? "**pass**" : "**miss**");
@@ -598,63 +841,116 @@ static const char *target_cell(char *buf, size_t len, const struct kl_targets *t
     return buf;
 }
 
+/* One device's cells of a targets-table row (from its leading " | "): median, GB/s (single device
+ * only), of copy, of same-size copy, floor_frac and the sm_90 target; dashes where that device has no row. */
+static void target_row_cells(FILE *f, const struct mod *md, const char *variant, const char *workload,
+                             const struct kl_targets *t90, bool with_gbs)
+{
+    const cJSON *r = find_row(md, variant, workload);
+    if (!r) {
+        fprintf(f, with_gbs ? " | - | - | - | - | - | -" : " | - | - | - | - | -");
+        return;
+    }
+    char c90[128];
+    const cJSON *own = find_row(md, md->variants[0], workload); /* peers: ours' copy figure */
+    double copy_us = num(r, "copy_same_bytes_us");
+    if (!isfinite(copy_us) && own) copy_us = num(own, "copy_same_bytes_us");
+    fprintf(f, " | %s", F("%.2f", num(r, "time_us.median")));
+    if (with_gbs) fprintf(f, " | %s", F("%.0f", num(r, "gbs")));
+    fprintf(f, " | %s | %s | %s | %s", F("%.3f", num(r, "bw_frac")), F("%.3f", copy_us / num(r, "time_us.median")),
+            F("%.2f", num(r, "floor_frac")), is_peer(r) ? "-" : target_cell(c90, sizeof c90, t90, md->name, workload, r));
+}
+
+/* What the target's metric means, for a workload that can only be launch-bound. */
+static const char *small_workload_gate(const struct kl_target *x)
+{
+    if (x && strcmp(x->metric, "copy_same_bytes_frac") == 0)
+        return "we gate it on `copy_same_bytes_frac` instead: a plain copy of the same bytes, timed the same way in the "
+               "same run, over the kernel's time. 1.0 is what moving those bytes costs at this size, launch included; "
+               "only overlapping the launch with the previous kernel (Programmatic Dependent Launch) goes past it. "
+               "`floor_frac` (launch floor / kernel time) is shown beside it";
+    return "we gate it on `floor_frac` (launch floor / kernel time) instead";
+}
+
 static void section_targets(FILE *f, const struct mod *md, const struct kl_targets *t90, const struct kl_targets *t80)
 {
     fprintf(f, "## Against the targets and the peers\n\nsm_90 targets are ours (perf/targets/sm_90.csv); sm_80 "
                "targets are the study notes' A100 expectations (perf/targets/sm_80_a100.csv), shown against these "
                "sm_90 measurements as a fraction of this GPU's ceilings: a reference point, not a gate here. Peers are "
                "timed the same way in the same run. *Same-size copy* is a plain copy of the workload's bytes, timed "
-               "the same way: above 0.9 of it, what remains is the size (launch ramp-up and tail), not the kernel.\n\n"
-               "| workload | variant | median us | GB/s | of copy | of same-size copy | floor_frac | sm_90 target | "
-               "sm_80 (A100 notes) |\n|---|---|---|---|---|---|---|---|---|\n");
+               "the same way: above 0.9 of it, what remains is the size (launch ramp-up and tail), not the kernel.");
+    if (!multi(md)) {
+        fprintf(f, "\n\n| workload | variant | median us | GB/s | of copy | of same-size copy | floor_frac | sm_90 target | "
+                   "sm_80 (A100 notes) |\n|---|---|---|---|---|---|---|---|---|\n");
+    } else {
+        /* Side by side: one group of columns per device, the same kernel on each memory system. */
+        fprintf(f, " Each device's columns come from its own run and are fractions of its own ceilings (environment.md)."
+                   "\n\n| workload | variant |");
+        for (int d = 0; d < md->n_devices; d++)
+            fprintf(f, " %s us | %s of copy | %s of same-size copy | %s floor_frac | %s sm_90 target |", md->labels[d],
+                    md->labels[d], md->labels[d], md->labels[d], md->labels[d]);
+        fprintf(f, " sm_80 (A100 notes), on %s |\n|---|---|", md->labels[0]);
+        for (int d = 0; d < md->n_devices; d++) fprintf(f, "---|---|---|---|---|");
+        fprintf(f, "---|\n");
+    }
     for (int w = 0; w < md->n_workloads; w++)
         for (int i = 0; i < md->n_variants; i++) {
-            const cJSON *r = find_row(md, md->variants[i], md->workloads[w]);
-            if (!r) continue;
-            char c90[128], c80[128];
-            const cJSON *own = find_row(md, md->variants[0], md->workloads[w]); /* peers: ours' copy figure */
-            double copy_us = num(r, "copy_same_bytes_us");
-            if (!isfinite(copy_us) && own) copy_us = num(own, "copy_same_bytes_us");
-            fprintf(f, "| %s | %s%s | %s | %s | %s | %s | %s | %s | %s |\n", md->workloads[w], md->variants[i],
-                    is_peer(r) ? " (peer)" : "", F("%.2f", num(r, "time_us.median")), F("%.0f", num(r, "gbs")),
-                    F("%.3f", num(r, "bw_frac")), F("%.3f", copy_us / num(r, "time_us.median")),
-                    F("%.2f", num(r, "floor_frac")),
-                    is_peer(r) ? "-" : target_cell(c90, sizeof c90, t90, md->name, md->workloads[w], r),
-                    is_peer(r) ? "-" : target_cell(c80, sizeof c80, t80, md->name, md->workloads[w], r));
+            const char *wl = md->workloads[w], *v = md->variants[i];
+            const cJSON *r = NULL, *any = NULL;
+            struct mod on = *md;
+            for (int d = 0; d < md->n_devices && !any; d++) on.dev = md->devices[d], any = find_row(&on, v, wl);
+            if (!any) continue;
+            r = find_row(md, v, wl); /* the primary device's, for the sm_80 column */
+            fprintf(f, "| %s | %s%s", wl, v, is_peer(any) ? " (peer)" : "");
+            for (int d = 0; d < md->n_devices; d++) on.dev = md->devices[d], target_row_cells(f, &on, v, wl, t90, !multi(md));
+            char c80[128];
+            fprintf(f, " | %s |\n", !r || is_peer(r) ? "-" : target_cell(c80, sizeof c80, t80, md->name, wl, r));
         }
     fprintf(f, "\n### Where the study notes and the measurements disagree\n\n");
     int said = 0;
-    for (int w = 0; w < md->n_workloads; w++) {
-        const cJSON *r = NULL;
-        for (int i = 0; i < md->n_variants && !r; i++) r = find_row(md, md->variants[i], md->workloads[w]);
-        if (!r) continue;
-        double model_us = num(r, "bytes") / (num(r, "device.copy_gbs") * 1e3), floor_us = num(r, "ceilings.launch_us_graph");
-        if (model_us < floor_us) {
-            fprintf(f, "- `%s` moves %s: %s us at the copy bandwidth, under the %s us launch floor. It can only be "
-                       "launch-bound, so a bandwidth percentage for it measures launch overhead, not memory; we gate it on "
-                       "`floor_frac` (launch floor / kernel time) instead. Claims like \"~100 GB/s = 70-80%% of peak\" for "
-                       "such a workload cannot both hold.\n",
-                    md->workloads[w], HB(num(r, "bytes")), F("%.2f", model_us), F("%.2f", floor_us));
-            said++;
+    for (int d = 0; d < md->n_devices; d++) {
+        struct mod on = *md;
+        on.dev = md->devices[d];
+        char on_label[96] = "";
+        if (multi(md)) snprintf(on_label, sizeof on_label, "On %s: ", md->labels[d]);
+        for (int w = 0; w < md->n_workloads; w++) {
+            const cJSON *r = NULL;
+            for (int i = 0; i < md->n_variants && !r; i++) r = find_row(&on, md->variants[i], md->workloads[w]);
+            if (!r) continue;
+            double model_us = num(r, "bytes") / (num(r, "device.copy_gbs") * 1e3), floor_us = num(r, "ceilings.launch_us_graph");
+            if (model_us < floor_us && d > 0) { /* said in full for the first device */
+                fprintf(f, "- %s`%s`: %s us at its copy bandwidth, under its %s us launch floor: the same holds.\n",
+                        on_label, md->workloads[w], F("%.2f", model_us), F("%.2f", floor_us));
+                said++;
+            } else if (model_us < floor_us) {
+                fprintf(f, "- %s`%s` moves %s: %s us at the copy bandwidth, under the %s us launch floor. It can only be "
+                           "launch-bound, so a bandwidth percentage for it measures launch overhead, not memory; %s. "
+                           "Claims like \"~100 GB/s = 70-80%% of peak\" for such a workload cannot both hold.\n",
+                        on_label, md->workloads[w], HB(num(r, "bytes")), F("%.2f", model_us), F("%.2f", floor_us),
+                        small_workload_gate(kl_target_find(t90, md->name, md->workloads[w])));
+                said++;
+            }
         }
-    }
-    /* Our own targets, held against what a plain copy of the same bytes achieved in the run. */
-    for (int w = 0; w < md->n_workloads; w++) {
-        const struct kl_target *x = kl_target_find(t90, md->name, md->workloads[w]);
-        const cJSON *r = NULL;
-        for (int i = 0; i < md->n_variants && !(r && isfinite(num(r, "copy_same_bytes_us"))); i++)
-            r = find_row(md, md->variants[i], md->workloads[w]);
-        double copy_us = r ? num(r, "copy_same_bytes_us") : NAN;
-        if (!x || !isfinite(copy_us)) continue;
-        double copy_value = strcmp(x->metric, "floor_frac") == 0 ? num(r, "ceilings.launch_us_graph") / copy_us
-                            : strcmp(x->metric, "bw_frac") == 0 ? num(r, "bytes") / (copy_us * 1e3) / num(r, "device.copy_gbs")
-                                                                : NAN;
-        if (isfinite(copy_value) && copy_value < x->target) {
-            fprintf(f, "- Our sm_90 target for `%s` (%s >= %.2f) is above what a plain copy of the same %s reached in this "
-                       "run (%s, %s us, timed the same way): the target asks more than a copy of those bytes does on "
-                       "this GPU, so read the variants against the same-size copy column as well.\n",
-                    md->workloads[w], x->metric, x->target, HB(num(r, "bytes")), F("%.3f", copy_value), F("%.2f", copy_us));
-            said++;
+        /* Our own targets, held against what a plain copy of the same bytes achieved in the run. */
+        for (int w = 0; w < md->n_workloads; w++) {
+            const struct kl_target *x = kl_target_find(t90, md->name, md->workloads[w]);
+            const cJSON *r = NULL;
+            for (int i = 0; i < md->n_variants && !(r && isfinite(num(r, "copy_same_bytes_us"))); i++)
+                r = find_row(&on, md->variants[i], md->workloads[w]);
+            double copy_us = r ? num(r, "copy_same_bytes_us") : NAN;
+            if (!x || !isfinite(copy_us)) continue;
+            double copy_value = strcmp(x->metric, "floor_frac") == 0 ? num(r, "ceilings.launch_us_graph") / copy_us
+                                : strcmp(x->metric, "bw_frac") == 0 ? num(r, "bytes") / (copy_us * 1e3) / num(r, "device.copy_gbs")
+                                : strcmp(x->metric, "copy_same_bytes_frac") == 0 ? 1.0 /* the copy itself */
+                                                                                 : NAN;
+            if (isfinite(copy_value) && copy_value < x->target) {
+                fprintf(f, "- %sOur sm_90 target for `%s` (%s >= %.2f) is above what a plain copy of the same %s reached "
+                           "in this run (%s, %s us, timed the same way): the target asks more than a copy of those bytes "
+                           "does on this GPU, so read the variants against the same-size copy column as well.\n",
+                        on_label, md->workloads[w], x->metric, x->target, HB(num(r, "bytes")), F("%.3f", copy_value),
+                        F("%.2f", copy_us));
+                said++;
+            }
         }
     }
     for (int k = 0; t80 && k < t80->count; k++)
@@ -681,19 +977,23 @@ static void section_extra_fields(FILE *f, const struct mod *md)
             if (!skip && index_of(keys, nk, e->string) < 0 && nk < 32) keys[nk++] = e->string;
         }
     if (!nk) return;
-    fprintf(f, "## Module measurements\n\n| variant | workload |");
+    fprintf(f, "## Module measurements\n\n| variant | workload |%s", multi(md) ? " device |" : "");
     for (int k = 0; k < nk; k++) fprintf(f, " %s |", keys[k]);
-    fprintf(f, "\n|---|---|");
+    fprintf(f, "\n|---|---|%s", multi(md) ? "---|" : "");
     for (int k = 0; k < nk; k++) fprintf(f, "---|");
     fprintf(f, "\n");
     for (int i = 0; i < md->n_variants; i++)
-        for (int w = 0; w < md->n_workloads; w++) {
-            const cJSON *r = find_row(md, md->variants[i], md->workloads[w]);
-            if (!r) continue;
-            fprintf(f, "| %s | %s |", md->variants[i], md->workloads[w]);
-            for (int k = 0; k < nk; k++) fprintf(f, " %s |", F("%.4g", num(r, keys[k])));
-            fprintf(f, "\n");
-        }
+        for (int w = 0; w < md->n_workloads; w++)
+            for (int d = 0; d < md->n_devices; d++) {
+                struct mod on = *md;
+                on.dev = md->devices[d];
+                const cJSON *r = find_row(&on, md->variants[i], md->workloads[w]);
+                if (!r) continue;
+                fprintf(f, "| %s | %s |", md->variants[i], md->workloads[w]);
+                if (multi(md)) fprintf(f, " %s |", md->labels[d]);
+                for (int k = 0; k < nk; k++) fprintf(f, " %s |", F("%.4g", num(r, keys[k])));
+                fprintf(f, "\n");
+            }
     fprintf(f, "\n");
 }
 
@@ -759,7 +1059,15 @@ static void section_reproduce(FILE *f, const struct mod *md)
 {
     fprintf(f, "## Reproduce\n\n```sh\n./lab.sh test                                  # build + every test\n"
                "build/kernlab verify golden/%s/\nbuild/kernlab check %s --seed 1\nbuild/kernlab ceilings\n", md->name, md->name);
-    if (md->m && md->m->perf)
+    if (md->m && md->m->perf && multi(md)) /* one run on each device, each into its own file */
+        for (int k = 0; k < md->n_files; k++) {
+            const char *dev = "?";
+            for (int j = 0; j < md->rows.n; j++)
+                if (md->rows.file[j] == k) dev = dev_name(md->rows.r[j]);
+            fprintf(f, "build/kernlab bench %s --counters --peers --gate --json reports/data/%s   # on %s\n", md->name,
+                    md->files[k], dev);
+        }
+    else if (md->m && md->m->perf)
         fprintf(f, "build/kernlab bench %s --counters --peers --gate --json reports/data/%s.jsonl\n", md->name, md->name);
     else
         fprintf(f, "build/kernlab bench %s --json reports/data/%s.jsonl\n", md->name, md->name);
@@ -779,15 +1087,19 @@ static int write_guide(const char *out, struct mod *md, const struct kl_targets 
     section_variants(f, md, w);
     section_story(f, md, w, best);
     section_hardware(f, md, w);
-    const cJSON *any = md->rows.n ? md->rows.r[0] : NULL;
+    const cJSON *any = NULL; /* the primary device's first row */
+    for (int j = 0; j < md->rows.n && !any; j++)
+        if (on_dev(md, md->rows.r[j])) any = md->rows.r[j];
     double copy = num(any, "device.copy_gbs"), gemm = num(any, "device.gemm_tflops");
     if (copy > 0 && gemm > 0) {
         snprintf(path, sizeof path, "%s/img/%s-roofline.svg", out, md->name);
         write_svg(path, md, copy, gemm);
         const cJSON *b = w && best ? find_row(md, best, w) : NULL;
-        fprintf(f, "## Roofline\n\n![%s roofline](img/%s-roofline.svg)\n\nThe roofs are this run's measured copy "
+        fprintf(f, "## Roofline\n\n![%s roofline](img/%s-roofline.svg)\n\nThe roofs are %s measured copy "
                    "bandwidth (%s GB/s) and cuBLAS bf16 GEMM rate (%s TFLOP/s); they meet at %s FLOP/byte.",
-                md->name, md->name, F("%.0f", copy), F("%.0f", gemm), F("%.0f", gemm * 1e12 / (copy * 1e9)));
+                md->name, md->name, multi(md) ? "the primary device's" : "this run's", F("%.0f", copy), F("%.0f", gemm),
+                F("%.0f", gemm * 1e12 / (copy * 1e9)));
+        if (multi(md)) fprintf(f, " The points are %s's measurements (%s).", md->labels[0], md->devices[0]);
         if (b)
             fprintf(f, " `%s` on `%s` does %s FLOP per byte it must move: %s-bound, so its bound is %s, and it "
                        "reaches %s of it.",
@@ -797,6 +1109,7 @@ static int write_guide(const char *out, struct mod *md, const struct kl_targets 
         fprintf(f, " Circles are our variants, squares the peers.\n\n");
     }
     section_targets(f, md, t90, t80);
+    if (md->m && md->m->analysis) fprintf(f, "## Analysis\n\n%s\n\n", md->m->analysis);
     section_extra_fields(f, md);
     section_correctness(f, md);
     section_exercises(f, md);
@@ -823,11 +1136,28 @@ static void write_index(const char *out, struct mod *mods, int n, const struct k
     snprintf(path, sizeof path, "%s/INDEX.md", out);
     FILE *f = fopen(path, "w");
     if (!f) return;
+    /* The GPUs the figures come from, named once here; with several, every cell names its own. */
+    const char *gpus[KL_MAX_DEVICES], *gpu_labels[KL_MAX_DEVICES];
+    int ngpu = 0;
+    for (int k = 0; k < n; k++)
+        for (int d = 0; d < mods[k].n_devices; d++) {
+            struct mod on = mods[k];
+            on.dev = mods[k].devices[d];
+            const cJSON *r = first_row(&on, on.n_workloads ? on.workloads[0] : "");
+            for (int w = 1; !r && w < on.n_workloads; w++) r = first_row(&on, on.workloads[w]);
+            if (!r || !(num(r, "device.cc") > 0) || index_of(gpus, ngpu, on.dev) >= 0 || ngpu == KL_MAX_DEVICES) continue;
+            gpu_labels[ngpu] = mods[k].labels[d];
+            gpus[ngpu++] = on.dev;
+        }
     fprintf(f, "# kernlab guides\n\nGenerated by `kernlab report` from `reports/data/`. Each guide explains one "
                "kernel on real hardware: what it computes, each variant's execution model, an execution story with "
                "the counters, the roofline, the targets and the peers, and exercises. The machine and its ceilings: "
-               "[environment.md](environment.md).\n\n| module | what | variants | best measured | of its bound | "
-               "gate (sm_90) |\n|---|---|---|---|---|---|\n");
+               "[environment.md](environment.md).");
+    if (ngpu == 1) fprintf(f, " GPU figures come from %s.", gpus[0]);
+    for (int g = 0; ngpu > 1 && g < ngpu; g++)
+        fprintf(f, "%s%s (%s)%s", g ? g + 1 == ngpu ? " and " : ", " : " GPU figures come from ", gpus[g], gpu_labels[g],
+                g + 1 == ngpu ? ", each run on its own; a cell names the device its figure came from." : "");
+    fprintf(f, "\n\n| module | what | variants | best measured | of its bound | gate (sm_90) |\n|---|---|---|---|---|---|\n");
     for (int i = 0; i < kl_module_count(); i++) {
         const struct kl_module *m = kl_module_at(i);
         struct mod *md = NULL;
@@ -838,16 +1168,25 @@ static void write_index(const char *out, struct mod *mods, int n, const struct k
             fprintf(f, "| %s | %s | %d | not measured yet | - | - |\n", m->name, m->summary, nv);
             continue;
         }
-        const char *w = main_workload(md, t90), *best = w ? best_variant(md, w) : NULL;
-        const cJSON *r = best ? find_row(md, best, w) : NULL;
-        char c90[128];
-        char fig[96] = "-";
-        if (r && num(r, "device.cc") == 0)
-            snprintf(fig, sizeof fig, "%s on %s: %s ns per match (CPU)", best, w, F("%.0f", num(r, "ns_per_match")));
-        else if (r) snprintf(fig, sizeof fig, "%s on %s: %s GB/s", best, w, F("%.0f", num(r, "gbs")));
-        fprintf(f, "| [%s](%s.md) | %s | %d | %s | %s | %s |\n", m->name, m->name, m->summary, nv, fig,
-                r ? F("%.2f", frac_of_bound(r)) : "-",
-                r ? target_cell(c90, sizeof c90, t90, m->name, w, r) : "-");
+        char fig[512] = "", bound[256] = "", gate[512] = "";
+        size_t of = 0, ob = 0, og = 0;
+        for (int d = 0; d < md->n_devices; d++) { /* one figure per device, each after its label */
+            struct mod on = *md;
+            on.dev = md->devices[d];
+            const char *w = main_workload(&on, t90), *best = w ? best_variant(&on, w) : NULL;
+            const cJSON *r = best ? find_row(&on, best, w) : NULL;
+            char c90[128], one[160] = "-", pre[80] = "";
+            if (multi(md)) snprintf(pre, sizeof pre, "%s%s: ", d ? "; " : "", md->labels[d]);
+            if (r && num(r, "device.cc") == 0)
+                snprintf(one, sizeof one, "%s on %s: %s ns per match (CPU)", best, w, F("%.0f", num(r, "ns_per_match")));
+            else if (r) snprintf(one, sizeof one, "%s on %s: %s GB/s", best, w, F("%.0f", num(r, "gbs")));
+            of += (size_t)snprintf(fig + of, of < sizeof fig ? sizeof fig - of : 0, "%s%s", pre, one);
+            ob += (size_t)snprintf(bound + ob, ob < sizeof bound ? sizeof bound - ob : 0, "%s%s", pre,
+                                   r ? F("%.2f", frac_of_bound(r)) : "-");
+            og += (size_t)snprintf(gate + og, og < sizeof gate ? sizeof gate - og : 0, "%s%s", pre,
+                                   r ? target_cell(c90, sizeof c90, t90, m->name, w, r) : "-");
+        }
+        fprintf(f, "| [%s](%s.md) | %s | %d | %s | %s | %s |\n", m->name, m->name, m->summary, nv, fig, bound, gate);
     }
     fprintf(f, "\n## Learning path\n\nRead the guides in this order; each adds one idea to the previous.\n\n");
     int step = 1;
@@ -858,49 +1197,80 @@ static void write_index(const char *out, struct mod *mods, int n, const struct k
     fclose(f);
 }
 
+/* One machine's ceilings, as `kernlab ceilings` measured them at the start of a bench run. */
+static void ceilings_table(FILE *f, const cJSON *c)
+{
+    double copy = num(c, "copy_gbs"), gemm = num(c, "gemm_tflops");
+    fprintf(f, "| | |\n|---|---|\n| GPU | %s (sm_%s), %s SMs, L2 %s |\n| driver / CUDA runtime | %s / %s |\n"
+               "| copy bandwidth | %s GB/s (read + write of a 1 GiB copy; clock-derived DRAM peak %s GB/s, so the "
+               "copy reaches %s of it) |\n| bf16 GEMM | %s TFLOP/s (cuBLAS, 8192^3, random data) |\n| ridge point | "
+               "%s FLOP/byte |\n| launch floor | %s us per launch on a stream, %s us inside a CUDA graph |\n| clocks "
+               "| SM %s MHz (max %s), memory %s MHz, read through NVML after the ceilings |\n| GPUs | one (no "
+               "topology to report) |\n\n",
+            str(c, "name", "?"), F("%.0f", num(c, "cc")), F("%.0f", num(c, "sms")), HB(num(c, "l2_bytes")),
+            str(c, "driver", "?"), str(c, "runtime", "?"), F("%.0f", copy), F("%.0f", num(c, "dram_peak_gbs")),
+            F("%.2f", copy / num(c, "dram_peak_gbs")), F("%.0f", gemm), F("%.0f", gemm * 1e12 / (copy * 1e9)),
+            F("%.2f", num(c, "launch_us_stream")), F("%.2f", num(c, "launch_us_graph")),
+            F("%.0f", num(c, "sm_clock_mhz")), F("%.0f", num(c, "max_sm_clock_mhz")), F("%.0f", num(c, "mem_clock_mhz")));
+}
+
 static void write_environment(const char *out, struct mod *mods, int n)
 {
     char path[1200];
     snprintf(path, sizeof path, "%s/environment.md", out);
     FILE *f = fopen(path, "w");
     if (!f) return;
-    const cJSON *c = NULL;
-    const char *from = NULL;
-    for (int k = 0; k < n && !c; k++)
-        for (int j = 0; j < mods[k].rows.n && !c; j++)
-            if (get(mods[k].rows.r[j], "ceilings")) c = get(mods[k].rows.r[j], "ceilings"), from = mods[k].name;
-    fprintf(f, "# Environment\n\nThe machine the committed guides were measured on, and its ceilings (`kernlab "
-               "ceilings`). Every `kernlab bench` call measures them again at its start and each guide uses its own "
-               "call's figures; the table shows those of `%s`. Targets are fractions of these, not of a "
-               "datasheet.\n\n", from ? from : "-");
-    if (c) {
-        double copy = num(c, "copy_gbs"), gemm = num(c, "gemm_tflops");
-        fprintf(f, "| | |\n|---|---|\n| GPU | %s (sm_%s), %s SMs, L2 %s |\n| driver / CUDA runtime | %s / %s |\n"
-                   "| copy bandwidth | %s GB/s (read + write of a 1 GiB copy; clock-derived DRAM peak %s GB/s, so the "
-                   "copy reaches %s of it) |\n| bf16 GEMM | %s TFLOP/s (cuBLAS, 8192^3, random data) |\n| ridge point | "
-                   "%s FLOP/byte |\n| launch floor | %s us per launch on a stream, %s us inside a CUDA graph |\n| clocks "
-                   "| SM %s MHz (max %s), memory %s MHz, read through NVML after the ceilings |\n| GPUs | one (no "
-                   "topology to report) |\n\n",
-                str(c, "name", "?"), F("%.0f", num(c, "cc")), F("%.0f", num(c, "sms")), HB(num(c, "l2_bytes")),
-                str(c, "driver", "?"), str(c, "runtime", "?"), F("%.0f", copy), F("%.0f", num(c, "dram_peak_gbs")),
-                F("%.2f", copy / num(c, "dram_peak_gbs")), F("%.0f", gemm), F("%.0f", gemm * 1e12 / (copy * 1e9)),
-                F("%.2f", num(c, "launch_us_stream")), F("%.2f", num(c, "launch_us_graph")),
-                F("%.0f", num(c, "sm_clock_mhz")), F("%.0f", num(c, "max_sm_clock_mhz")), F("%.0f", num(c, "mem_clock_mhz")));
+    /* Every device whose rows carry ceilings (the GPUs), in name order, with the first module's. */
+    const cJSON *ceil[KL_MAX_DEVICES];
+    const char *names[KL_MAX_DEVICES], *from[KL_MAX_DEVICES];
+    int nc = 0;
+    for (int k = 0; k < n; k++)
+        for (int j = 0; j < mods[k].rows.n; j++) {
+            const cJSON *c = get(mods[k].rows.r[j], "ceilings");
+            const char *d = dev_name(mods[k].rows.r[j]);
+            if (c && index_of(names, nc, d) < 0 && nc < KL_MAX_DEVICES) ceil[nc] = c, names[nc] = d, from[nc++] = mods[k].name;
+        }
+    for (int i = 1; i < nc; i++)
+        for (int j = i; j > 0 && strcmp(names[j], names[j - 1]) < 0; j--) {
+            const cJSON *tc = ceil[j];
+            const char *tn = names[j], *tf = from[j];
+            ceil[j] = ceil[j - 1], names[j] = names[j - 1], from[j] = from[j - 1];
+            ceil[j - 1] = tc, names[j - 1] = tn, from[j - 1] = tf;
+        }
+    if (nc <= 1) {
+        fprintf(f, "# Environment\n\nThe machine the committed guides were measured on, and its ceilings (`kernlab "
+                   "ceilings`). Every `kernlab bench` call measures them again at its start and each guide uses its own "
+                   "call's figures; the table shows those of `%s`. Targets are fractions of these, not of a "
+                   "datasheet.\n\n", nc ? from[0] : "-");
+        if (nc) ceilings_table(f, ceil[0]);
+        else fprintf(f, "No GPU results: no ceilings were measured.\n\n");
     } else {
-        fprintf(f, "No GPU results: no ceilings were measured.\n\n");
+        fprintf(f, "# Environment\n\nThe %d machines the committed guides were measured on, and their ceilings (`kernlab "
+                   "ceilings`), one run on each. Every `kernlab bench` call measures them again at its start and each "
+                   "guide uses its own call's figures; each table shows those of the first module's run on that "
+                   "machine. Targets are fractions of these, not of a datasheet, so the same fraction on two devices "
+                   "means a different speed.\n\n", nc);
+        for (int i = 0; i < nc; i++) {
+            fprintf(f, "## %s (the `%s` run)\n\n", names[i], from[i]);
+            ceilings_table(f, ceil[i]);
+        }
     }
     fprintf(f, "| results file | rows | device | dates | commits |\n|---|---|---|---|---|\n");
-    for (int k = 0; k < n; k++) {
-        const cJSON *r0 = mods[k].rows.n ? mods[k].rows.r[0] : NULL;
-        const cJSON *rl = mods[k].rows.n ? mods[k].rows.r[mods[k].rows.n - 1] : NULL;
-        fprintf(f, "| reports/data/%s.jsonl | %d | %s | %s .. %s | %s .. %s |\n", mods[k].name, mods[k].rows.n,
-                str(r0, "device.name", "?"), str(r0, "date", "?"), str(rl, "date", "?"), str(r0, "commit", "?"),
-                str(rl, "commit", "?"));
-    }
+    for (int k = 0; k < n; k++) /* a line per file and device: first and last row of each */
+        for (int fi = 0; fi < mods[k].n_files; fi++)
+            for (int d = 0; d < mods[k].n_devices; d++) {
+                const cJSON *r0 = NULL, *rl = NULL;
+                int rows = 0;
+                for (int j = 0; j < mods[k].rows.n; j++)
+                    if (mods[k].rows.file[j] == fi && strcmp(dev_name(mods[k].rows.r[j]), mods[k].devices[d]) == 0)
+                        rl = mods[k].rows.r[j], r0 = r0 ? r0 : rl, rows++;
+                if (!rows) continue;
+                fprintf(f, "| reports/data/%s | %d | %s | %s .. %s | %s .. %s |\n", mods[k].files[fi], rows,
+                        mods[k].devices[d], str(r0, "date", "?"), str(rl, "date", "?"), str(r0, "commit", "?"),
+                        str(rl, "commit", "?"));
+            }
     fclose(f);
 }
-
-static int by_name(const struct dirent **a, const struct dirent **b) { return strcmp((*a)->d_name, (*b)->d_name); }
 
 int kl_cmd_report(int argc, char **argv)
 {
@@ -910,29 +1280,17 @@ int kl_cmd_report(int argc, char **argv)
         else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) out = argv[++i];
         else return fprintf(stderr, "kernlab report: unknown argument '%s'\n", argv[i]), 2;
     }
-    struct dirent **names;
-    int n = scandir(results, &names, NULL, by_name);
-    if (n < 0) return fprintf(stderr, "kernlab report: %s: %s\n", results, strerror(errno)), 1;
-    struct mod mods[32] = {{0}};
+    static struct mod mods[32];
+    memset(mods, 0, sizeof mods);
     int nm = 0, status = 0;
-    for (int i = 0; i < n; i++) {
-        const char *d = names[i]->d_name;
-        size_t len = strlen(d);
-        if (len > 6 && strcmp(d + len - 6, ".jsonl") == 0 && nm < 32) {
-            char path[1200];
-            snprintf(path, sizeof path, "%s/%s", results, d);
-            struct mod *md = &mods[nm];
-            if (load_rows(path, &md->rows)) status = 1;
-            else if (md->rows.n) {
-                md->name = str(md->rows.r[0], "module", "?");
-                md->m = kl_module_find(md->name);
-                order(md);
-                nm++;
-            }
-        }
+    if (load_results(results, mods, &nm)) status = 1;
+    qsort(mods, (size_t)nm, sizeof mods[0], mod_by_name);
+    for (int k = 0; k < nm; k++) {
+        mods[k].m = kl_module_find(mods[k].name);
+        drop_repeats(&mods[k]);
+        find_devices(&mods[k]);
+        order(&mods[k]);
     }
-    for (int i = 0; i < n; i++) free(names[i]);
-    free(names);
     if (status) return status;
     char img[1100];
     snprintf(img, sizeof img, "%s/img", out);
@@ -951,7 +1309,7 @@ int kl_cmd_report(int argc, char **argv)
     printf("wrote %s/INDEX.md, %s/environment.md\n", out, out);
     for (int k = 0; k < nm; k++) {
         for (int j = 0; j < mods[k].rows.n; j++) cJSON_Delete(mods[k].rows.r[j]);
-        free(mods[k].rows.r);
+        free(mods[k].rows.r), free(mods[k].rows.file);
     }
     kl_targets_free(&t90), kl_targets_free(&t80);
     return status;

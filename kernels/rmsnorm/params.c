@@ -1,4 +1,4 @@
-/* The argument checks every rmsnorm launcher starts with. */
+/* The argument checks every rmsnorm launcher starts with, and whether rows can move as 16-byte vectors. */
 #include <stdio.h>
 
 #include "rmsnorm.h"
@@ -17,4 +17,12 @@ cudaError_t kl_rmsnorm_check_params(const struct kl_rmsnorm_params *p, const cha
     fprintf(stderr, "rmsnorm %s: %s (num_tokens=%lld hidden=%lld)\n", variant, bad, (long long)p->num_tokens,
             (long long)p->hidden);
     return cudaErrorInvalidValue;
+}
+
+static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+bool kl_rmsnorm_vec16_ok(const struct kl_rmsnorm_params *p)
+{
+    return p->hidden % (16 / (int64_t)kl_dtype_size(p->dtype)) == 0 && aligned16(p->x) && aligned16(p->weight) &&
+           aligned16(p->out) && (!p->residual || (aligned16(p->residual) && aligned16(p->residual_out)));
 }

@@ -7,6 +7,7 @@
 #define KL_KERNELS_RMSNORM_H
 
 #include <cuda_runtime_api.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "lab/core/dtype.h"
@@ -32,6 +33,10 @@ typedef cudaError_t (*kl_rmsnorm_launch_fn)(const struct kl_rmsnorm_params *p, c
 /* Shape and pointer checks every launcher starts with: cudaErrorInvalidValue, with the
  * argument at fault printed to stderr, or cudaSuccess. */
 cudaError_t kl_rmsnorm_check_params(const struct kl_rmsnorm_params *p, const char *variant);
+
+/* Whether rows can move as 16-byte vectors: hidden a multiple of 16 bytes and every tensor given
+ * 16-byte aligned. Otherwise a variant falls back to element-wide accesses. */
+bool kl_rmsnorm_vec16_ok(const struct kl_rmsnorm_params *p);
 
 #ifdef __cplusplus
 }

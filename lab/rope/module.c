@@ -254,4 +254,4 @@ KL_MODULE(rope, .summary = "rotary position embedding, in place on Q and K (neox
           .tensor = &ops, .perf = &kl_rope_perf,
           .exercises = "1. v3_regs_cos_sin spills (see the local memory in its execution model above) because it holds 4 heads of q/k plus cos/sin in registers; a v4 with 2 heads per thread and two tokens per block should drop the spills and raise occupancy. Predict its time from the workload's bytes before measuring.\n"
               "2. Positions are random: cos/sin rows are gathered once per token. Sort tokens by position in the workload and measure whether L2 reuse of cos/sin rows changes the DRAM bytes / model ratio.\n"
-              "3. Decode (64 tokens) is launch-bound: compare floor_frac with PDL, as rmsnorm's v2_pdl does.");
+              "3. v5_pdl_one_trip loads the position and its cos/sin row before its PDL wait. Move both after the wait and the decode-64 time should grow by two dependent DRAM trips; measure it, then compare with the same-size copy column.");

@@ -5,7 +5,8 @@
 set -euo pipefail
 kl=${1:?usage: reports_current.sh path/to/kernlab}
 cd "$(dirname "$0")/../.."
-ls reports/data/*.jsonl > /dev/null 2>&1 || { echo "no reports/data yet"; exit 0; }
+# Results sit in reports/data/<module>.jsonl or, one folder per device, reports/data/<device>/<module>.jsonl.
+[ -n "$(find reports/data -name '*.jsonl' 2>/dev/null | head -1)" ] || { echo "no reports/data yet"; exit 0; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$kl" report --results reports/data --out "$tmp" > /dev/null
