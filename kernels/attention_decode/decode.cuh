@@ -40,44 +40,44 @@ __device__ __forceinline__ float *partial(const kl_attention_decode_params &p, i
     return base + ((split * p.batch + b) * p.num_qo_heads + h) * (p.head_dim + 2);
 }
 
-/* The final output of (b, h) from `splits` partials, computed by the whole block (every thread
- * must call it; it synchronises). With M = max m_s, the weights w_s = 2^(m_s - M) put every
- * partial on one scale: out = sum acc_s w_s / L and lse = ln 2 * (M + log2 L), L = sum l_s w_s.
- * The weights are computed once into `w` (shared, >= splits + 2 floats), then each thread sums
- * its dims over the splits. Partials were written by other blocks: read through L2 (__ldcg),
- * never from a possibly stale L1 line. */
+/* The final outputs of heads h0 .. h0 + nh - 1 of request b from their `splits` partials,
+ * computed by the whole block (every thread must call it; it synchronises once). With M = max
+ * m_s, the weights w_s = 2^(m_s - M) put every partial on one scale: out = sum acc_s w_s / L and
+ * lse = ln 2 (M + log2 L), L = sum l_s w_s. Phase 1: one warp per head computes its weights into
+ * w (shared, nh * (splits + 2) floats) with shuffles only; phase 2: every thread sums its (head,
+ * dim) outputs over the splits, independent loads the compiler can keep in flight together.
+ * Partials were written by other blocks: read through L2 (__ldcg), never from a stale L1 line. */
 template <typename T>
-__device__ __forceinline__ void merge_partials(const kl_attention_decode_params &p, int b, int h, int splits, float *w)
+__device__ __forceinline__ void merge_partials(const kl_attention_decode_params &p, int b, int h0, int nh, int splits,
+                                               float *w)
 {
-    const int hd = (int)p.head_dim, tid = threadIdx.x, threads = blockDim.x;
-    float *total = w + splits; /* [0]: M, [1]: L */
-    for (int s = tid; s < splits; s += threads) w[s] = __ldcg(partial(p, s, b, h) + hd);
-    __syncthreads();
-    if (tid < 32) {
-        float m = -INFINITY;
-        for (int s = tid; s < splits; s += 32) m = fmaxf(m, w[s]);
+    const int hd = (int)p.head_dim, lane = threadIdx.x % 32, stride = splits + 2;
+    for (int h = threadIdx.x / 32; h < nh; h += blockDim.x / 32) {
+        float *wh = w + h * stride, m = -INFINITY, l = 0;
+        for (int s = lane; s < splits; s += 32) {
+            const float *ps = partial(p, s, b, h0 + h);
+            wh[s] = __ldcg(ps + hd); /* m_s, until it becomes the weight */
+            m = fmaxf(m, wh[s]);
+        }
 #pragma unroll
         for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-        if (tid == 0) total[0] = m;
-    }
-    __syncthreads();
-    for (int s = tid; s < splits; s += threads) w[s] = exp2f(w[s] - total[0]);
-    __syncthreads();
-    if (tid < 32) {
-        float l = 0;
-        for (int s = tid; s < splits; s += 32) l += __ldcg(partial(p, s, b, h) + hd + 1) * w[s];
+        for (int s = lane; s < splits; s += 32) {
+            wh[s] = exp2f(wh[s] - m);
+            l += __ldcg(partial(p, s, b, h0 + h) + hd + 1) * wh[s];
+        }
         l = kl::warp_sum(l);
-        if (tid == 0) total[1] = l;
+        if (lane == 0) wh[splits] = m, wh[splits + 1] = l;
     }
     __syncthreads();
-    T *out = static_cast<T *>(p.out) + ((int64_t)b * p.num_qo_heads + h) * hd;
-    for (int d = tid; d < hd; d += threads) {
+    for (int i = threadIdx.x; i < nh * hd; i += blockDim.x) {
+        const int h = i / hd, d = i % hd;
+        const float *wh = w + h * stride;
         float acc = 0;
-        for (int s = 0; s < splits; s++) acc += __ldcg(partial(p, s, b, h) + d) * w[s];
-        out[d] = kl::from_f32<T>(acc / total[1]);
+        for (int s = 0; s < splits; s++) acc += __ldcg(partial(p, s, b, h0 + h) + d) * wh[s];
+        static_cast<T *>(p.out)[((int64_t)b * p.num_qo_heads + h0 + h) * hd + d] = kl::from_f32<T>(acc / wh[splits + 1]);
+        if (d == 0)
+            p.lse[(int64_t)b * p.num_qo_heads + h0 + h] = (wh[splits] + log2f(wh[splits + 1])) * 0.69314718056f;
     }
-    if (tid == 0) p.lse[(int64_t)b * p.num_qo_heads + h] = (total[0] + log2f(total[1])) * 0.69314718056f;
-    __syncthreads(); /* w and total are reused by the caller's next head */
 }
 
 /* out = 0 and lse = -inf for a request with no keys (the empty sum). */

@@ -43,7 +43,7 @@ static __global__ void merge_v3(const kl_attention_decode_params p, int chunk)
 {
     __shared__ float w[KL_DECODE_MAX_SPLITS + 2];
     const int b = blockIdx.x, h = blockIdx.y, n = kl::decode::kv_len(p, b), splits = (n + chunk - 1) / chunk;
-    if (splits > 1) kl::decode::merge_partials<T>(p, b, h, splits, w);
+    if (splits > 1) kl::decode::merge_partials<T>(p, b, h, 1, splits, w);
 }
 
 template <typename T, int HD, int GMAX>

@@ -19,17 +19,20 @@
  * on the big batches. bf16/fp16 and head_dim 64/128/256 (fp32 is left to v0-v3).
  * Run alone: build/kernlab bench attention_decode --variant v4_tensor_cores */
 #include <stdio.h>
+#include <stdlib.h>
+#include <type_traits>
 
 #include "kernels/attention_decode/decode.cuh"
 #include "kernels/mma.cuh"
 #include "lab/core/registry.h"
 
-template <int HD> struct tc_shape {
-    static constexpr int WARPS = 4, THREADS = 32 * WARPS;
+/* A block of WARPS warps, STAGES stages of 16 tokens per warp. The default: 4 warps and 4, 3, 2
+ * stages for head_dim 64, 128, 256, 64-128 KB of shared memory, two blocks per SM up to 128. */
+template <int HD, int WARPS_, int STAGES_> struct tc_shape {
+    static constexpr int WARPS = WARPS_, THREADS = 32 * WARPS, STAGES = STAGES_;
     static constexpr int TOK = 16 * WARPS;                         /* tokens per stage: 16 per warp */
     static constexpr int CHUNKS = HD / 8;                          /* 16-byte chunks per row */
     static constexpr int KSTEPS = HD / 16;                         /* k-steps of Q.K, m-tiles of V^T */
-    static constexpr int STAGES = HD == 256 ? 2 : HD == 128 ? 3 : 4; /* ~100 KB: two blocks per SM */
     static constexpr int STAGE_CHUNKS = 2 * TOK * CHUNKS;          /* K then V */
     static constexpr int ROW = HD + 2;                             /* merged rows: acc, m, l */
     static constexpr int SMEM = STAGES * STAGE_CHUNKS * 16;
@@ -38,12 +41,12 @@ template <int HD> struct tc_shape {
 
 /* Chunk c of row r of a [rows][CHUNKS] tile, swizzled: the 8 rows an ldmatrix reads land in 8
  * different 16-byte bank groups. */
-template <int HD> __device__ __forceinline__ int swz(int r, int c) { return r * tc_shape<HD>::CHUNKS + (c ^ (r & 7)); }
+template <int HD> __device__ __forceinline__ int swz(int r, int c) { return r * (HD / 8) + (c ^ (r & 7)); }
 
-template <typename T, int HD>
-static __global__ void __launch_bounds__(128) decode_v4(const kl_attention_decode_params p, int chunk)
+template <typename T, int HD, int WARPS, int STAGES>
+static __global__ void __launch_bounds__(32 * WARPS) decode_v4(const kl_attention_decode_params p, int chunk)
 {
-    using S = tc_shape<HD>;
+    using S = tc_shape<HD, WARPS, STAGES>;
     extern __shared__ uint4 smem[];
     const int group = (int)(p.num_qo_heads / p.num_kv_heads), blocks = (group + 7) / 8;
     const int b = blockIdx.x, g = blockIdx.y / blocks, h0 = g * group + blockIdx.y % blocks * 8;
@@ -214,23 +217,54 @@ static __global__ void __launch_bounds__(128) decode_v4(const kl_attention_decod
     __syncthreads();
     if (!last) return;
     __threadfence();
-    for (int h = 0; h < nh; h++) kl::decode::merge_partials<T>(p, b, h0 + h, splits, reinterpret_cast<float *>(smem));
+    kl::decode::merge_partials<T>(p, b, h0, nh, splits, reinterpret_cast<float *>(smem));
 }
 
-template <typename T, int HD>
-static cudaError_t launch_hd(const struct kl_attention_decode_params *p, struct kl_decode_split plan, cudaStream_t stream)
+template <typename T, int HD, int WARPS, int STAGES>
+static cudaError_t launch_shape(const struct kl_attention_decode_params *p, struct kl_decode_split plan,
+                                cudaStream_t stream)
 {
-    using S = tc_shape<HD>;
+    using S = tc_shape<HD, WARPS, STAGES>;
     static bool configured = false; /* once per instantiation: more than 48 KB of shared memory */
     if (!configured) {
-        cudaError_t rc = cudaFuncSetAttribute(decode_v4<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, S::SMEM);
+        cudaError_t rc = cudaFuncSetAttribute(decode_v4<T, HD, WARPS, STAGES>,
+                                              cudaFuncAttributeMaxDynamicSharedMemorySize, S::SMEM);
         if (rc != cudaSuccess) return rc;
         configured = true;
     }
     const int64_t blocks = (p->num_qo_heads / p->num_kv_heads + 7) / 8;
     const dim3 grid((unsigned)p->batch, (unsigned)(p->num_kv_heads * blocks), (unsigned)plan.splits);
-    decode_v4<T, HD><<<grid, S::THREADS, S::SMEM, stream>>>(*p, (int)plan.chunk);
+    decode_v4<T, HD, WARPS, STAGES><<<grid, S::THREADS, S::SMEM, stream>>>(*p, (int)plan.chunk);
     return cudaGetLastError();
+}
+
+/* KL_DECODE_V4_SHAPE=warps,stages picks another block shape for bf16, head_dim 128 (the
+ * shapes below are compiled for it): how the guide's shape sweep was measured. */
+static int shape_override(void)
+{
+    static int shape = -1;
+    if (shape < 0) {
+        int w = 0, st = 0;
+        const char *e = getenv("KL_DECODE_V4_SHAPE");
+        shape = e && sscanf(e, "%d,%d", &w, &st) == 2 ? w * 10 + st : 0;
+    }
+    return shape;
+}
+
+template <typename T, int HD>
+static cudaError_t launch_hd(const struct kl_attention_decode_params *p, struct kl_decode_split plan, cudaStream_t stream)
+{
+    if (std::is_same<T, __nv_bfloat16>::value && HD == 128) switch (shape_override()) {
+        case 22: return launch_shape<T, HD, 2, 2>(p, plan, stream);
+        case 24: return launch_shape<T, HD, 2, 4>(p, plan, stream);
+        case 26: return launch_shape<T, HD, 2, 6>(p, plan, stream);
+        case 42: return launch_shape<T, HD, 4, 2>(p, plan, stream);
+        case 44: return launch_shape<T, HD, 4, 4>(p, plan, stream);
+        case 46: return launch_shape<T, HD, 4, 6>(p, plan, stream);
+        case 82: return launch_shape<T, HD, 8, 2>(p, plan, stream);
+        case 83: return launch_shape<T, HD, 8, 3>(p, plan, stream);
+        }
+    return launch_shape<T, HD, 4, HD == 256 ? 2 : HD == 128 ? 3 : 4>(p, plan, stream);
 }
 
 static cudaError_t launch(const struct kl_attention_decode_params *p, cudaStream_t stream)
