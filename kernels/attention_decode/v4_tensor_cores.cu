@@ -7,16 +7,19 @@
  * at a time and computes S^T (16 tokens x 8 heads) = K_tile Q^T with mma.sync m16n8k16 (the GQA
  * group's <= 8 qo heads are the n dimension), then O^T (head_dim x 8) += V_tile^T P^T, with P
  * rounded to bf16/fp16 and transposed in registers (movmatrix) into the B operand: about 0.3
- * warp instructions per 256 bytes instead of ~10. The K/V tiles (64 tokens: 16 per warp) come
- * into shared memory with cp.async, STAGES deep, in a swizzled layout (16-byte chunk c of row r
+ * warp instructions per 256 bytes instead of ~10. The K/V tiles (16 tokens per warp) come into
+ * shared memory with cp.async, two stages deep, in a swizzled layout (16-byte chunk c of row r
  * stored at c ^ (r % 8)) so ldmatrix reads 8 rows without bank conflicts; tokens past the end
- * are zero-filled and masked. The keys are split as in v3 (chunks of 128..2048 tokens, a
- * multiple of 64, about 4 blocks per SM: two resident, two waves), but the merge runs in the
- * same kernel: each block adds one to a counter per (request, kv head,
- * head block) after its partial is written; the block that arrives last merges all of them and
- * resets the counter, so there is no second launch and the workspace stays zeroed.
- * Bound: the read bandwidth (b64-kv8k-p16 reads 2.1 GB); predicted >= 0.95 of the read ceiling
- * on the big batches. bf16/fp16 and head_dim 64/128/256 (fp32 is left to v0-v3).
+ * are zero-filled and masked. The page numbers are loaded a stage ahead of the copies that need
+ * them (a first version loaded them between the barrier and the copies: 0.85 of the read
+ * ceiling on an H100). The keys are split as in v3 (chunks of 128..2048 tokens, a multiple of 64,
+ * about 4 blocks per SM), but the merge runs in the same kernel: each block adds one to a
+ * counter per (request, kv head, head block) after its partial is written; the block that
+ * arrives last merges all of them and resets the counter, so there is no second launch and the
+ * workspace stays zeroed.
+ * Bound: the read bandwidth (b64-kv8k-p16 reads 2.1 GB); predicted 0.95 of the read ceiling on
+ * the big batches, measured 0.88-0.89 on an H100 (the guide shows where the rest goes).
+ * bf16/fp16 and head_dim 64/128/256 (fp32 is left to v0-v3).
  * Run alone: build/kernlab bench attention_decode --variant v4_tensor_cores */
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,8 +29,7 @@
 #include "kernels/mma.cuh"
 #include "lab/core/registry.h"
 
-/* A block of WARPS warps, STAGES stages of 16 tokens per warp. The default: 4 warps and 4, 3, 2
- * stages for head_dim 64, 128, 256, 64-128 KB of shared memory, two blocks per SM up to 128. */
+/* A block of WARPS warps, STAGES stages of 16 tokens per warp (launch_hd picks the shape). */
 template <int HD, int WARPS_, int STAGES_> struct tc_shape {
     static constexpr int WARPS = WARPS_, THREADS = 32 * WARPS, STAGES = STAGES_;
     static constexpr int TOK = 16 * WARPS;                         /* tokens per stage: 16 per warp */
@@ -264,7 +266,12 @@ static cudaError_t launch_hd(const struct kl_attention_decode_params *p, struct 
         case 82: return launch_shape<T, HD, 8, 2>(p, plan, stream);
         case 83: return launch_shape<T, HD, 8, 3>(p, plan, stream);
         }
-    return launch_shape<T, HD, 4, HD == 256 ? 2 : HD == 128 ? 3 : 4>(p, plan, stream);
+    /* Two stages, and as many blocks per SM as fit: the shape sweep on an H100 (the guide) found
+     * resident blocks worth more than pipeline depth: 4 warps x 2 stages (64 KB, 3 blocks per SM)
+     * beat 4 x 3 (96 KB, 2 per SM) and 4 x 4 (1 per SM); page_size 1 gathers 256-byte rows one
+     * by one and gains most from 2 warps x 2 stages (32 KB, 7 per SM). */
+    if (p->page_size < 8 || HD == 256) return launch_shape<T, HD, 2, 2>(p, plan, stream);
+    return launch_shape<T, HD, 4, 2>(p, plan, stream);
 }
 
 static cudaError_t launch(const struct kl_attention_decode_params *p, cudaStream_t stream)
