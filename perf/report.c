@@ -364,7 +364,8 @@ static const char *main_workload(const struct mod *md, const struct kl_targets *
     double most = -1;
     for (int i = 0; i < md->n_workloads; i++) {
         const struct kl_target *t = kl_target_find(t90, md->name, md->workloads[i]);
-        if (t && (strcmp(t->metric, "bw_frac") == 0 || strcmp(t->metric, "tc_frac") == 0) && has_row(md, md->workloads[i]))
+        if (t && (strcmp(t->metric, "bw_frac") == 0 || strcmp(t->metric, "tc_frac") == 0 || strcmp(t->metric, "read_frac") == 0) &&
+            has_row(md, md->workloads[i]))
             return md->workloads[i];
     }
     for (int j = 0; j < md->rows.n; j++)
@@ -722,6 +723,9 @@ static void section_story(FILE *f, const struct mod *md, const char *workload, c
                 F("%.3f", b / (num(r, "copy_same_bytes_us") * 1e3) / num(r, "device.copy_gbs")),
                 F("%.3f", num(r, "copy_same_bytes_frac")));
     if (t < 5 * floor_us) fprintf(f, "; %s x the graph launch floor", F("%.1f", t / floor_us));
+    if (isfinite(num(r, "read_frac"))) /* read-dominated kernels (decode): the streaming read is their bound */
+        fprintf(f, "; a pure streaming read runs at %s GB/s on this GPU, and this kernel reads at %s of that",
+                F("%.0f", num(r, "device.read_gbs")), F("%.3f", num(r, "read_frac")));
     fprintf(f, "\n```\n\n");
     for (int d = 1; d < md->n_devices; d++) { /* the same launch on the other memory systems, in brief */
         struct mod on = *md;
