@@ -318,3 +318,23 @@ Test(core, registry_lists_modules_and_variants_sorted)
     cr_assert_null(kl_variant_find("rmsnorm", "no_such_variant"));
     cr_assert_null(kl_module_find("no_such_module"));
 }
+
+/* Variants of a module that exists only here, registered in an order that string sorting gets
+ * wrong: the registry orders them by the N of vN_, and "latest" is the highest N. */
+static void no_launch(void) {}
+KL_VARIANT(zz_order, v9_nine, no_launch, .min_cc = 0, .summary = "order test");
+KL_VARIANT(zz_order, v10_ten, no_launch, .min_cc = 0, .summary = "order test");
+KL_VARIANT(zz_order, v2_two, no_launch, .min_cc = 0, .summary = "order test");
+KL_VARIANT(zz_order, v10_a_sibling, no_launch, .min_cc = 0, .summary = "order test");
+
+Test(core, variants_sort_by_their_number_not_as_strings)
+{
+    static const char *want[] = {"v2_two", "v9_nine", "v10_a_sibling", "v10_ten"};
+    cr_assert_eq(kl_variant_count("zz_order", false), 4);
+    for (int i = 0; i < 4; i++)
+        cr_assert_str_eq(kl_variant_at("zz_order", i, false)->name, want[i], "position %d", i);
+    cr_assert_str_eq(kl_variant_latest("zz_order", 90)->name, "v10_ten");
+    cr_assert_lt(kl_variant_name_cmp("v9_x", "v10_x"), 0);
+    cr_assert_lt(kl_variant_name_cmp("v10_x", "mutant_x"), 0, "numbered variants come before the rest");
+    cr_assert_lt(kl_variant_name_cmp("v02_x", "v3_x"), 0);
+}
