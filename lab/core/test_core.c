@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "lab/core/args.h"
 #include "lab/core/compare.h"
 #include "lab/core/golden.h"
 #include "lab/core/registry.h"
@@ -337,4 +338,13 @@ Test(core, variants_sort_by_their_number_not_as_strings)
     cr_assert_lt(kl_variant_name_cmp("v9_x", "v10_x"), 0);
     cr_assert_lt(kl_variant_name_cmp("v10_x", "mutant_x"), 0, "numbered variants come before the rest");
     cr_assert_lt(kl_variant_name_cmp("v02_x", "v3_x"), 0);
+}
+
+Test(core, numbers_on_the_command_line_are_digits_only)
+{
+    uint64_t v = 7;
+    cr_assert(kl_parse_u64("0", &v) && v == 0);
+    cr_assert(kl_parse_u64("18446744073709551615", &v) && v == UINT64_MAX);
+    static const char *kbad[] = {"", "-1", "+1", " 1", "1 ", "abc", "1e3", "18446744073709551616"};
+    for (size_t i = 0; i < sizeof kbad / sizeof kbad[0]; i++) cr_assert(!kl_parse_u64(kbad[i], &v), "'%s' accepted", kbad[i]);
 }
