@@ -3,6 +3,7 @@
  * records), placed on the roofline, compared with its target, and written as one results line. */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -308,7 +309,9 @@ static FILE *open_results(const char *json, char *tmp, size_t len)
     mode_t mask = umask(0); /* mkstemp makes 0600; results are as readable as any file written */
     umask(mask);
     fchmod(fd, 0666 & ~mask);
-    FILE *f = fdopen(fd, "w");
+    /* Append: --peers has perf/peers/run.py add its rows to the same file between ours. */
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_APPEND);
+    FILE *f = fdopen(fd, "a");
     if (!f) {
         fprintf(stderr, "kernlab bench: %s: %s\n", tmp, strerror(errno));
         close(fd);
@@ -321,7 +324,9 @@ static FILE *open_results(const char *json, char *tmp, size_t len)
  * json.partial and says so. Returns the status to exit with. */
 static int close_results(FILE *f, const char *tmp, const char *json, bool complete, int status)
 {
-    long written = ftell(f);
+    struct stat st;
+    fflush(f);
+    bool written = fstat(fileno(f), &st) == 0 && st.st_size > 0;
     if (fclose(f) != 0) {
         fprintf(stderr, "kernlab bench: writing %s failed: %s; %s left as it was\n", tmp, strerror(errno), json);
         remove(tmp);
@@ -331,17 +336,17 @@ static int close_results(FILE *f, const char *tmp, const char *json, bool comple
         if (rename(tmp, json) == 0) return status;
         fprintf(stderr, "kernlab bench: cannot rename %s to %s: %s\n", tmp, json, strerror(errno));
     }
-    if (written <= 0) {
+    if (!written) {
         remove(tmp);
         fprintf(stderr, "kernlab bench: no results written; %s left as it was\n", json);
-        return 1;
+        return status ? status : 1;
     }
     char partial[1200];
     snprintf(partial, sizeof partial, "%s.partial", json);
     const char *kept = rename(tmp, partial) == 0 ? partial : tmp;
     fprintf(stderr, "kernlab bench: the run did not complete: its results so far are in %s; %s left as it was\n", kept,
             json);
-    return 1;
+    return status ? status : 1;
 }
 
 int kl_cmd_bench(int argc, char **argv)
@@ -418,7 +423,8 @@ int kl_cmd_bench(int argc, char **argv)
         if (!all && strcmp(m->name, target) != 0) continue;
         a.module = m;
         if (m->bench) {
-            if (m->bench(&a) < 0) status = 1;
+            int rows = m->bench(&a);
+            if (rows < 0) status = rows == -2 ? 2 : 1;
         } else if (m->perf) {
             if (!gpu) {
                 fprintf(stderr, "bench %s: skipped: benchmarks need a GPU (%s)\n", m->name, why);

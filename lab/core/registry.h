@@ -104,7 +104,9 @@ struct kl_module {
      * to `log`; returns the number of failures. */
     int (*check)(const struct kl_variant *v, uint64_t seed, FILE *log);
     const struct kl_perf_ops *perf;                 /* GPU workloads, timed by perf/ */
-    int (*bench)(const struct kl_bench_args *args); /* or a module's own bench (radix: CPU) */
+    /* Or a module's own bench (radix: CPU): rows run, -1 on a failure, -2 for an unknown
+     * --variant or --workload (a usage error). */
+    int (*bench)(const struct kl_bench_args *args);
     const char *exercises; /* for the guide: the next variant to write, what it should gain, how to check */
 };
 

@@ -156,6 +156,13 @@ run 1 trav "$kl" report --results "$h/trav/res" --out "$h/trav/a/b/c"
 mkdir -p "$h/bench"; echo keep > "$h/bench/existing.jsonl"
 run 2 bench_badvar "$kl" bench rmsnorm --variant nosuch --json "$h/bench/existing.jsonl"
 [ "$(cat "$h/bench/existing.jsonl")" = keep ] && ok "bench with a bad --variant leaves --json untouched" || bad "bench --variant nosuch truncated"
+run 2 bench_badwl "$kl" bench radix --workload nosuch --json "$h/bench/existing.jsonl"
+[ "$(cat "$h/bench/existing.jsonl")" = keep ] && [ "$(ls -A "$h/bench")" = existing.jsonl ] \
+  && ok "bench radix with a bad --workload: usage error, --json untouched" || bad "bench radix --workload nosuch: $(ls -A "$h/bench")"
+run 0 bench_cpu "$kl" bench radix --variant v0_scalar --workload match_hot_p1 --json "$h/bench/existing.jsonl"
+[ "$(grep -c '"module":"radix"' "$h/bench/existing.jsonl")" -eq 1 ] && [ "$(ls -A "$h/bench")" = existing.jsonl ] \
+  && ok "a completed bench replaces --json with its rows, no stray files" || bad "bench radix: $(ls -A "$h/bench") $(cat "$tmp/e_bench_cpu")"
+echo keep > "$h/bench/existing.jsonl"
 if ! "$(dirname "$kl")/kl_gpu_guard" true > /dev/null 2>&1; then
   run 1 bench_nogpu "$kl" bench rmsnorm --json "$h/bench/existing.jsonl"
   [ "$(cat "$h/bench/existing.jsonl")" = keep ] && [ "$(ls -A "$h/bench")" = existing.jsonl ] \
