@@ -250,6 +250,24 @@ Test(radix, a_missing_trace_a_bad_page_size_or_dtype_fail_cleanly)
     rm_tmp_root();
 }
 
+/* A trace is a regular file of bounded size with bounded lines: a directory (or a FIFO, a
+ * device: tests in lab/tests/cli.sh) is refused, and one line is never parsed past 4 MiB. */
+Test(radix, a_trace_that_is_not_a_file_or_has_a_huge_line_fails_naming_it)
+{
+    struct kl_radix_trace tr;
+    struct kl_err err = {{0}};
+    cr_assert_neq(kl_radix_trace_load("golden/radix", 1, &tr, &err), 0);
+    cr_expect(strstr(err.msg, "golden/radix: is a directory") != NULL, "%s", err.msg);
+    size_t n = (5u << 20) + 2;
+    char *text = malloc(n);
+    cr_assert(text);
+    memset(text, ' ', n);
+    text[0] = '{', text[n - 2] = '}', text[n - 1] = '\n';
+    cr_assert_neq(kl_radix_trace_parse(text, n, "big.jsonl", 1, &tr, &err), 0);
+    cr_expect(strstr(err.msg, "big.jsonl:1: line of") != NULL, "%s", err.msg);
+    free(text);
+}
+
 /* ---- the semantics, by hand ---- */
 
 Test(radix, prefix_of_itself_matches_fully)
