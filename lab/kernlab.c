@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "lab/core/args.h"
 #include "lab/core/device.h"
 #include "lab/core/registry.h"
 #include "lab/kernlab.h"
@@ -71,12 +72,28 @@ static bool is_dir(const char *p)
     return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+/* "dir/name", allocated: case paths have no fixed bound here (kl_case_open says which are
+ * too long for it, as a FAIL line naming them). */
+static char *join(const char *dir, const char *name)
+{
+    size_t a = strlen(dir), b = strlen(name);
+    char *p = malloc(a + b + 2);
+    KL_CHECK(p, "out of memory");
+    memcpy(p, dir, a);
+    p[a] = '/';
+    memcpy(p + a + 1, name, b + 1);
+    return p;
+}
+
+/* lstat, not stat: a meta.json that is a dangling or looping link still makes its directory
+ * a case, which then FAILs naming it instead of vanishing from the run. */
 static bool has_meta(const char *dir)
 {
-    char p[1100];
-    snprintf(p, sizeof p, "%s/meta.json", dir);
+    char *p = join(dir, "meta.json");
     struct stat st;
-    return stat(p, &st) == 0;
+    bool found = lstat(p, &st) == 0;
+    free(p);
+    return found;
 }
 
 static int by_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
@@ -87,24 +104,46 @@ static bool has_subdirs(const char *dir)
     struct dirent *e;
     bool found = false;
     while (d && !found && (e = readdir(d))) {
-        char p[1100];
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        char *p = join(dir, e->d_name);
         found = e->d_name[0] != '.' && is_dir(p);
+        free(p);
     }
     if (d) closedir(d);
     return found;
+}
+
+/* The cases found so far, and every directory the walk entered (device + inode): a link to
+ * '.' or '..' inside a collection leads back to one of them and is not walked again. */
+struct walk {
+    char **cases;
+    int n, cap;
+    struct stat *seen;
+    int nseen;
+};
+
+static bool seen_before(struct walk *w, const struct stat *st)
+{
+    for (int i = 0; i < w->nseen; i++)
+        if (w->seen[i].st_dev == st->st_dev && w->seen[i].st_ino == st->st_ino) return true;
+    w->seen = realloc(w->seen, sizeof *w->seen * (size_t)(w->nseen + 1));
+    KL_CHECK(w->seen, "out of memory");
+    w->seen[w->nseen++] = *st;
+    return false;
 }
 
 /* A directory without meta.json that holds directories is a collection (golden/, golden/rmsnorm/):
  * its cases are the directories below it with a meta.json, in name order (golden/gen/ and other
  * folders without one are passed over). A path given by the user is always taken as a case
  * when it is not a collection, so an empty directory is reported as a case without meta.json. */
-static void collect_cases(const char *dir, bool given, char ***list, int *n, int *cap)
+static void collect_cases(const char *dir, bool given, struct walk *w)
 {
+    struct stat st;
+    if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode) && seen_before(w, &st)) return;
     if (has_meta(dir) || !is_dir(dir) || !has_subdirs(dir)) {
         if (!given && !has_meta(dir)) return;
-        if (*n == *cap) *list = realloc(*list, sizeof **list * (size_t)(*cap = *cap * 2 + 8));
-        (*list)[(*n)++] = strdup(dir);
+        if (w->n == w->cap) w->cases = realloc(w->cases, sizeof *w->cases * (size_t)(w->cap = w->cap * 2 + 8));
+        KL_CHECK(w->cases, "out of memory");
+        w->cases[w->n++] = strdup(dir);
         return;
     }
     char **subs = NULL;
@@ -112,51 +151,78 @@ static void collect_cases(const char *dir, bool given, char ***list, int *n, int
     DIR *d = opendir(dir);
     struct dirent *e;
     while (d && (e = readdir(d))) {
-        char p[1100];
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        if (e->d_name[0] == '.' || !is_dir(p)) continue;
+        char *p = join(dir, e->d_name);
+        if (e->d_name[0] == '.' || !is_dir(p)) {
+            free(p);
+            continue;
+        }
         subs = realloc(subs, sizeof *subs * (size_t)(nsub + 1));
-        subs[nsub++] = strdup(p);
+        KL_CHECK(subs, "out of memory");
+        subs[nsub++] = p;
     }
     if (d) closedir(d);
     qsort(subs, (size_t)nsub, sizeof *subs, by_str);
     for (int i = 0; i < nsub; i++) {
-        collect_cases(subs[i], false, list, n, cap);
+        collect_cases(subs[i], false, w);
         free(subs[i]);
     }
     free(subs);
 }
 
+/* Prints s with control characters as '?': whatever a path or a message holds, a verdict stays
+ * one line and cannot forge another. */
+static void put_clean(const char *s)
+{
+    for (; *s; s++) putchar((unsigned char)*s < 0x20 || *s == 0x7f ? '?' : *s);
+}
+
 static void print_verdict(const char *module, const char *name, const char *impl, const struct kl_verdict *v)
 {
     static const char *kstatus[] = {"PASS", "FAIL", "SKIP"};
-    printf("%s %s %s %s rel_l2=%.3g max_abs=%.3g%s%s\n", kstatus[v->status], module, name, impl, v->rel_l2,
-           v->max_abs, v->why[0] ? " " : "", v->why);
+    const char *fields[] = {module, name, impl};
+    printf("%s", kstatus[v->status]);
+    for (int i = 0; i < 3; i++) putchar(' '), put_clean(fields[i]);
+    printf(" rel_l2=%.3g max_abs=%.3g%s", v->rel_l2, v->max_abs, v->why[0] ? " " : "");
+    put_clean(v->why);
+    putchar('\n');
+}
+
+static bool any_module_has(const char *variant)
+{
+    for (int i = 0; i < kl_module_count(); i++)
+        if (kl_variant_find(kl_module_at(i)->name, variant)) return true;
+    return false;
 }
 
 static int cmd_verify(int argc, char **argv)
 {
     enum { DEFAULT, REFERENCE, ONE, ALL } mode = DEFAULT;
     const char *only = NULL;
-    char **dirs = NULL;
-    int ndirs = 0, cap = 0;
+    struct walk w = {0};
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--reference") == 0) mode = REFERENCE;
         else if (strcmp(argv[i], "--all") == 0) mode = ALL;
         else if (strcmp(argv[i], "--variant") == 0) {
-            if (++i == argc) return fprintf(stderr, "kernlab verify: --variant needs a NAME\n"), 2;
-            mode = ONE, only = argv[i];
+            if (!(only = kl_opt_value("verify", argc, argv, &i))) return 2;
+            mode = ONE;
         } else if (argv[i][0] == '-' && argv[i][1] == '-') {
             return fprintf(stderr, "kernlab verify: unknown option '%s'\n", argv[i]), 2;
         } else {
-            {
-            char path[1024];
-            snprintf(path, sizeof path, "%s", argv[i]);
+            /* The whole argument, however long: a copy cut to a fixed buffer could name
+             * another case, which would then PASS in its place. */
+            char *path = strdup(argv[i]);
+            KL_CHECK(path, "out of memory");
             for (size_t k = strlen(path); k > 1 && path[k - 1] == '/'; k--) path[k - 1] = 0;
-            collect_cases(path, true, &dirs, &ndirs, &cap);
-        }
+            collect_cases(path, true, &w);
+            free(path);
         }
     }
+    if (only && !any_module_has(only))
+        return fprintf(stderr, "kernlab verify: --variant '%s': no module has such a variant (kernlab list shows them)\n",
+                       only), 2;
+    char **dirs = w.cases;
+    int ndirs = w.n;
+    free(w.seen);
     if (ndirs == 0) return fprintf(stderr, "kernlab verify: no CASE_DIR given (or none found under it)\n"), 2;
 
     char why[256];
@@ -214,15 +280,16 @@ static int cmd_verify(int argc, char **argv)
 
 static int cmd_check(int argc, char **argv)
 {
-    const char *module = NULL, *only = NULL;
+    const char *module = NULL, *only = NULL, *seed_s = NULL;
     uint64_t seed = (uint64_t)time(NULL);
     for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--variant") == 0 && i + 1 < argc) only = argv[++i];
-        else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) {
-            char *end;
-            errno = 0;
-            seed = strtoull(argv[++i], &end, 10);
-            if (errno || *end) return fprintf(stderr, "kernlab check: --seed '%s' is not a number\n", argv[i]), 2;
+        if (strcmp(argv[i], "--variant") == 0) {
+            if (!(only = kl_opt_value("check", argc, argv, &i))) return 2;
+        } else if (strcmp(argv[i], "--seed") == 0) {
+            if (!(seed_s = kl_opt_value("check", argc, argv, &i))) return 2;
+            if (!kl_parse_u64(seed_s, &seed))
+                return fprintf(stderr, "kernlab check: --seed '%s' is not a number (want a decimal integer >= 0)\n",
+                               seed_s), 2;
         } else if (argv[i][0] == '-') return fprintf(stderr, "kernlab check: unknown option '%s'\n", argv[i]), 2;
         else if (!module) module = argv[i];
         else return fprintf(stderr, "kernlab check: unexpected argument '%s'\n", argv[i]), 2;

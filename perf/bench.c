@@ -2,11 +2,16 @@
  * rotated input sets, timed, re-checked, optionally profiled (CUPTI counters and kernel
  * records), placed on the roofline, compared with its target, and written as one results line. */
 #include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include "lab/core/args.h"
 #include "lab/core/device.h"
 #include "lab/kernlab.h"
 #include "perf/activity.h"
@@ -267,8 +272,9 @@ int kl_cmd_ceilings(int argc, char **argv)
 {
     const char *json = NULL;
     for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--json") == 0 && i + 1 < argc) json = argv[++i];
-        else return fprintf(stderr, "kernlab ceilings: unknown argument '%s'\n", argv[i]), 2;
+        if (strcmp(argv[i], "--json") == 0) {
+            if (!(json = kl_opt_value("ceilings", argc, argv, &i))) return 2;
+        } else return fprintf(stderr, "kernlab ceilings: unknown argument '%s'\n", argv[i]), 2;
     }
     struct kl_ceilings c;
     struct kl_err err = {{0}};
@@ -276,7 +282,7 @@ int kl_cmd_ceilings(int argc, char **argv)
     kl_ceilings_print(stdout, &c);
     if (json) {
         FILE *f = fopen(json, "w");
-        if (!f) return fprintf(stderr, "kernlab ceilings: cannot write %s\n", json), 1;
+        if (!f) return fprintf(stderr, "kernlab ceilings: cannot write %s: %s\n", json, strerror(errno)), 1;
         cJSON *o = kl_ceilings_json(&c);
         char *s = cJSON_Print(o);
         fprintf(f, "%s\n", s);
@@ -293,7 +299,10 @@ static void run_peers(const char *module, const char *workload, const char *json
     char ceil_path[1100], cmd[4096];
     snprintf(ceil_path, sizeof ceil_path, "%s.ceilings.json", json);
     FILE *f = fopen(ceil_path, "w");
-    if (!f) return;
+    if (!f) {
+        fprintf(stderr, "bench %s: peers not run: cannot write %s: %s\n", module, ceil_path, strerror(errno));
+        return;
+    }
     cJSON *o = kl_ceilings_json(c);
     char *s = cJSON_PrintUnformatted(o);
     fprintf(f, "%s\n", s);
@@ -308,6 +317,56 @@ static void run_peers(const char *module, const char *workload, const char *json
     remove(ceil_path);
 }
 
+/* Results go to a temporary file beside --json FILE, renamed onto FILE only when the run
+ * completes: a run that fails or finds no GPU leaves an existing FILE as it was. */
+static FILE *open_results(const char *json, char *tmp, size_t len)
+{
+    snprintf(tmp, len, "%s.XXXXXX", json);
+    int fd = mkstemp(tmp);
+    if (fd < 0) return fprintf(stderr, "kernlab bench: cannot write beside %s: %s\n", json, strerror(errno)), NULL;
+    mode_t mask = umask(0); /* mkstemp makes 0600; results are as readable as any file written */
+    umask(mask);
+    fchmod(fd, 0666 & ~mask);
+    /* Append: --peers has perf/peers/run.py add its rows to the same file between ours. */
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_APPEND);
+    FILE *f = fdopen(fd, "a");
+    if (!f) {
+        fprintf(stderr, "kernlab bench: %s: %s\n", tmp, strerror(errno));
+        close(fd);
+        remove(tmp);
+    }
+    return f;
+}
+
+/* Renames the results onto json when the run completed; else keeps what was written as
+ * json.partial and says so. Returns the status to exit with. */
+static int close_results(FILE *f, const char *tmp, const char *json, bool complete, int status)
+{
+    struct stat st;
+    fflush(f);
+    bool written = fstat(fileno(f), &st) == 0 && st.st_size > 0;
+    if (fclose(f) != 0) {
+        fprintf(stderr, "kernlab bench: writing %s failed: %s; %s left as it was\n", tmp, strerror(errno), json);
+        remove(tmp);
+        return 1;
+    }
+    if (complete) {
+        if (rename(tmp, json) == 0) return status;
+        fprintf(stderr, "kernlab bench: cannot rename %s to %s: %s\n", tmp, json, strerror(errno));
+    }
+    if (!written) {
+        remove(tmp);
+        fprintf(stderr, "kernlab bench: no results written; %s left as it was\n", json);
+        return status ? status : 1;
+    }
+    char partial[1200];
+    snprintf(partial, sizeof partial, "%s.partial", json);
+    const char *kept = rename(tmp, partial) == 0 ? partial : tmp;
+    fprintf(stderr, "kernlab bench: the run did not complete: its results so far are in %s; %s left as it was\n", kept,
+            json);
+    return status ? status : 1;
+}
+
 int kl_cmd_bench(int argc, char **argv)
 {
     struct kl_bench_args a = {.table = stdout, .seed = 1234};
@@ -315,26 +374,42 @@ int kl_cmd_bench(int argc, char **argv)
     bool peers = false;
     for (int i = 0; i < argc; i++) {
         const char *s = argv[i];
-        if (strcmp(s, "--variant") == 0 && i + 1 < argc) a.variant = argv[++i];
-        else if (strcmp(s, "--workload") == 0 && i + 1 < argc) a.workload = argv[++i];
-        else if (strcmp(s, "--json") == 0 && i + 1 < argc) json = argv[++i];
-        else if (strcmp(s, "--gate") == 0) a.gate = true;
+        if (strcmp(s, "--variant") == 0 || strcmp(s, "--workload") == 0 || strcmp(s, "--json") == 0 ||
+            strcmp(s, "--seed") == 0) {
+            const char *value = kl_opt_value("bench", argc, argv, &i);
+            if (!value) return 2;
+            if (strcmp(s, "--variant") == 0) a.variant = value;
+            else if (strcmp(s, "--workload") == 0) a.workload = value;
+            else if (strcmp(s, "--json") == 0) json = value;
+            else if (!kl_parse_u64(value, &a.seed))
+                return fprintf(stderr, "kernlab bench: --seed '%s' is not a number (want a decimal integer >= 0)\n",
+                               value), 2;
+        } else if (strcmp(s, "--gate") == 0) a.gate = true;
         else if (strcmp(s, "--counters") == 0) a.counters = true;
         else if (strcmp(s, "--peers") == 0) peers = true;
-        else if (strcmp(s, "--seed") == 0 && i + 1 < argc) a.seed = strtoull(argv[++i], NULL, 10);
         else if (s[0] == '-') return fprintf(stderr, "kernlab bench: unknown option '%s'\n", s), 2;
         else if (!target) target = s;
         else return fprintf(stderr, "kernlab bench: unexpected argument '%s'\n", s), 2;
     }
     if (!target) return fprintf(stderr, "kernlab bench: MODULE or all needed\n"), 2;
     bool all = strcmp(target, "all") == 0;
-    if (!all && !kl_module_find(target))
+    const struct kl_module *one = all ? NULL : kl_module_find(target);
+    if (!all && !one)
         return fprintf(stderr, "kernlab bench: unknown module '%s' (kernlab list shows them)\n", target), 2;
     if (all && a.variant) return fprintf(stderr, "kernlab bench: --variant needs one MODULE, not all\n"), 2;
-
-    if (json && !(a.json = fopen(json, "w"))) return fprintf(stderr, "kernlab bench: cannot write %s\n", json), 1;
-    char why[256];
+    /* Every argument is checked, and the GPU, before any output is opened. */
+    if (one && a.variant && !kl_variant_find(one->name, a.variant))
+        return fprintf(stderr, "kernlab bench: --variant '%s': no such variant of %s\n", a.variant, one->name), 2;
+    if (one && a.workload && one->perf && !one->bench) {
+        bool found = false;
+        for (int i = 0; i < one->perf->n_workloads; i++) found |= strcmp(one->perf->workloads[i].name, a.workload) == 0;
+        if (!found)
+            return fprintf(stderr, "kernlab bench: --workload '%s': no such workload of %s\n", a.workload, one->name), 2;
+    }
+    char why[256], tmp[1024];
     bool gpu = kl_device_cc(why, sizeof why) > 0;
+    if (one && one->perf && !one->bench && !gpu)
+        return fprintf(stderr, "bench %s: skipped: benchmarks need a GPU (%s)\n", one->name, why), 1;
     struct kl_ceilings ceil;
     struct kl_targets targets = {0};
     struct kl_err err = {{0}};
@@ -360,12 +435,14 @@ int kl_cmd_bench(int argc, char **argv)
             a.targets = &targets;
         }
     }
+    if (json && !(a.json = open_results(json, tmp, sizeof tmp))) return kl_targets_free(&targets), 1;
     for (int i = 0; i < kl_module_count(); i++) {
         const struct kl_module *m = kl_module_at(i);
         if (!all && strcmp(m->name, target) != 0) continue;
         a.module = m;
         if (m->bench) {
-            if (m->bench(&a) < 0) status = 1;
+            int rows = m->bench(&a);
+            if (rows < 0) status = rows == -2 ? 2 : 1;
         } else if (m->perf) {
             if (!gpu) {
                 fprintf(stderr, "bench %s: skipped: benchmarks need a GPU (%s)\n", m->name, why);
@@ -380,18 +457,19 @@ int kl_cmd_bench(int argc, char **argv)
             }
             if (peers && json) {
                 fflush(a.json);
-                run_peers(m->name, a.workload, json, &ceil);
+                run_peers(m->name, a.workload, tmp, &ceil);
             }
         }
     }
-    if (a.json) fclose(a.json);
     kl_targets_free(&targets);
     kl_counters_shutdown();
     if (failures) fprintf(stderr, "bench: %d rows failed their output re-check or could not run\n", failures), status = 1;
+    bool complete = status == 0; /* a missed target is a result like any other: its rows say so */
     if (a.gate && (gpu || misses)) { /* CPU modules (radix) are gated without a GPU too */
         if (misses) fprintf(stderr, "gate: %d target%s missed (%s)\n", misses, misses == 1 ? "" : "s", targets.path[0] ? targets.path : "");
         else fprintf(stderr, "gate: every target met\n");
         if (misses) status = 1;
     }
+    if (a.json) status = close_results(a.json, tmp, json, complete, status);
     return status;
 }

@@ -15,6 +15,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "lab/core/args.h"
+#include "lab/core/files.h"
 #include "lab/core/registry.h"
 #include "lab/kernlab.h"
 #include "perf/bench.h"
@@ -207,50 +209,71 @@ static void order(struct mod *md)
     }
 }
 
+/* A results file is read whole into cJSON rows; past this size it is not one of ours. */
+#define KL_RESULTS_MAX_BYTES (1ll << 30)
+
 /* Reads one results file (rel: its path under the results folder), adding each row to the entry
  * of its own module, created on first sight: a module's rows may come from several files, one
- * per device (reports/data/<device>/<module>.jsonl) or all in one. */
+ * per device (reports/data/<device>/<module>.jsonl) or all in one. A file that is not a regular
+ * file, holds a line that is not a results row, or names a module this build does not register
+ * (the name becomes a file name under --out, so it must be one of ours, never a path) is skipped
+ * whole, and stderr says which and why: -1 for those, 0 otherwise (an empty file too). */
 static int load_rows(const char *results, const char *rel, struct mod *mods, int *nm)
 {
     char path[1200];
     snprintf(path, sizeof path, "%s/%s", results, rel);
-    FILE *f = fopen(path, "r");
-    if (!f) return fprintf(stderr, "kernlab report: %s: %s\n", path, strerror(errno)), -1;
+    struct kl_err err = {{0}};
+    FILE *f = kl_open_regular(path, KL_RESULTS_MAX_BYTES, NULL, &err);
+    if (!f) return fprintf(stderr, "kernlab report: skipped %s\n", err.msg), -1;
     char *line = NULL;
     size_t cap = 0;
-    int lineno = 0, rc = 0;
+    int lineno = 0, rc = 0, n = 0;
+    cJSON **got = NULL;
     while (!rc && getline(&line, &cap, f) > 0) {
         lineno++;
         if (line[0] == '\n') continue;
         cJSON *r = cJSON_Parse(line);
+        const char *why = NULL;
         if (!r || !cJSON_IsString(get(r, "module")) || !cJSON_IsString(get(r, "variant")) ||
-            !cJSON_IsString(get(r, "workload"))) {
-            fprintf(stderr, "kernlab report: %s:%d: not a results line (module, variant, workload)\n", path, lineno);
+            !cJSON_IsString(get(r, "workload")))
+            why = "not a results line (module, variant, workload)";
+        else if (!kl_module_find(str(r, "module", "")))
+            why = "\"module\" is not a module of this build (kernlab list shows them)";
+        if (why) {
+            fprintf(stderr, "kernlab report: %s:%d: %s; skipped the file\n", path, lineno, why);
             cJSON_Delete(r);
             rc = -1;
             break;
+        }
+        got = realloc(got, sizeof *got * (size_t)(n + 1));
+        KL_CHECK(got, "out of memory");
+        got[n++] = r;
+    }
+    if (!rc && ferror(f)) rc = -1, fprintf(stderr, "kernlab report: skipped %s: read error\n", path);
+    free(line);
+    fclose(f);
+    if (!rc && n == 0) fprintf(stderr, "kernlab report: skipped %s: empty (no results lines)\n", path);
+    for (int j = 0; j < n; j++) {
+        cJSON *r = got[j];
+        if (rc) { /* the whole file is skipped */
+            cJSON_Delete(r);
+            continue;
         }
         const char *module = str(r, "module", "?");
         int k = 0;
         while (k < *nm && strcmp(mods[k].name, module) != 0) k++;
-        if (k == *nm && *nm == 32) {
-            fprintf(stderr, "kernlab report: %s:%d: more than 32 modules\n", path, lineno);
-            cJSON_Delete(r);
-            rc = -1;
-            break;
-        }
-        struct mod *md = &mods[k];
+        struct mod *md = &mods[k]; /* every module is registered, so there are at most kl_module_count() */
         if (k == *nm) snprintf(md->name, sizeof md->name, "%s", module), ++*nm;
         int fi = 0;
         while (fi < md->n_files && strcmp(md->files[fi], rel) != 0) fi++;
         if (fi == md->n_files && fi < KL_MAX_FILES) snprintf(md->files[md->n_files++], sizeof md->files[0], "%s", rel);
         md->rows.r = realloc(md->rows.r, sizeof *md->rows.r * (size_t)(md->rows.n + 1));
         md->rows.file = realloc(md->rows.file, sizeof *md->rows.file * (size_t)(md->rows.n + 1));
+        KL_CHECK(md->rows.r && md->rows.file, "out of memory");
         md->rows.file[md->rows.n] = fi < KL_MAX_FILES ? fi : KL_MAX_FILES - 1;
         md->rows.r[md->rows.n++] = r;
     }
-    free(line);
-    fclose(f);
+    free(got);
     return rc;
 }
 
@@ -464,10 +487,26 @@ static const char *kcolors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#94
 static double sx(double intensity) { return 70 + (log10(intensity) + 2) / 6.0 * 520; } /* 1e-2 .. 1e4 FLOP/B */
 static double sy(double tflops) { return 370 - (log10(tflops) + 3) / 7.0 * 340; }    /* 1e-3 .. 1e4 TFLOP/s */
 
-static void write_svg(const char *path, const struct mod *md, double copy_gbs, double gemm_tflops)
+/* Opens an output, saying which and why when it cannot. */
+static FILE *create(const char *path)
 {
     FILE *f = fopen(path, "w");
-    if (!f) return;
+    if (!f) fprintf(stderr, "kernlab report: cannot write %s: %s\n", path, strerror(errno));
+    return f;
+}
+
+/* Closes an output; a failed write (a full disk) is an error naming the file. */
+static int finish(FILE *f, const char *path)
+{
+    const bool bad = ferror(f) != 0;
+    if (fclose(f) != 0 || bad) return fprintf(stderr, "kernlab report: writing %s failed: %s\n", path, strerror(errno)), -1;
+    return 0;
+}
+
+static int write_svg(const char *path, const struct mod *md, double copy_gbs, double gemm_tflops)
+{
+    FILE *f = create(path);
+    if (!f) return -1;
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"820\" height=\"420\" font-family=\"sans-serif\" "
                "font-size=\"11\">\n<rect width=\"820\" height=\"420\" fill=\"white\"/>\n");
     fprintf(f, "<text x=\"70\" y=\"18\" font-size=\"13\">%s roofline%s%s: measured copy %.0f GB/s, bf16 GEMM %.0f "
@@ -509,7 +548,7 @@ static void write_svg(const char *path, const struct mod *md, double copy_gbs, d
         }
     }
     fprintf(f, "<text x=\"622\" y=\"%d\" fill=\"#555\">&#9679; ours  &#9632; peer</text>\n</svg>\n", 50 + 16 * legend);
-    fclose(f);
+    return finish(f, path);
 }
 
 /* ---- one guide ---- */
@@ -1080,10 +1119,11 @@ static void section_reproduce(FILE *f, const struct mod *md)
 
 static int write_guide(const char *out, struct mod *md, const struct kl_targets *t90, const struct kl_targets *t80)
 {
-    char path[1200];
+    char path[1200], svg[1200];
+    int status = 0;
     snprintf(path, sizeof path, "%s/%s.md", out, md->name);
-    FILE *f = fopen(path, "w");
-    if (!f) return fprintf(stderr, "kernlab report: cannot write %s: %s\n", path, strerror(errno)), -1;
+    FILE *f = create(path);
+    if (!f) return -1;
     const char *w = main_workload(md, t90), *best = w ? best_variant(md, w) : NULL;
     fprintf(f, "# %s: %s\n\n", md->name, md->m ? md->m->summary : "");
     stamp(f, md);
@@ -1096,8 +1136,8 @@ static int write_guide(const char *out, struct mod *md, const struct kl_targets 
         if (on_dev(md, md->rows.r[j])) any = md->rows.r[j];
     double copy = num(any, "device.copy_gbs"), gemm = num(any, "device.gemm_tflops");
     if (copy > 0 && gemm > 0) {
-        snprintf(path, sizeof path, "%s/img/%s-roofline.svg", out, md->name);
-        write_svg(path, md, copy, gemm);
+        snprintf(svg, sizeof svg, "%s/img/%s-roofline.svg", out, md->name);
+        status = write_svg(svg, md, copy, gemm);
         const cJSON *b = w && best ? find_row(md, best, w) : NULL;
         fprintf(f, "## Roofline\n\n![%s roofline](img/%s-roofline.svg)\n\nThe roofs are %s measured copy "
                    "bandwidth (%s GB/s) and cuBLAS bf16 GEMM rate (%s TFLOP/s); they meet at %s FLOP/byte.",
@@ -1118,7 +1158,7 @@ static int write_guide(const char *out, struct mod *md, const struct kl_targets 
     section_correctness(f, md);
     section_exercises(f, md);
     section_reproduce(f, md);
-    return fclose(f) == 0 ? 0 : -1;
+    return finish(f, path) || status ? -1 : 0;
 }
 
 /* ---- INDEX.md and environment.md ---- */
@@ -1134,12 +1174,12 @@ static const char *klearning[][2] = {
     {"allreduce", "communication: NCCL and a hand-written all-reduce"},
 };
 
-static void write_index(const char *out, struct mod *mods, int n, const struct kl_targets *t90)
+static int write_index(const char *out, struct mod *mods, int n, const struct kl_targets *t90)
 {
     char path[1200];
     snprintf(path, sizeof path, "%s/INDEX.md", out);
-    FILE *f = fopen(path, "w");
-    if (!f) return;
+    FILE *f = create(path);
+    if (!f) return -1;
     /* The GPUs the figures come from, named once here; with several, every cell names its own. */
     const char *gpus[KL_MAX_DEVICES], *gpu_labels[KL_MAX_DEVICES];
     int ngpu = 0;
@@ -1198,7 +1238,7 @@ static void write_index(const char *out, struct mod *mods, int n, const struct k
         if (kl_module_find(klearning[i][0]))
             fprintf(f, "%d. [%s](%s.md): %s\n", step++, klearning[i][0], klearning[i][0], klearning[i][1]);
     fprintf(f, "\nTo write your own variant: `build/kernlab new-variant MODULE vN_idea` (README.md).\n");
-    fclose(f);
+    return finish(f, path);
 }
 
 /* One machine's ceilings, as `kernlab ceilings` measured them at the start of a bench run. */
@@ -1218,12 +1258,12 @@ static void ceilings_table(FILE *f, const cJSON *c)
             F("%.0f", num(c, "sm_clock_mhz")), F("%.0f", num(c, "max_sm_clock_mhz")), F("%.0f", num(c, "mem_clock_mhz")));
 }
 
-static void write_environment(const char *out, struct mod *mods, int n)
+static int write_environment(const char *out, struct mod *mods, int n)
 {
     char path[1200];
     snprintf(path, sizeof path, "%s/environment.md", out);
-    FILE *f = fopen(path, "w");
-    if (!f) return;
+    FILE *f = create(path);
+    if (!f) return -1;
     /* Every device whose rows carry ceilings (the GPUs), in name order, with the first module's. */
     const cJSON *ceil[KL_MAX_DEVICES];
     const char *names[KL_MAX_DEVICES], *from[KL_MAX_DEVICES];
@@ -1273,20 +1313,46 @@ static void write_environment(const char *out, struct mod *mods, int n)
                         mods[k].devices[d], str(r0, "date", "?"), str(rl, "date", "?"), str(r0, "commit", "?"),
                         str(rl, "commit", "?"));
             }
-    fclose(f);
+    return finish(f, path);
+}
+
+/* mkdir -p: every missing folder on the way is made; one that cannot be is an error with
+ * its errno (a regular file in the way reads "Not a directory"). */
+static int make_dirs(const char *dir)
+{
+    char *p = strdup(dir);
+    KL_CHECK(p, "out of memory");
+    int rc = 0;
+    for (char *s = p + (p[0] != 0); rc == 0; s++) {
+        if (*s != '/' && *s != 0) continue;
+        const char c = *s;
+        *s = 0;
+        struct stat st;
+        if (mkdir(p, 0755) != 0 && errno != EEXIST) rc = -1;
+        else if (stat(p, &st) != 0) rc = -1;
+        else if (!S_ISDIR(st.st_mode)) rc = -1, errno = ENOTDIR;
+        if (rc) fprintf(stderr, "kernlab report: cannot make folder %s: %s\n", p, strerror(errno));
+        *s = c;
+        if (!c) break;
+    }
+    free(p);
+    return rc;
 }
 
 int kl_cmd_report(int argc, char **argv)
 {
     const char *results = "reports/data", *out = "reports";
     for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--results") == 0 && i + 1 < argc) results = argv[++i];
-        else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) out = argv[++i];
-        else return fprintf(stderr, "kernlab report: unknown argument '%s'\n", argv[i]), 2;
+        if (strcmp(argv[i], "--results") == 0) {
+            if (!(results = kl_opt_value("report", argc, argv, &i))) return 2;
+        } else if (strcmp(argv[i], "--out") == 0) {
+            if (!(out = kl_opt_value("report", argc, argv, &i))) return 2;
+        } else return fprintf(stderr, "kernlab report: unknown argument '%s'\n", argv[i]), 2;
     }
     static struct mod mods[32];
     memset(mods, 0, sizeof mods);
     int nm = 0, status = 0;
+    /* A file that cannot be read is skipped (said on stderr) and the rest still written: exit 1. */
     if (load_results(results, mods, &nm)) status = 1;
     qsort(mods, (size_t)nm, sizeof mods[0], mod_by_name);
     for (int k = 0; k < nm; k++) {
@@ -1295,22 +1361,24 @@ int kl_cmd_report(int argc, char **argv)
         find_devices(&mods[k]);
         order(&mods[k]);
     }
-    if (status) return status;
     char img[1100];
     snprintf(img, sizeof img, "%s/img", out);
-    mkdir(out, 0755);
-    mkdir(img, 0755);
     struct kl_targets t90 = {0}, t80 = {0};
     struct kl_err err;
     kl_targets_load(&t90, KL_SOURCE_DIR "/perf/targets", 90, &err);
     kl_targets_load(&t80, KL_SOURCE_DIR "/perf/targets", 80, &err);
-    for (int k = 0; k < nm; k++) {
-        if (write_guide(out, &mods[k], &t90, &t80)) status = 1;
-        else printf("wrote %s/%s.md\n", out, mods[k].name);
+    if (make_dirs(out) || make_dirs(img)) {
+        status = 1;
+    } else {
+        for (int k = 0; k < nm; k++) {
+            if (write_guide(out, &mods[k], &t90, &t80)) status = 1;
+            else printf("wrote %s/%s.md\n", out, mods[k].name);
+        }
+        if (write_index(out, mods, nm, &t90) == 0 && write_environment(out, mods, nm) == 0)
+            printf("wrote %s/INDEX.md, %s/environment.md\n", out, out);
+        else
+            status = 1;
     }
-    write_index(out, mods, nm, &t90);
-    write_environment(out, mods, nm);
-    printf("wrote %s/INDEX.md, %s/environment.md\n", out, out);
     for (int k = 0; k < nm; k++) {
         for (int j = 0; j < mods[k].rows.n; j++) cJSON_Delete(mods[k].rows.r[j]);
         free(mods[k].rows.r), free(mods[k].rows.file);

@@ -17,8 +17,13 @@ int kl_device_cc(char *why, size_t len)
     int count = 0;
     cudaError_t rc = cudaGetDeviceCount(&count);
     if (rc != cudaSuccess || count == 0) {
+        /* The runtime's own words for the two common cases mislead ("driver version is
+         * insufficient" on a machine with no driver at all), so they come after plain ones. */
+        const char *plain = rc == cudaErrorInsufficientDriver ? " (no driver, or one older than this CUDA runtime)"
+                            : rc == cudaErrorNoDevice || rc == cudaSuccess ? " (none found)"
+                                                                           : "";
         if (why)
-            snprintf(why, len, "no CUDA device: %s",
+            snprintf(why, len, "no CUDA device%s: %s", plain,
                      rc != cudaSuccess ? cudaGetErrorString(rc) : "cudaGetDeviceCount found none");
         cudaGetLastError(); /* clear the sticky error so later calls report their own */
         return 0;

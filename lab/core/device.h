@@ -13,7 +13,7 @@ extern "C" {
 #endif
 
 /* Compute capability x10 of device 0 (90 for an H100), or 0 with a reason in why
- * ("no CUDA device: cudaGetDeviceCount: no CUDA-capable device is detected"). */
+ * ("no CUDA device (no driver): CUDA driver version is insufficient for CUDA runtime version"). */
 int kl_device_cc(char *why, size_t len);
 bool kl_have_gpu(void);
 /* Name, cc, SMs, L2 of device 0; ceilings left 0. Returns -1 without a GPU. */

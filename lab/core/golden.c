@@ -3,10 +3,14 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+
+#include "files.h"
 
 const char *kl_case_path(const struct kl_case *c, const char *file, char *buf, size_t len)
 {
@@ -14,19 +18,27 @@ const char *kl_case_path(const struct kl_case *c, const char *file, char *buf, s
     return buf;
 }
 
-static char *read_file(const char *path, struct kl_err *err)
+/* meta.json is a few hundred bytes; anything past this is not one. */
+#define KL_META_MAX_BYTES (1 << 20)
+
+/* A name printed into a verify line: a newline in it could forge a line of its own. */
+static bool has_control(const char *s)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return kl_fail(err, "%s: cannot open: %s", path, strerror(errno)), NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    KL_CHECK(s, "out of memory");
-    size_t got = fread(s, 1, (size_t)n, f);
-    fclose(f);
-    s[got] = 0;
-    return s;
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f) return true;
+    return false;
+}
+
+/* meta's string field key, or NULL when absent; fails when present but not a plain string. */
+static int string_field(const cJSON *meta, const char *key, const char *path, const char **out, struct kl_err *err)
+{
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(meta, key);
+    *out = NULL;
+    if (!j) return 0;
+    if (!cJSON_IsString(j)) return kl_fail(err, "%s: \"%s\" must be a string", path, key);
+    if (has_control(j->valuestring)) return kl_fail(err, "%s: \"%s\" holds a control character", path, key);
+    *out = j->valuestring;
+    return 0;
 }
 
 int kl_case_open(struct kl_case *c, const char *dir, struct kl_err *err)
@@ -41,31 +53,31 @@ int kl_case_open(struct kl_case *c, const char *dir, struct kl_err *err)
 
     char path[1100];
     kl_case_path(c, "meta.json", path, sizeof path);
-    char *text = read_file(path, err);
+    size_t len_text;
+    char *text = kl_read_regular(path, KL_META_MAX_BYTES, &len_text, err);
     if (!text) return -1;
-    c->meta = cJSON_Parse(text);
+    /* The whole file must be one object: cJSON_Parse alone stops after the first value and
+     * would pass "{...} garbage" or two objects back to back. */
+    c->meta = strlen(text) == len_text ? cJSON_ParseWithOpts(text, NULL, 1) : NULL;
     free(text);
     if (!c->meta || !cJSON_IsObject(c->meta)) {
         kl_case_close(c);
-        return kl_fail(err, "%s: bad JSON (not an object)", path);
+        return kl_fail(err, "%s: bad JSON (not one object and nothing after it)", path);
     }
-    const cJSON *mod = cJSON_GetObjectItemCaseSensitive(c->meta, "module");
-    if (!cJSON_IsString(mod) || strlen(mod->valuestring) >= sizeof c->module) {
+    const char *mod, *name, *dt;
+    if (string_field(c->meta, "module", path, &mod, err) || string_field(c->meta, "case", path, &name, err) ||
+        string_field(c->meta, "dtype", path, &dt, err)) {
+        kl_case_close(c);
+        return -1;
+    }
+    if (!mod || strlen(mod) >= sizeof c->module) {
         kl_case_close(c);
         return kl_fail(err, "%s: missing or non-string \"module\"", path);
     }
-    snprintf(c->module, sizeof c->module, "%s", mod->valuestring);
-
-    const cJSON *name = cJSON_GetObjectItemCaseSensitive(c->meta, "case");
+    snprintf(c->module, sizeof c->module, "%s", mod);
     const char *base = strrchr(c->dir, '/');
-    snprintf(c->name, sizeof c->name, "%.127s", cJSON_IsString(name) ? name->valuestring : base ? base + 1 : c->dir);
-
-    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(c->meta, "dtype");
-    snprintf(c->dtype_name, sizeof c->dtype_name, "%s", cJSON_IsString(dt) ? dt->valuestring : "fp32");
-    if (dt && !cJSON_IsString(dt)) {
-        kl_case_close(c);
-        return kl_fail(err, "%s: \"dtype\" must be a string", path);
-    }
+    snprintf(c->name, sizeof c->name, "%.127s", name ? name : base ? base + 1 : c->dir);
+    snprintf(c->dtype_name, sizeof c->dtype_name, "%s", dt ? dt : "fp32");
     if (kl_dtype_parse(c->dtype_name, &c->dtype) != 0 ||
         !(c->dtype == KL_F32 || c->dtype == KL_F16 || c->dtype == KL_BF16 || c->dtype == KL_I32)) {
         kl_fail(err, "%s: unknown dtype \"%s\" (want fp32, fp16, bf16 or i4)", path, c->dtype_name);
@@ -73,7 +85,8 @@ int kl_case_open(struct kl_case *c, const char *dir, struct kl_err *err)
         return -1;
     }
     const cJSON *seed = cJSON_GetObjectItemCaseSensitive(c->meta, "seed");
-    c->seed = cJSON_IsNumber(seed) ? (long long)seed->valuedouble : 0;
+    /* Converting a double outside long long's range is undefined behaviour: such a seed is 0. */
+    c->seed = cJSON_IsNumber(seed) && fabs(seed->valuedouble) < 0x1p62 ? (long long)seed->valuedouble : 0;
     c->params = cJSON_GetObjectItemCaseSensitive(c->meta, "params");
     if (c->params && !cJSON_IsObject(c->params) && !cJSON_IsNull(c->params)) {
         kl_case_close(c);
@@ -109,8 +122,9 @@ int kl_case_param_int(const struct kl_case *c, const char *key, long long def, l
 {
     double d;
     if (kl_case_param_double(c, key, (double)def, &d, err)) return -1;
-    if (d != (double)(long long)d)
-        return kl_fail(err, "%s/meta.json: param \"%s\" must be an integer", c->dir, key);
+    /* The range test first: converting a double past long long's range is undefined. */
+    if (!(fabs(d) < 0x1p62) || d != floor(d))
+        return kl_fail(err, "%s/meta.json: param \"%s\" must be an integer (of magnitude below 2^62)", c->dir, key);
     *out = (long long)d;
     return 0;
 }

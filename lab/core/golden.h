@@ -27,8 +27,9 @@ struct kl_case {
     struct cJSON *params; /* meta "params" (may be NULL: every param takes its default) */
 };
 
-/* Reads dir/meta.json. Fails (message naming the file) on a missing file, bad JSON, a missing
- * or non-string "module", an unknown dtype. */
+/* Reads dir/meta.json. Fails (message naming the file) on a missing or non-regular file, bad
+ * JSON or anything after the one object, a missing or non-string "module", a module, case or
+ * dtype string holding a control character, an unknown dtype, "params" that is not an object. */
 int kl_case_open(struct kl_case *c, const char *dir, struct kl_err *err);
 void kl_case_close(struct kl_case *c);
 
@@ -47,8 +48,9 @@ int kl_case_array(const struct kl_case *c, const char *name, struct kl_tensor *t
 const char *kl_case_path(const struct kl_case *c, const char *file, char *buf, size_t len);
 
 /* .npy format 1.0, little-endian, C order. Reading accepts <f4 <f8 <i4 <i8 |u1 (and <f2);
- * rejects bad magic, other versions, Fortran order, other dtypes, truncated data, a size that
- * disagrees with the header. */
+ * rejects a file that is not a regular one, bad magic, other versions, a header that is not
+ * exactly numpy's dict, Fortran order, other dtypes, a shape over 4 GiB, truncated data, a
+ * size that disagrees with the header: all before allocating the data. */
 int kl_npy_read(const char *path, struct kl_tensor *t, struct kl_err *err);
 /* Writes f32, f64, i32, i64, u8 tensors (f16/bf16 are widened to <f4, as goldens store them). */
 int kl_npy_write(const char *path, const struct kl_tensor *t, struct kl_err *err);

@@ -3,6 +3,8 @@
  * still links (and sees an empty list). */
 #include "registry.h"
 
+#include <ctype.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,11 +24,30 @@ static int by_module_name(const void *a, const void *b)
     return strcmp((*(const struct kl_module *const *)a)->name, (*(const struct kl_module *const *)b)->name);
 }
 
+/* N of a "vN_..." name; false for names without that prefix (mutants). */
+static bool variant_number(const char *name, unsigned long long *n)
+{
+    if (name[0] != 'v' || !isdigit((unsigned char)name[1])) return false;
+    char *end;
+    errno = 0;
+    *n = strtoull(name + 1, &end, 10);
+    return *end == '_' && errno == 0;
+}
+
+int kl_variant_name_cmp(const char *a, const char *b)
+{
+    unsigned long long na = 0, nb = 0;
+    bool ha = variant_number(a, &na), hb = variant_number(b, &nb);
+    if (ha != hb) return ha ? -1 : 1;
+    if (ha && na != nb) return na < nb ? -1 : 1;
+    return strcmp(a, b);
+}
+
 static int by_variant_name(const void *a, const void *b)
 {
     const struct kl_variant *x = *(const struct kl_variant *const *)a, *y = *(const struct kl_variant *const *)b;
     int c = strcmp(x->module, y->module);
-    return c ? c : strcmp(x->name, y->name);
+    return c ? c : kl_variant_name_cmp(x->name, y->name);
 }
 
 /* Sorted copies, made once: link order is not a stable order to show users. */
@@ -88,7 +109,7 @@ const struct kl_variant *kl_variant_latest(const char *module, int device_cc)
     const struct kl_variant *best = NULL;
     for (int i = 0; i < kl_variant_count(module, false); i++) {
         const struct kl_variant *v = kl_variant_at(module, i, false);
-        if (v->min_cc <= device_cc) best = v; /* names sort by their vN_ prefix */
+        if (v->min_cc <= device_cc) best = v; /* variants sort by the N of vN_ */
     }
     return best;
 }
@@ -104,6 +125,7 @@ void kl_outputs_set(struct kl_outputs *o, int i, const char *name, enum kl_dtype
     struct kl_out *x = &o->o[i];
     free(x->v);
     *x = (struct kl_out){.name = name, .dtype = dtype, .exact = exact, .n = n, .v = calloc((size_t)(n ? n : 1), sizeof(double))};
+    KL_CHECK(x->v, "out of host memory for %lld values of output %s", (long long)n, name);
     if (i >= o->count) o->count = i + 1;
 }
 

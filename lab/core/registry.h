@@ -110,7 +110,9 @@ struct kl_module {
      * to `log`; returns the number of failures. */
     int (*check)(const struct kl_variant *v, uint64_t seed, FILE *log);
     const struct kl_perf_ops *perf;                 /* GPU workloads, timed by perf/ */
-    int (*bench)(const struct kl_bench_args *args); /* or a module's own bench (radix: CPU) */
+    /* Or a module's own bench (radix: CPU): rows run, -1 on a failure, -2 for an unknown
+     * --variant or --workload (a usage error). */
+    int (*bench)(const struct kl_bench_args *args);
     const char *exercises; /* for the guide: the next variant to write, what it should gain, how to check */
     const char *tolerance; /* for the guide, where outputs carry a policy of their own (attention) */
     /* for the guide, after the targets: what the measurements mean that the tables cannot say (why
@@ -124,7 +126,10 @@ struct kl_module {
     __attribute__((used, section("kl_modules"))) const struct kl_module                      \
         *kl_module_ptr_##mod = &kl_module_desc_##mod
 
-/* Walks. Modules are returned sorted by name, variants by (module, name). */
+/* Variant names in ladder order: by the number N of "vN_" (v10_x after v9_x, where strcmp
+ * would put it before v2_x), then by name; names without a number (mutants) last. */
+int kl_variant_name_cmp(const char *a, const char *b);
+/* Walks. Modules are returned sorted by name, variants by module, then kl_variant_name_cmp. */
 int kl_module_count(void);
 const struct kl_module *kl_module_at(int i);
 const struct kl_module *kl_module_find(const char *name);
@@ -139,6 +144,8 @@ const struct kl_variant *kl_variant_latest(const char *module, int device_cc);
 /* Generic verify/check for tensor modules (lab/core/verify.c); modules' own hooks win. */
 void kl_verify_case(const struct kl_module *m, const struct kl_case *c, const struct kl_variant *v,
                     struct kl_verdict *out);
+/* v == NULL: the reference part first (every golden case of the module, then the catalogue
+ * through the reference, which needs no GPU), then every variant; else variant v alone. */
 int kl_check_module(const struct kl_module *m, const struct kl_variant *v, uint64_t seed, FILE *log);
 
 #ifdef __cplusplus

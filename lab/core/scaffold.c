@@ -12,6 +12,12 @@
 #include "lab/core/registry.h"
 #include "lab/kernlab.h"
 
+/* The name becomes a file name (NAME.cu, and NAME.cu.o in the build), part of C identifiers
+ * (kl_variant_desc_<module>_<NAME>, <function>_<NAME>) and a column of the guides' tables:
+ * 64 characters say any idea (v12_tma_multicast_two_stage_pipeline is 36) and keep all of
+ * these far from the 255-byte file-name limit. */
+#define KL_VARIANT_NAME_MAX 64
+
 static bool valid_name(const char *s)
 {
     if (s[0] != 'v' || !isdigit((unsigned char)s[1])) return false;
@@ -29,6 +35,9 @@ int kl_cmd_new_variant(int argc, char **argv)
     const char *module = argv[0], *name = argv[1];
     const struct kl_module *m = kl_module_find(module);
     if (!m) return fprintf(stderr, "kernlab new-variant: unknown module '%s'\n", module), 2;
+    if (strlen(name) > KL_VARIANT_NAME_MAX)
+        return fprintf(stderr, "kernlab new-variant: NAME is %zu characters; at most %d\n", strlen(name),
+                       KL_VARIANT_NAME_MAX), 2;
     if (!valid_name(name))
         return fprintf(stderr, "kernlab new-variant: NAME '%s' must look like vN_what_changed (lowercase)\n", name), 2;
     if (kl_variant_find(module, name))

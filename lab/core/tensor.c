@@ -15,16 +15,40 @@ int64_t kl_numel(const struct kl_tensor *t)
 
 size_t kl_nbytes(const struct kl_tensor *t) { return (size_t)kl_numel(t) * kl_dtype_size(t->dtype); }
 
-void kl_tensor_alloc(struct kl_tensor *t, enum kl_dtype dtype, int ndim, const int64_t *dims)
+int kl_shape_bytes(enum kl_dtype dtype, int ndim, const int64_t *dims, size_t *bytes)
 {
-    KL_CHECK(ndim >= 0 && ndim <= KL_MAX_DIMS, "tensor rank %d out of range", ndim);
+    size_t n = kl_dtype_size(dtype);
+    for (int i = 0; i < ndim; i++) {
+        if (dims[i] < 0) return -1;
+        if (dims[i] == 0) n = 0;
+        else if (n > SIZE_MAX / (uint64_t)dims[i]) return -1;
+        else n *= (size_t)dims[i];
+    }
+    if (n > (size_t)INT64_MAX) return -1; /* kl_numel is signed */
+    *bytes = n;
+    return 0;
+}
+
+int kl_tensor_try_alloc(struct kl_tensor *t, enum kl_dtype dtype, int ndim, const int64_t *dims)
+{
     memset(t, 0, sizeof *t);
+    size_t bytes;
+    if (ndim < 0 || ndim > KL_MAX_DIMS || kl_shape_bytes(dtype, ndim, dims, &bytes)) return -1;
     t->dtype = dtype;
     t->ndim = ndim;
     for (int i = 0; i < ndim; i++) t->dims[i] = dims[i];
-    size_t bytes = kl_nbytes(t);
     t->data = calloc(bytes ? bytes : 1, 1);
-    KL_CHECK(t->data, "out of host memory allocating %zu bytes", bytes);
+    return t->data ? 0 : -1;
+}
+
+void kl_tensor_alloc(struct kl_tensor *t, enum kl_dtype dtype, int ndim, const int64_t *dims)
+{
+    KL_CHECK(ndim >= 0 && ndim <= KL_MAX_DIMS, "tensor rank %d out of range", ndim);
+    struct kl_tensor want = {.dtype = dtype, .ndim = ndim};
+    for (int i = 0; i < ndim; i++) want.dims[i] = dims[i];
+    char shape[96];
+    KL_CHECK(kl_tensor_try_alloc(t, dtype, ndim, dims) == 0, "out of host memory allocating a %s tensor of shape %s",
+             kl_dtype_name(dtype), kl_shape_str(&want, shape, sizeof shape));
 }
 
 void kl_tensor_free(struct kl_tensor *t)
@@ -33,12 +57,17 @@ void kl_tensor_free(struct kl_tensor *t)
     t->data = NULL;
 }
 
+static void convert_into(struct kl_tensor *dst, const struct kl_tensor *src)
+{
+    int64_t n = kl_numel(src);
+    for (int64_t i = 0; i < n; i++)
+        kl_store_elem(dst->dtype, dst->data, (size_t)i, kl_load_elem(src->dtype, src->data, (size_t)i));
+}
+
 void kl_tensor_convert(struct kl_tensor *dst, const struct kl_tensor *src, enum kl_dtype dtype)
 {
     kl_tensor_alloc(dst, dtype, src->ndim, src->dims);
-    int64_t n = kl_numel(src);
-    for (int64_t i = 0; i < n; i++)
-        kl_store_elem(dtype, dst->data, (size_t)i, kl_load_elem(src->dtype, src->data, (size_t)i));
+    convert_into(dst, src);
 }
 
 int kl_tensor_convert_exact(struct kl_tensor *dst, const struct kl_tensor *src, enum kl_dtype dtype,
@@ -46,7 +75,10 @@ int kl_tensor_convert_exact(struct kl_tensor *dst, const struct kl_tensor *src, 
 {
     if (src->dtype != KL_F32 && src->dtype != KL_F64)
         return kl_fail(err, "%s: dtype %s, expected <f4", what, kl_dtype_name(src->dtype));
-    kl_tensor_convert(dst, src, dtype);
+    /* src came from a file: running out of memory here is that case's failure, not an exit. */
+    if (kl_tensor_try_alloc(dst, dtype, src->ndim, src->dims))
+        return kl_fail(err, "%s: out of host memory converting it to %s", what, kl_dtype_name(dtype));
+    convert_into(dst, src);
     int64_t n = kl_numel(src);
     for (int64_t i = 0; i < n; i++) {
         double a = kl_load_elem(src->dtype, src->data, (size_t)i), b = kl_load_elem(dtype, dst->data, (size_t)i);

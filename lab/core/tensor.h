@@ -27,8 +27,14 @@ struct kl_tensor {
 
 int64_t kl_numel(const struct kl_tensor *t);
 size_t kl_nbytes(const struct kl_tensor *t);
-/* Allocates zeroed storage; dies on out-of-memory (a program error, not a data error). */
+/* Bytes of a dtype array of this shape into *bytes; -1 if a dim is negative or the size
+ * overflows (dims read from a file can say anything). */
+int kl_shape_bytes(enum kl_dtype dtype, int ndim, const int64_t *dims, size_t *bytes);
+/* Allocates zeroed storage; dies on out-of-memory (a program error, not a data error). Shapes
+ * that come from files go through kl_tensor_try_alloc instead. */
 void kl_tensor_alloc(struct kl_tensor *t, enum kl_dtype dtype, int ndim, const int64_t *dims);
+/* The same, returning -1 (t->data NULL) on a bad rank, an overflowing size or no memory. */
+int kl_tensor_try_alloc(struct kl_tensor *t, enum kl_dtype dtype, int ndim, const int64_t *dims);
 void kl_tensor_free(struct kl_tensor *t);
 /* A copy of src converted (with rounding) to dtype. */
 void kl_tensor_convert(struct kl_tensor *dst, const struct kl_tensor *src, enum kl_dtype dtype);

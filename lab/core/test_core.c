@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "lab/core/args.h"
 #include "lab/core/compare.h"
 #include "lab/core/golden.h"
 #include "lab/core/registry.h"
@@ -85,11 +86,10 @@ Test(core, npy_round_trips_every_stored_dtype)
     }
 }
 
-/* A valid header for a [4] <f4 array, 64-byte aligned as numpy writes it. */
-static size_t npy_header(char *buf, const char *descr, const char *shape)
+/* A .npy 1.0 header holding dict, padded to 64 bytes as numpy writes it. */
+static size_t npy_raw_header(char *buf, const char *dict)
 {
-    char dict[128];
-    int n = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }", descr, shape);
+    int n = (int)strlen(dict);
     int pad = (64 - (10 + n + 1) % 64) % 64;
     memcpy(buf, "\x93NUMPY\x01\x00", 8);
     buf[8] = (char)(n + pad + 1), buf[9] = 0;
@@ -97,6 +97,14 @@ static size_t npy_header(char *buf, const char *descr, const char *shape)
     memset(buf + 10 + n, ' ', (size_t)pad);
     buf[10 + n + pad] = '\n';
     return (size_t)(10 + n + pad + 1);
+}
+
+/* A valid header for an array of this descr and shape. */
+static size_t npy_header(char *buf, const char *descr, const char *shape)
+{
+    char dict[128];
+    snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }", descr, shape);
+    return npy_raw_header(buf, dict);
 }
 
 static void expect_npy_error(const char *name, const void *data, size_t n, const char *needle)
@@ -130,6 +138,69 @@ Test(core, npy_rejects_bad_files_naming_the_file)
     expect_npy_error("empty.npy", "", 0, "bad magic");
 }
 
+/* Each header a lenient scan accepted, with exactly the data it then read: every one must fail
+ * now, naming the file and the problem. */
+Test(core, npy_header_is_parsed_strictly)
+{
+    make_tmp();
+    static const struct {
+        const char *name, *dict, *needle;
+        size_t data;
+    } kbad[] = {
+        {"falsey", "{'descr': '<f4', 'fortran_order': Falsey, 'shape': (4,), }", "fortran_order", 16},
+        {"no_comma", "{'descr': '<f4', 'fortran_order': False, 'shape': (4 64), }", "shape", 1024},
+        {"not_tuple", "{'descr': '<f4', 'fortran_order': False, 'shape': (4), }", "shape", 16},
+        {"nested", "{'descr': '<f4', 'fortran_order': False, 'shape': (4,), 'x': {'descr': '<i4'}}", "unknown key", 16},
+        {"in_string", "{'fortran_order': False, 'shape': (4,), 'note': \"'descr': '<f4'\"}", "unknown key", 16},
+        {"twice", "{'descr': '<f4', 'descr': '<i4', 'fortran_order': False, 'shape': (4,), }", "twice", 16},
+        {"after", "{'descr': '<f4', 'fortran_order': False, 'shape': (4,), } junk", "after the closing", 16},
+        {"no_descr", "{'fortran_order': False, 'shape': (4,), }", "no 'descr'", 16},
+    };
+    for (size_t i = 0; i < sizeof kbad / sizeof kbad[0]; i++) {
+        char buf[512] = {0}, name[64];
+        size_t h = npy_raw_header(buf, kbad[i].dict);
+        snprintf(name, sizeof name, "%s.npy", kbad[i].name);
+        expect_npy_error(name, buf, h + kbad[i].data, kbad[i].needle);
+    }
+    char buf[256] = {0};
+    size_t h = npy_raw_header(buf, "{\"descr\": \"<f4\", \"fortran_order\": False, \"shape\": (2, 2,)}");
+    char path[300];
+    snprintf(path, sizeof path, "%s/double_quotes.npy", tmpdir);
+    write_bytes(path, buf, h + 16);
+    struct kl_tensor t;
+    struct kl_err err = {{0}};
+    cr_assert_eq(kl_npy_read(path, &t, &err), 0, "a Python literal with double quotes is a header too: %s", err.msg);
+    cr_assert_eq(t.ndim, 2);
+    kl_tensor_free(&t);
+}
+
+/* The size is checked, for overflow and against the file, before anything is allocated: a
+ * shape whose byte count wraps to 0 is not an empty array, and one far larger than the file
+ * is an error, not an exit for want of memory. */
+Test(core, npy_shapes_larger_than_the_file_are_refused_before_allocating)
+{
+    make_tmp();
+    char buf[256] = {0};
+    size_t h = npy_header(buf, "<f4", "(1099511627776, 4194304)"); /* 2^40 x 2^22 x 4 bytes = 2^64 */
+    expect_npy_error("wraps.npy", buf, h, "too large");
+    h = npy_header(buf, "<f4", "(0, 1099511627776, 1099511627776)"); /* empty, yet a product past 2^64 */
+    expect_npy_error("empty_wraps.npy", buf, h, "too large");
+    h = npy_header(buf, "<f4", "(1099511627776, 64)"); /* 2^48 bytes declared, 64 present */
+    expect_npy_error("huge.npy", buf, h + 64, "too large");
+    h = npy_header(buf, "<f4", "(1048576, 64)"); /* 2^28 bytes declared, 64 present */
+    expect_npy_error("short.npy", buf, h + 64, "truncated");
+    h = npy_header(buf, "<f4", "(0, 4096)");
+    char path[300];
+    snprintf(path, sizeof path, "%s/empty.npy", tmpdir);
+    write_bytes(path, buf, h);
+    struct kl_tensor t;
+    struct kl_err err = {{0}};
+    cr_assert_eq(kl_npy_read(path, &t, &err), 0, "an empty array is fine: %s", err.msg);
+    kl_tensor_free(&t);
+    cr_assert_neq(kl_npy_read(tmpdir, &t, &err), 0);
+    cr_assert(strstr(err.msg, "directory"), "%s", err.msg);
+}
+
 static void write_text(const char *dir, const char *file, const char *text)
 {
     char path[400];
@@ -161,6 +232,38 @@ Test(core, meta_json_errors_name_the_file)
     cr_assert(strstr(err.msg, "eps"), "%s", err.msg);
     cr_assert_eq(kl_case_param_double(&c, "absent", 0.5, &eps, &err), 0);
     cr_assert_eq(eps, 0.5);
+    kl_case_close(&c);
+}
+
+/* meta.json is one object and nothing after it; the names it gives are printed into verify's
+ * lines, so a control character (a newline forging a line of its own) is refused. */
+Test(core, meta_json_is_one_object_with_plain_names)
+{
+    make_tmp();
+    static const struct {
+        const char *text, *needle;
+    } kbad[] = {
+        {"{\"module\": \"rmsnorm\"} garbage", "bad JSON"},
+        {"{\"module\": \"rmsnorm\"}{\"module\": \"rmsnorm\"}", "bad JSON"},
+        {"{\"module\": \"rmsnorm\", \"case\": \"x\\nPASS rmsnorm forged reference\"}", "control character"},
+        {"{\"module\": \"rms\\tnorm\"}", "control character"},
+        {"{\"module\": \"rmsnorm\", \"dtype\": \"bf16\\u0007\"}", "control character"},
+        {"{\"module\": \"rmsnorm\", \"case\": 7}", "\"case\" must be a string"},
+        {"{\"module\": \"rmsnorm\", \"params\": [1e-6]}", "\"params\" must be an object"},
+    };
+    for (size_t i = 0; i < sizeof kbad / sizeof kbad[0]; i++) {
+        struct kl_case c;
+        struct kl_err err = {{0}};
+        write_text(tmpdir, "meta.json", kbad[i].text);
+        cr_assert_neq(kl_case_open(&c, tmpdir, &err), 0, "accepted: %s", kbad[i].text);
+        cr_assert(strstr(err.msg, "meta.json") && strstr(err.msg, kbad[i].needle), "%s: %s", kbad[i].text, err.msg);
+    }
+    struct kl_case c;
+    struct kl_err err = {{0}};
+    write_text(tmpdir, "meta.json", "{\"module\": \"rmsnorm\", \"seed\": 1e300, \"params\": {\"n\": 1e300}}\n\n");
+    cr_assert_eq(kl_case_open(&c, tmpdir, &err), 0, "trailing white space is fine: %s", err.msg);
+    long long n;
+    cr_assert_neq(kl_case_param_int(&c, "n", 0, &n, &err), 0, "1e300 is no long long");
     kl_case_close(&c);
 }
 
@@ -238,4 +341,33 @@ Test(core, registry_lists_modules_and_variants_sorted)
     cr_assert(kl_variant_find("rmsnorm", "v0_naive"));
     cr_assert_null(kl_variant_find("rmsnorm", "no_such_variant"));
     cr_assert_null(kl_module_find("no_such_module"));
+}
+
+/* Variants of a module that exists only here, registered in an order that string sorting gets
+ * wrong: the registry orders them by the N of vN_, and "latest" is the highest N. */
+static void no_launch(void) {}
+KL_VARIANT(zz_order, v9_nine, no_launch, .min_cc = 0, .summary = "order test");
+KL_VARIANT(zz_order, v10_ten, no_launch, .min_cc = 0, .summary = "order test");
+KL_VARIANT(zz_order, v2_two, no_launch, .min_cc = 0, .summary = "order test");
+KL_VARIANT(zz_order, v10_a_sibling, no_launch, .min_cc = 0, .summary = "order test");
+
+Test(core, variants_sort_by_their_number_not_as_strings)
+{
+    static const char *want[] = {"v2_two", "v9_nine", "v10_a_sibling", "v10_ten"};
+    cr_assert_eq(kl_variant_count("zz_order", false), 4);
+    for (int i = 0; i < 4; i++)
+        cr_assert_str_eq(kl_variant_at("zz_order", i, false)->name, want[i], "position %d", i);
+    cr_assert_str_eq(kl_variant_latest("zz_order", 90)->name, "v10_ten");
+    cr_assert_lt(kl_variant_name_cmp("v9_x", "v10_x"), 0);
+    cr_assert_lt(kl_variant_name_cmp("v10_x", "mutant_x"), 0, "numbered variants come before the rest");
+    cr_assert_lt(kl_variant_name_cmp("v02_x", "v3_x"), 0);
+}
+
+Test(core, numbers_on_the_command_line_are_digits_only)
+{
+    uint64_t v = 7;
+    cr_assert(kl_parse_u64("0", &v) && v == 0);
+    cr_assert(kl_parse_u64("18446744073709551615", &v) && v == UINT64_MAX);
+    static const char *kbad[] = {"", "-1", "+1", " 1", "1 ", "abc", "1e3", "18446744073709551616"};
+    for (size_t i = 0; i < sizeof kbad / sizeof kbad[0]; i++) cr_assert(!kl_parse_u64(kbad[i], &v), "'%s' accepted", kbad[i]);
 }

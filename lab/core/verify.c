@@ -1,8 +1,11 @@
 /* The generic checker for tensor modules: golden cases (`kernlab verify`) and the check
  * catalogue (`kernlab check`), both comparing with the policy of lab/core/compare.c. */
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "device.h"
 #include "registry.h"
@@ -131,12 +134,76 @@ static int check_one(const struct kl_module *m, const struct kl_variant *v, uint
     return failures;
 }
 
+/* Why a reference output is not a plausible result, or NULL: NaN and +Inf never are. -Inf is
+ * (the log of an empty sum: the lse of a request with no keys). */
+static const char *implausible(const struct kl_outputs *o, char *why, size_t len)
+{
+    if (o->count == 0) return snprintf(why, len, "produced no outputs"), why;
+    for (int i = 0; i < o->count; i++)
+        for (int64_t k = 0; k < o->o[i].n; k++)
+            if (isnan(o->o[i].v[k]) || o->o[i].v[k] == INFINITY)
+                return snprintf(why, len, "%s[%lld] = %g", o->o[i].name, (long long)k, o->o[i].v[k]), why;
+    return NULL;
+}
+
+/* The reference on its own, so `kernlab check` checks something on any machine: every golden
+ * case of the module (the reference against numpy's float64 outputs), then every catalogue
+ * problem (the reference must run and give finite values). One line each. */
+static int check_reference(const struct kl_module *m, uint64_t seed, FILE *log)
+{
+    int failures = 0;
+    char dir[1100];
+    snprintf(dir, sizeof dir, KL_SOURCE_DIR "/golden/%s", m->name);
+    struct dirent **names;
+    int n = scandir(dir, &names, NULL, alphasort);
+    for (int i = 0; i < n; i++) {
+        const char *name = names[i]->d_name;
+        char path[1400], label[300];
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        snprintf(label, sizeof label, "golden/%s/%s", m->name, name);
+        struct stat st;
+        struct kl_case c;
+        struct kl_err err = {{0}};
+        struct kl_verdict vd = {.status = KL_FAIL, .rel_l2 = NAN, .max_abs = NAN};
+        if (name[0] == '.' || stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) {
+            free(names[i]);
+            continue;
+        }
+        if (kl_case_open(&c, path, &err) == 0 && strcmp(c.module, m->name) != 0)
+            kl_fail(&err, "%s/meta.json: module \"%s\", in the folder of %s", path, c.module, m->name);
+        if (err.msg[0]) snprintf(vd.why, sizeof vd.why, "%s", err.msg);
+        else kl_verify_case(m, &c, NULL, &vd);
+        failures += vd.status == KL_FAIL;
+        fprintf(log, "%s %s %s reference rel_l2=%.3g max_abs=%.3g%s%s\n", vd.status == KL_PASS ? "PASS" : "FAIL",
+                m->name, label, vd.rel_l2, vd.max_abs, vd.status == KL_FAIL ? " " : "", vd.status == KL_FAIL ? vd.why : "");
+        kl_case_close(&c);
+        free(names[i]);
+    }
+    if (n >= 0) free(names);
+    for (int i = 0;; i++) {
+        char label[160], why[256];
+        void *prob = m->tensor->make(i, seed, label, sizeof label);
+        if (!prob) break;
+        struct kl_err err = {{0}};
+        struct kl_outputs ref = {0};
+        const char *bad = m->tensor->reference(prob, &ref, &err) ? err.msg : implausible(&ref, why, sizeof why);
+        int64_t values = 0;
+        for (int k = 0; k < ref.count; k++) values += ref.o[k].n;
+        failures += bad != NULL;
+        if (bad) fprintf(log, "FAIL %s %s reference %s\n", m->name, label, bad);
+        else fprintf(log, "PASS %s %s reference %lld values, all finite\n", m->name, label, (long long)values);
+        m->tensor->free(prob);
+        kl_outputs_free(&ref);
+    }
+    return failures;
+}
+
 int kl_check_module(const struct kl_module *m, const struct kl_variant *v, uint64_t seed, FILE *log)
 {
     if (m->check) return m->check(v, seed, log);
     if (!m->tensor) return 0;
     if (v) return check_one(m, v, seed, log);
-    int failures = 0;
+    int failures = check_reference(m, seed, log);
     for (int i = 0; i < kl_variant_count(m->name, false); i++)
         failures += check_one(m, kl_variant_at(m->name, i, false), seed, log);
     return failures;

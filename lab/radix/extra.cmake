@@ -15,7 +15,8 @@ set(KL_RADIX_SAN_SOURCES
     ${PROJECT_SOURCE_DIR}/lab/core/npy.c
     ${PROJECT_SOURCE_DIR}/lab/core/tensor.c
     ${PROJECT_SOURCE_DIR}/lab/core/dtype.c
-    ${PROJECT_SOURCE_DIR}/lab/core/check.c)
+    ${PROJECT_SOURCE_DIR}/lab/core/check.c
+    ${PROJECT_SOURCE_DIR}/lab/core/files.c)
 file(GLOB KL_RADIX_GOLDEN_TRACES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/golden/radix/*/trace.jsonl)
 file(GLOB KL_RADIX_FUZZ_SEEDS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/lab/radix/fuzz_seeds/*)
 
@@ -90,3 +91,9 @@ if(KL_FUZZ)
                    ${PROJECT_SOURCE_DIR}/lab/radix/fuzz_seeds)
   set_tests_properties(radix_fuzz_short PROPERTIES LABELS cpu WORKING_DIRECTORY ${CMAKE_BINARY_DIR} TIMEOUT 120)
 endif()
+
+# ---- the reference's evict at scale ----
+# 216k leaves evicted through the reference. The test asserts no time: this TIMEOUT is what
+# fails an evict gone quadratic again (well over 20 s on that tree; the heap under a second).
+add_test(NAME radix_evict_scale COMMAND test_radix --filter "radix_scale/*" -j1)
+set_tests_properties(radix_evict_scale PROPERTIES LABELS cpu TIMEOUT 20 WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})

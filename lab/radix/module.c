@@ -544,7 +544,7 @@ static int radix_bench(const struct kl_bench_args *args)
     }
     if (!nv) {
         fprintf(stderr, "bench radix: no variant named \"%s\"\n", args->variant);
-        return -1;
+        return -2;
     }
     int nw = (int)(sizeof workloads / sizeof *workloads), any = 0;
     for (int i = 0; i < nw; i++)
@@ -554,7 +554,7 @@ static int radix_bench(const struct kl_bench_args *args)
         for (int i = 0; i < nw; i++)
             fprintf(stderr, " %s", workloads[i].name);
         fprintf(stderr, ")\n");
-        return -1;
+        return -2;
     }
     struct row_ctx base = {.args = args};
     cpu_device(&base.dev);

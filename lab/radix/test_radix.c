@@ -250,6 +250,24 @@ Test(radix, a_missing_trace_a_bad_page_size_or_dtype_fail_cleanly)
     rm_tmp_root();
 }
 
+/* A trace is a regular file of bounded size with bounded lines: a directory (or a FIFO, a
+ * device: tests in lab/tests/cli.sh) is refused, and one line is never parsed past 4 MiB. */
+Test(radix, a_trace_that_is_not_a_file_or_has_a_huge_line_fails_naming_it)
+{
+    struct kl_radix_trace tr;
+    struct kl_err err = {{0}};
+    cr_assert_neq(kl_radix_trace_load("golden/radix", 1, &tr, &err), 0);
+    cr_expect(strstr(err.msg, "golden/radix: is a directory") != NULL, "%s", err.msg);
+    size_t n = (5u << 20) + 2;
+    char *text = malloc(n);
+    cr_assert(text);
+    memset(text, ' ', n);
+    text[0] = '{', text[n - 2] = '}', text[n - 1] = '\n';
+    cr_assert_neq(kl_radix_trace_parse(text, n, "big.jsonl", 1, &tr, &err), 0);
+    cr_expect(strstr(err.msg, "big.jsonl:1: line of") != NULL, "%s", err.msg);
+    free(text);
+}
+
 /* ---- the semantics, by hand ---- */
 
 Test(radix, prefix_of_itself_matches_fully)
@@ -441,4 +459,46 @@ Test(radix, churn_then_free_leaks_nothing)
     for (size_t n = 1; n <= 600; n++)
         kl_radix_insert(t, chain, n);
     kl_radix_free(t);
+}
+
+/* ---- scale ---- */
+
+/* Suite radix_scale runs on its own as ctest radix_evict_scale, whose TIMEOUT is what fails an
+ * evict that went quadratic again (it took well over 20 s on this tree; the heap well under a
+ * second): nothing here measures time. 60^3 keys of three tokens make 216000 one-token leaves
+ * under 3660 inner nodes, each with at most 60 children, so the inserts stay cheap. */
+Test(radix_scale, the_reference_evicts_216k_leaves_oldest_first)
+{
+    enum { FAN = 60 };
+    struct kl_radix_trace tr = {0};
+    snprintf(tr.name, sizeof tr.name, "216k leaves");
+    tr.page_size = 1;
+    for (int32_t a = 0; a < FAN; a++)
+        for (int32_t b = 0; b < FAN; b++)
+            for (int32_t c = 0; c < FAN; c++)
+                kl_radix_trace_add(&tr, KL_RADIX_INSERT, (int32_t[]){a, b, c}, 3, 0);
+    const long long leaves = FAN * FAN * FAN, tokens = leaves + FAN * FAN + FAN;
+    /* Least recently stamped first: the leaves in insert order, and each inner node [0, b] as
+     * soon as its 60 leaves are gone (its stamp, from the insert of [0, b, 59] or the split
+     * that made the leaf [0, b + 1, 0], is not newer than that leaf, and its creation number
+     * is smaller). 1000 tokens = 16 x (60 leaves + [0, b]) + the leaves [0, 16, 0..23]. */
+    kl_radix_trace_add(&tr, KL_RADIX_EVICT, NULL, 0, 1000);
+    tr.ops[tr.nops - 1].expect = 1000;
+    kl_radix_trace_add(&tr, KL_RADIX_MATCH, (int32_t[]){0, 15, 59}, 3, 0);
+    tr.ops[tr.nops - 1].expect = 1; /* [0, 15] went with its leaves */
+    kl_radix_trace_add(&tr, KL_RADIX_MATCH, (int32_t[]){0, 16, 23}, 3, 0);
+    tr.ops[tr.nops - 1].expect = 2; /* the last leaf freed */
+    kl_radix_trace_add(&tr, KL_RADIX_MATCH, (int32_t[]){0, 16, 24}, 3, 0);
+    tr.ops[tr.nops - 1].expect = 3; /* the first leaf kept */
+    kl_radix_trace_add(&tr, KL_RADIX_EVICT, NULL, 0, (long long)1 << 40);
+    tr.ops[tr.nops - 1].expect = tokens - 1000;
+    kl_radix_trace_add(&tr, KL_RADIX_SIZE, NULL, 0, 0);
+    tr.ops[tr.nops - 1].expect_total = tr.ops[tr.nops - 1].expect_evictable = 0;
+
+    struct kl_radix_impl im;
+    struct kl_err err = {{0}};
+    cr_assert_eq(kl_radix_impl_open(&im, "reference", NULL, 1, &err), 0, "%s", err.msg);
+    cr_assert_eq(kl_radix_trace_replay(&tr, &im, &err, NULL, NULL), 0, "%s", err.msg);
+    kl_radix_impl_close(&im);
+    kl_radix_trace_free(&tr);
 }

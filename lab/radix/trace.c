@@ -3,7 +3,6 @@
 #include "trace.h"
 
 #include <cjson/cJSON.h>
-#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -11,6 +10,7 @@
 #include <string.h>
 
 #include "../../reference/radix.h"
+#include "../core/files.h"
 #include "../core/golden.h"
 #include "../core/tensor.h"
 #include "radix.h"
@@ -128,6 +128,10 @@ static int parse_op(struct kl_radix_trace *tr, const cJSON *o, int line, char *w
     return 0;
 }
 
+/* cJSON takes about 64 bytes per token of a parsed key, so a line is capped: 4 MiB holds a key
+ * of several hundred thousand tokens, far past any context length. */
+#define KL_TRACE_MAX_LINE (4 << 20)
+
 int kl_radix_trace_parse(const char *text, size_t len, const char *name, int page_size, struct kl_radix_trace *tr,
                          struct kl_err *err)
 {
@@ -148,6 +152,13 @@ int kl_radix_trace_parse(const char *text, size_t len, const char *name, int pag
         while (a < l && (s[a] == ' ' || s[a] == '\t' || s[a] == '\r'))
             a++;
         if (a == l) continue; /* blank line */
+        if (l > KL_TRACE_MAX_LINE) {
+            kl_fail(err, "%s:%d: line of %zu bytes, longer than the %d a trace line may have", name, line, l,
+                    KL_TRACE_MAX_LINE);
+            free(buf);
+            kl_radix_trace_free(tr);
+            return -1;
+        }
         buf = grow(buf, &bcap, l + 1, 1);
         memcpy(buf, s, l);
         buf[l] = 0;
@@ -181,25 +192,16 @@ int kl_radix_trace_parse(const char *text, size_t len, const char *name, int pag
     return 0;
 }
 
+/* A trace is read whole, so its size is capped: golden traces are kilobytes, and a trace of
+ * millions of ops is still well under this. */
+#define KL_TRACE_MAX_BYTES (256ll << 20)
+
 int kl_radix_trace_load(const char *path, int page_size, struct kl_radix_trace *tr, struct kl_err *err)
 {
     memset(tr, 0, sizeof *tr);
-    FILE *f = fopen(path, "rb");
-    if (!f) return kl_fail(err, "%s: cannot open: %s", path, strerror(errno));
-    size_t cap = 0, n = 0;
-    char *text = NULL;
-    for (;;) {
-        text = grow(text, &cap, n + 65536, 1);
-        size_t got = fread(text + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) break;
-    }
-    int rd_err = ferror(f);
-    fclose(f);
-    if (rd_err) {
-        free(text);
-        return kl_fail(err, "%s: read error", path);
-    }
+    size_t n;
+    char *text = kl_read_regular(path, KL_TRACE_MAX_BYTES, &n, err);
+    if (!text) return -1;
     int rc = kl_radix_trace_parse(text, n, path, page_size, tr, err);
     free(text);
     return rc;

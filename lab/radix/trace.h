@@ -50,7 +50,8 @@ struct kl_radix_trace {
 /* Parses text (need not be NUL-terminated). Returns 0, or -1 with "<name>:<line>: <problem>". */
 int kl_radix_trace_parse(const char *text, size_t len, const char *name, int page_size, struct kl_radix_trace *tr,
                          struct kl_err *err);
-/* Reads and parses a file (the message names the path). */
+/* Reads and parses a file (the message names the path): a regular file of at most 256 MiB,
+ * lines of at most 4 MiB; a FIFO, a device or a directory is an error, never a wait. */
 int kl_radix_trace_load(const char *path, int page_size, struct kl_radix_trace *tr, struct kl_err *err);
 void kl_radix_trace_free(struct kl_radix_trace *tr);
 /* Appends an op (the generator and the fuzzer build traces in memory). */

@@ -70,6 +70,10 @@ static void *load(const struct kl_case *c, struct kl_outputs *expected, struct k
     /* A case's slots are distinct and inside the cache (DESIGN.md section 4): a repeated slot
      * makes the result depend on write order, an out-of-range one is not a store at all. */
     used = calloc((size_t)p->num_slots + 1, 1);
+    if (!used) { /* num_slots comes from the file: no memory for it is this case's failure */
+        kl_fail(err, "%s: out of host memory for %lld slots", path, (long long)p->num_slots);
+        goto fail;
+    }
     for (int64_t t = 0; t < p->num_tokens; t++) {
         int64_t s = ((const int64_t *)p->slots.data)[t];
         if (s < 0) continue;

@@ -115,5 +115,178 @@ PY
 if "$(dirname "$kl")/kl_gpu_guard" true > /dev/null; then ok "ceilings (GPU present: not checked here)"
 else [ $rc -eq 1 ] && grep -q "no CUDA device" "$tmp/ceil" && ok "ceilings without a GPU: a clean refusal, exit 1" || bad "ceilings: rc=$rc $(cat "$tmp/ceil")"; fi
 
+
+# ---- Hostile and broken inputs (issues 15 and 16): no crash, no hang, nothing written outside
+# the output folder. Every command runs under a timeout; an exit status of 124 (timeout) or
+# above 128 (a signal) is a failure whatever the test expected.
+run() { # [T=seconds] run WANT_RC NAME CMD...: stdout to $tmp/o_NAME, stderr to $tmp/e_NAME; 0 if the status is WANT_RC
+  local want=$1 name=$2; shift 2
+  timeout "${T:-20}" "$@" > "$tmp/o_$name" 2> "$tmp/e_$name" < /dev/null
+  local rc=$?
+  if [ $rc -eq 124 ] || [ $rc -gt 128 ]; then bad "$name: hung or died (status $rc): $(head -c 300 "$tmp/e_$name")"; return 1; fi
+  [ $rc -eq "$want" ] || { bad "$name: status $rc, want $want: $(head -c 400 "$tmp/o_$name" "$tmp/e_$name")"; return 1; }
+}
+# one_fail NAME FILE: exactly one line on stdout, a FAIL naming FILE.
+one_fail() { [ "$(grep -c . "$tmp/o_$1")" -eq 1 ] && grep -q "^FAIL .*$2" "$tmp/o_$1"; }
+h=$tmp/hostile; mkdir -p "$h"
+# npy DIR NAME DESCR SHAPE_TEXT DATA_BYTES [RAW_DICT]: a .npy with any header, padded like numpy's.
+npy() {
+  python3 - "$@" <<'PY'
+import struct, sys
+d, name, descr, shape, nbytes = sys.argv[1:6]
+hdr = sys.argv[6] if len(sys.argv) > 6 else "{'descr': '%s', 'fortran_order': False, 'shape': %s, }" % (descr, shape)
+hdr += " " * ((64 - (10 + len(hdr) + 1) % 64) % 64) + "\n"
+with open("%s/%s.npy" % (d, name), "wb") as f:
+    f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hdr)) + hdr.encode() + b"\0" * int(nbytes))
+PY
+}
+case_of() { rm -rf "$h/$2"; cp -r "golden/$1" "$h/$2"; }
+
+# 1. dims x element size overflowing 64 bits (to 0): a FAIL naming the array, not a crash.
+case_of index/fp32_small ovf_index
+npy "$h/ovf_index" table '<f4' '(1099511627776, 4194304)' 0
+npy "$h/ovf_index" ids '<i4' '(0,)' 0
+npy "$h/ovf_index" out '<f4' '(0, 4194304)' 0
+case_of rope/fp32_small ovf_rope; npy "$h/ovf_rope" q '<f4' '(1099511627776, 4194304, 1)' 0
+case_of store/fp32_small ovf_store; npy "$h/ovf_store" k '<f4' '(1099511627776, 4194304, 1)' 0
+for c in ovf_index:table.npy ovf_rope:q.npy ovf_store:k.npy; do
+  run 1 "${c%%:*}" "$kl" verify --reference "$h/${c%%:*}" && one_fail "${c%%:*}" "$h/${c%%:*}/${c#*:}" \
+    && ok "dims overflowing 64 bits: $(cut -c1-120 "$tmp/o_${c%%:*}")" || bad "overflow ${c%%:*}: $(cat "$tmp/o_${c%%:*}")"
+done
+
+# 2. A header far larger than the file, meta.json a directory, a trace that is /dev/zero: each
+# is its case's FAIL line, and the run goes on to the next case (a golden that passes).
+case_of rmsnorm/odd_hidden_111 huge; npy "$h/huge" x '<f4' '(1099511627776, 64)' 64
+case_of rmsnorm/odd_hidden_111 metadir; rm "$h/metadir/meta.json"; mkdir "$h/metadir/meta.json"
+case_of radix/basic_page1 zero; ln -sf /dev/zero "$h/zero/trace.jsonl"
+for c in huge:x.npy metadir:meta.json zero:trace.jsonl; do
+  n=${c%%:*}
+  run 1 "$n" "$kl" verify --reference "$h/$n" golden/rmsnorm/fp32_small \
+    && [ "$(grep -c '^FAIL' "$tmp/o_$n")" -eq 1 ] && grep -q "^FAIL .*$h/$n/${c#*:}" "$tmp/o_$n" \
+    && grep -q '^PASS rmsnorm fp32_small reference' "$tmp/o_$n" && ! grep -q 'out of .*memory' "$tmp/e_$n" \
+    && ok "case '$n' is one FAIL, the next case still runs: $(grep ^FAIL "$tmp/o_$n" | cut -c1-110)" \
+    || bad "case '$n': $(cat "$tmp/o_$n" "$tmp/e_$n" | head -c 600)"
+done
+
+# 3. FIFOs in place of inputs must not block; directory links must not loop or count twice.
+for c in fifo_npy:rmsnorm/odd_hidden_111:x.npy fifo_meta:rmsnorm/odd_hidden_111:meta.json \
+         fifo_trace:radix/basic_page1:trace.jsonl; do
+  IFS=: read -r n src file <<< "$c"
+  case_of "$src" "$n"; rm "$h/$n/$file"; mkfifo "$h/$n/$file"
+  run 1 "$n" "$kl" verify --reference "$h/$n" && one_fail "$n" "$h/$n/$file" && ok "a FIFO as $file is one FAIL" \
+    || bad "FIFO $file: $(cat "$tmp/o_$n")"
+done
+mkdir -p "$h/walk/coll"; cp -r golden/rmsnorm/fp32_small "$h/walk/coll/case1"
+ln -s . "$h/walk/coll/self"; ln -s .. "$h/walk/coll/up"
+run 0 walk "$kl" verify --reference "$h/walk/coll" && [ "$(grep -c . "$tmp/o_walk")" -eq 1 ] \
+  && ok "links to . and .. in a collection: the one case, once" || bad "walk: $(head -5 "$tmp/o_walk")"
+mkdir -p "$h/rfifo"; mkfifo "$h/rfifo/rmsnorm.jsonl"
+run 1 rfifo "$kl" report --results "$h/rfifo" --out "$h/rfifo_out" && grep -q "$h/rfifo/rmsnorm.jsonl" "$tmp/e_rfifo" \
+  && ok "report: a FIFO results file is skipped, named" || bad "report FIFO: $(cat "$tmp/e_rfifo")"
+
+# 4. report writes only inside --out: a row's module is a registered name, never a path.
+mkdir -p "$h/trav/res" "$h/trav/a/b/c"
+sed 's/"module":"rmsnorm"/"module":"..\/..\/..\/x"/' lab/tests/report_fixture/data/rmsnorm.jsonl > "$h/trav/res/x.jsonl"
+grep -q '"module":"../../../x"' "$h/trav/res/x.jsonl" || bad "traversal fixture not made"
+run 1 trav "$kl" report --results "$h/trav/res" --out "$h/trav/a/b/c"
+[ -z "$(find "$h/trav" -name 'x.md')" ] && grep -q "x.jsonl" "$tmp/e_trav" \
+  && ok "report refuses a module name that is a path" || bad "traversal: $(find "$h/trav" -name '*.md') $(cat "$tmp/e_trav")"
+
+# 5. bench never truncates an existing results file it did not replace.
+mkdir -p "$h/bench"; echo keep > "$h/bench/existing.jsonl"
+run 2 bench_badvar "$kl" bench rmsnorm --variant nosuch --json "$h/bench/existing.jsonl"
+[ "$(cat "$h/bench/existing.jsonl")" = keep ] && ok "bench with a bad --variant leaves --json untouched" || bad "bench --variant nosuch truncated"
+run 2 bench_badwl "$kl" bench radix --workload nosuch --json "$h/bench/existing.jsonl"
+[ "$(cat "$h/bench/existing.jsonl")" = keep ] && [ "$(ls -A "$h/bench")" = existing.jsonl ] \
+  && ok "bench radix with a bad --workload: usage error, --json untouched" || bad "bench radix --workload nosuch: $(ls -A "$h/bench")"
+run 0 bench_cpu "$kl" bench radix --variant v0_scalar --workload match_hot_p1 --json "$h/bench/existing.jsonl"
+[ "$(grep -c '"module":"radix"' "$h/bench/existing.jsonl")" -eq 1 ] && [ "$(ls -A "$h/bench")" = existing.jsonl ] \
+  && ok "a completed bench replaces --json with its rows, no stray files" || bad "bench radix: $(ls -A "$h/bench") $(cat "$tmp/e_bench_cpu")"
+echo keep > "$h/bench/existing.jsonl"
+if ! "$(dirname "$kl")/kl_gpu_guard" true > /dev/null 2>&1; then
+  run 1 bench_nogpu "$kl" bench rmsnorm --json "$h/bench/existing.jsonl"
+  [ "$(cat "$h/bench/existing.jsonl")" = keep ] && [ "$(ls -A "$h/bench")" = existing.jsonl ] \
+    && ok "bench without a GPU leaves --json untouched, no stray files" || bad "bench without a GPU: $(ls -A "$h/bench") $(cat "$h/bench/existing.jsonl")"
+fi
+
+# 6. A path too long for the case buffer is refused, never truncated into another case.
+long=golden/rmsnorm/odd_hidden_111$(printf '/.%.0s' $(seq 600))/nosuch
+run 1 longpath "$kl" verify --reference "$long" && ! grep -q '^PASS' "$tmp/o_longpath" \
+  && ok "a path longer than the buffer fails" || bad "long path: $(cut -c1-200 "$tmp/o_longpath")"
+
+# 7. report --out: a regular file is an error with errno; a missing folder is made like mkdir -p.
+touch "$h/outfile"
+run 1 outfile "$kl" report --results lab/tests/report_fixture/data --out "$h/outfile"
+! grep -q wrote "$tmp/o_outfile" && grep -q "$h/outfile.*Not a directory\|$h/outfile.*File exists" "$tmp/e_outfile" \
+  && ok "report --out a file: an errno, nothing claimed" || bad "report --out file: $(cat "$tmp/o_outfile" "$tmp/e_outfile")"
+run 0 outdeep "$kl" report --results lab/tests/report_fixture/data --out "$h/deep/er/out" \
+  && [ -s "$h/deep/er/out/rmsnorm.md" ] && [ -s "$h/deep/er/out/img/rmsnorm-roofline.svg" ] \
+  && ok "report --out makes missing parent folders" || bad "report --out deep: $(cat "$tmp/e_outdeep")"
+
+# 8. new-variant caps the name (it becomes a file name and C identifiers).
+longname=v1_$(printf 'a%.0s' $(seq 250))
+run 2 newlong "$kl" new-variant rmsnorm "$longname" && [ ! -e "kernels/rmsnorm/$longname.cu" ] \
+  && ok "new-variant refuses a 253-character name" || bad "new-variant long name: $(cat "$tmp/e_newlong")"
+rm -f "kernels/rmsnorm/$longname.cu" 2> /dev/null
+
+# 9. meta.json must be one JSON object and nothing after it; names hold no control characters.
+case_of rmsnorm/odd_hidden_111 trailing; echo ' garbage' >> "$h/trailing/meta.json"
+case_of rmsnorm/odd_hidden_111 twoobj; cat golden/rmsnorm/odd_hidden_111/meta.json >> "$h/twoobj/meta.json"
+case_of rmsnorm/odd_hidden_111 ctrl
+python3 -c 'import json,sys; m=json.load(open(sys.argv[1])); m["case"]="x\nPASS rmsnorm forged reference rel_l2=0 max_abs=0"; json.dump(m,open(sys.argv[1],"w"))' "$h/ctrl/meta.json"
+case_of rmsnorm/odd_hidden_111 falsey
+npy "$h/falsey" weight '' '' 444 "{'descr': '<f4', 'fortran_order': Falsey, 'shape': (111,), }"
+case_of rmsnorm/odd_hidden_111 dupkey
+npy "$h/dupkey" weight '' '' 444 "{'descr': '<f4', 'descr': '<i4', 'fortran_order': False, 'shape': (111,), }"
+for c in trailing:meta.json twoobj:meta.json ctrl:meta.json falsey:weight.npy dupkey:weight.npy; do
+  n=${c%%:*}
+  run 1 "$n" "$kl" verify --reference "$h/$n" && one_fail "$n" "$h/$n/${c#*:}" && ok "'$n' is one FAIL naming ${c#*:}" \
+    || bad "'$n': $(cat "$tmp/o_$n" "$tmp/e_$n")"
+done
+
+# 10. A dangling or looping meta.json link in a collection is a FAIL, not a silent skip.
+mkdir -p "$h/links"; cp -r golden/rmsnorm/fp32_small "$h/links/good"
+mkdir "$h/links/dangling" "$h/links/looping"
+ln -s nowhere.json "$h/links/dangling/meta.json"; ln -s meta.json "$h/links/looping/meta.json"
+run 1 links "$kl" verify --reference "$h/links" && grep -q "^FAIL .*$h/links/dangling/meta.json" "$tmp/o_links" \
+  && grep -q "^FAIL .*$h/links/looping/meta.json" "$tmp/o_links" && grep -q '^PASS' "$tmp/o_links" \
+  && ok "dangling and looping meta.json links are FAILs" || bad "links: $(cat "$tmp/o_links")"
+mkdir -p "$h/many"
+for i in $(seq -w 0 33); do cp lab/tests/report_fixture/data/rmsnorm.jsonl "$h/many/a$i.jsonl"; done
+sed 's/"module":"rmsnorm"/"module":"index"/' lab/tests/report_fixture/data/rmsnorm.jsonl > "$h/many/z_index.jsonl"
+: > "$h/many/empty.jsonl"; { head -1 lab/tests/report_fixture/data/rmsnorm.jsonl; echo 'not json'; } > "$h/many/badline.jsonl"
+run 1 many "$kl" report --results "$h/many" --out "$h/many_out" && [ -s "$h/many_out/index.md" ] \
+  && grep -q "empty.jsonl.*empty" "$tmp/e_many" && grep -q "badline.jsonl:2" "$tmp/e_many" \
+  && ok "report reads all 37 files and names the skipped ones" || bad "report many: $(cat "$tmp/e_many")"
+
+# 11. Option values: checked the same way everywhere; a missing one is named; usage errors exit 2.
+for c in "check rmsnorm --seed -1" "check rmsnorm --seed ''" "bench rmsnorm --seed abc" "bench rmsnorm --seed -3"; do
+  eval "run 2 seed \"\$kl\" $c" && grep -q -- "--seed" "$tmp/e_seed" && ok "$c: usage error" || bad "$c: $(cat "$tmp/e_seed")"
+done
+for c in "check rmsnorm --seed:--seed" "check rmsnorm --variant:--variant" "verify golden --variant:--variant" \
+         "bench rmsnorm --json:--json" "bench rmsnorm --workload:--workload" "bench rmsnorm --seed:--seed" \
+         "report --out:--out" "report --results:--results" "ceilings --json:--json"; do
+  run 2 novalue "$kl" ${c%%:*} && grep -q -- "${c#*:} needs a value" "$tmp/e_novalue" \
+    && ok "${c%%:*}: says it needs a value" || bad "${c%%:*}: $(cat "$tmp/e_novalue")"
+done
+run 2 vnosuch "$kl" verify --variant nosuch golden/rmsnorm/fp32_small && ok "verify --variant nosuch exits 2" \
+  || bad "verify --variant nosuch"
+
+# 12, 14. check without a GPU still checks the reference; the skip reason says why in plain words.
+# (With a GPU this checks every variant too: a longer timeout.)
+T=300 run 0 checkref "$kl" check rmsnorm --seed 1 && grep -q '^PASS rmsnorm .* reference' "$tmp/o_checkref" \
+  && ! grep -q '^FAIL' "$tmp/o_checkref" && ok "check runs the reference part anywhere" \
+  || bad "check reference: $(head -5 "$tmp/o_checkref")"
+if ! "$(dirname "$kl")/kl_gpu_guard" true > /dev/null 2>&1; then
+  grep -q '^SKIP rmsnorm .*no CUDA device (no driver\|^SKIP rmsnorm .*no CUDA device (none' "$tmp/o_checkref" \
+    && ok "the skip reason says there is no device" || bad "skip reason: $(grep ^SKIP "$tmp/o_checkref" | head -2)"
+fi
+
+# 15. params that are not an object fail, naming meta.json.
+case_of rmsnorm/odd_hidden_111 paramlist
+python3 -c 'import json,sys; m=json.load(open(sys.argv[1])); m["params"]=[1e-6]; json.dump(m,open(sys.argv[1],"w"))' "$h/paramlist/meta.json"
+run 1 paramlist "$kl" verify --reference "$h/paramlist" && one_fail paramlist "$h/paramlist/meta.json" \
+  && ok "params as a list fails naming meta.json" || bad "params list: $(cat "$tmp/o_paramlist")"
+
 echo "$passes passed, $fails failed"
 exit $((fails > 0))
