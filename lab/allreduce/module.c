@@ -132,10 +132,10 @@ static const struct edge {
     const char *what;
 } kedges[] = {
     {1, KL_BF16, INTS, false, false, "one element"},
-    {7, KL_F16, RANDOM, false, false, "7 elements: less than one 16-byte unit"},
+    {7, KL_F16, RANDOM, false, false, "7 elements (less than one 16-byte unit)"},
     {8, KL_BF16, RANDOM, false, false, "exactly one 16-byte unit"},
     {9, KL_F32, RANDOM, false, false, "two 16-byte units and one element"},
-    {4099, KL_BF16, RANDOM, false, false, "odd size: a tail after the last 16-byte unit"},
+    {4099, KL_BF16, RANDOM, false, false, "odd size (a tail after the last 16-byte unit)"},
     {4096, KL_BF16, ZEROS, false, false, "integers and signed zeros, bit for bit"},
     {1001, KL_F16, LARGE, false, false, "fp16 sums near the largest finite value"},
     {12345, KL_F16, INTS, false, false, "fp16 integers, odd size"},
