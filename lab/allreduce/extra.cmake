@@ -11,3 +11,6 @@ set_tests_properties(allreduce_multigpu PROPERTIES LABELS multigpu SKIP_RETURN_C
 # The kernlab command's allreduce paths without a GPU count: refusals and SKIP lines.
 add_test(NAME allreduce_cli COMMAND bash ${PROJECT_SOURCE_DIR}/lab/allreduce/cli.sh $<TARGET_FILE:kernlab>)
 set_tests_properties(allreduce_cli PROPERTIES LABELS cpu WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+# The guide generator on a hand-written fixture (no GPU data needed).
+add_test(NAME report_allreduce COMMAND bash ${PROJECT_SOURCE_DIR}/lab/tests/report_allreduce.sh $<TARGET_FILE:kernlab>)
+set_tests_properties(report_allreduce PROPERTIES LABELS cpu WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
