@@ -1258,6 +1258,21 @@ static void write_index(const char *out, struct mod *mods, int n, const struct k
     fclose(f);
 }
 
+/* One GPU unless a multi-GPU module recorded its topology (allreduce's rows). */
+static const char *environment_gpus(struct mod *mods, int n)
+{
+    static char buf[160];
+    for (int k = 0; k < n; k++) {
+        const cJSON *r = ar_any_row_with(&mods[k], "topology");
+        if (r) {
+            snprintf(buf, sizeof buf, "%s (the [allreduce guide](%s.md) shows how they connect)",
+                     F("%.0f", num(r, "topology.gpus")), mods[k].name);
+            return buf;
+        }
+    }
+    return "one (no topology to report)";
+}
+
 static void write_environment(const char *out, struct mod *mods, int n)
 {
     char path[1200];
@@ -1279,13 +1294,13 @@ static void write_environment(const char *out, struct mod *mods, int n)
                    "| copy bandwidth | %s GB/s (read + write of a 1 GiB copy; clock-derived DRAM peak %s GB/s, so the "
                    "copy reaches %s of it) |\n| bf16 GEMM | %s TFLOP/s (cuBLAS, 8192^3, random data) |\n| ridge point | "
                    "%s FLOP/byte |\n| launch floor | %s us per launch on a stream, %s us inside a CUDA graph |\n| clocks "
-                   "| SM %s MHz (max %s), memory %s MHz, read through NVML after the ceilings |\n| GPUs | one (no "
-                   "topology to report) |\n\n",
+                   "| SM %s MHz (max %s), memory %s MHz, read through NVML after the ceilings |\n",
                 str(c, "name", "?"), F("%.0f", num(c, "cc")), F("%.0f", num(c, "sms")), HB(num(c, "l2_bytes")),
                 str(c, "driver", "?"), str(c, "runtime", "?"), F("%.0f", copy), F("%.0f", num(c, "dram_peak_gbs")),
                 F("%.2f", copy / num(c, "dram_peak_gbs")), F("%.0f", gemm), F("%.0f", gemm * 1e12 / (copy * 1e9)),
                 F("%.2f", num(c, "launch_us_stream")), F("%.2f", num(c, "launch_us_graph")),
                 F("%.0f", num(c, "sm_clock_mhz")), F("%.0f", num(c, "max_sm_clock_mhz")), F("%.0f", num(c, "mem_clock_mhz")));
+        fprintf(f, "| GPUs | %s |\n\n", environment_gpus(mods, n));
     } else {
         fprintf(f, "No GPU results: no ceilings were measured.\n\n");
     }
