@@ -66,13 +66,13 @@ inline unsigned grid_for(int64_t units, const kl_allreduce_comm *c)
     return (unsigned)(g < 1 ? 1 : g > c->blocks ? c->blocks : g);
 }
 
-/* 16-byte units when x and out are both 16-byte aligned (the staging regions always are), else
- * single elements: the unit count a vectorised variant sizes its grid by. */
+/* Whole 16-byte units in n elements: what a vectorised variant sizes its grid by (the last
+ * n % (16/size) elements are its tail). */
+inline int64_t units_of(const kl_allreduce_params *p) { return p->n * (int64_t)kl_dtype_size(p->dtype) / 16; }
+/* Whether this rank's x and out allow 16-byte accesses. It may differ between ranks (each has its
+ * own buffers), so it may only change HOW a thread touches x and out (load_unit, store_unit),
+ * never which block owns which unit: the grid and the mapping come from n alone. */
 inline bool aligned16(const kl_allreduce_params *p) { return ((uintptr_t)p->x | (uintptr_t)p->out) % 16 == 0; }
-inline int64_t units_of(const kl_allreduce_params *p, bool vec)
-{
-    return vec ? p->n * (int64_t)kl_dtype_size(p->dtype) / 16 : p->n;
-}
 
 /* ---- memory-order primitives (sm_70+) ---- */
 
@@ -99,7 +99,6 @@ __device__ __forceinline__ unsigned long long globaltimer()
  * peer's staging read in an earlier call must never answer for this call's data. Never the
  * read-only path (ld.global.nc) either: peers write these buffers while our kernel runs. */
 __device__ __forceinline__ uint4 ld_peer(const uint4 *p) { return __ldcg(p); }
-__device__ __forceinline__ float ld_peer_f32(const float *p) { return __ldcg(p); }
 template <typename T> __device__ __forceinline__ float ld_peer_elem(const T *p)
 {
     if constexpr (sizeof(T) == 4) {
@@ -213,6 +212,32 @@ template <typename T> __device__ __forceinline__ T sum_elem(const peers &P, uint
     float acc = ld_peer_elem(staged<T>(P, 0, e) + i);
     for (int s = 1; s < P.world; s++) acc += ld_peer_elem(staged<T>(P, s, e) + i);
     return kl::from_f32<T>(acc);
+}
+
+/* Unit j (16 bytes) of this rank's x, and the store of unit j of out: one 16-byte access when
+ * aligned, else element by element (exact: the elements go through float32 unchanged). */
+template <typename T, bool ALIGNED> __device__ __forceinline__ uint4 load_unit(const T *x, int64_t j)
+{
+    constexpr int V = 16 / sizeof(T);
+    if constexpr (ALIGNED) {
+        return ((const uint4 *)x)[j];
+    } else {
+        float v[V];
+#pragma unroll
+        for (int k = 0; k < V; k++) v[k] = kl::to_f32(x[j * V + k]);
+        return kl::pack<T>(v);
+    }
+}
+
+template <typename T, bool ALIGNED> __device__ __forceinline__ void store_unit(T *out, int64_t j, const uint4 &u)
+{
+    constexpr int V = 16 / sizeof(T);
+    if constexpr (ALIGNED) {
+        ((uint4 *)out)[j] = u;
+    } else {
+#pragma unroll
+        for (int k = 0; k < V; k++) out[j * V + k] = kl::from_f32<T>(kl::elem_f32<T>(u, k));
+    }
 }
 
 /* 16-byte unit j summed over the ranks, in rank order. The loads of all ranks are issued before

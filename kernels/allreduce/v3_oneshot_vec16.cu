@@ -6,7 +6,8 @@
  * loads of all ranks before the first add, so a thread waits for one round trip, not world.
  * Work mapping: unit j (16 bytes) belongs to block (j / 512) % grid; the last n % (16/size)
  * elements (the tail, when n is not a whole number of units) belong to block 0, on every rank.
- * x or out off a 16-byte boundary: the same kernel one element at a time (VEC = false).
+ * x or out off a 16-byte boundary (this rank's own buffers): the same units, the same owners,
+ * only this rank's loads of x and stores of out go element by element (ALIGNED = false).
  * Still two barriers (start, end). Expect v1's time at 8 KB (latency-bound, a few units per
  * thread either way) and far better from 1 MB: about the NVLink read rate per direction.
  * Run alone: build/kernlab bench allreduce --variant v3_oneshot_vec16 */
@@ -15,46 +16,37 @@
 
 using namespace kl_ar;
 
-template <typename T, bool VEC>
+template <typename T, bool ALIGNED>
 static __global__ void __launch_bounds__(kThreads) oneshot_v3(const T *x, T *out, int64_t n, peers P)
 {
-    constexpr int V = VEC ? 16 / sizeof(T) : 1; /* elements per unit */
+    constexpr int V = 16 / sizeof(T); /* elements per unit */
     const uint32_t e = begin_call(P);
     const int64_t units = n / V, tail0 = units * V;
     const int64_t first = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
     const bool tail = blockIdx.x == 0 && tail0 + threadIdx.x < n; /* this thread owns element tail0 + tid */
 
-    T *mine = staged<T>(P, P.rank, e);
-    for (int64_t j = first; j < units; j += stride) {
-        if constexpr (VEC) ((uint4 *)mine)[j] = ((const uint4 *)x)[j];
-        else mine[j] = x[j];
-    }
-    if (tail) mine[tail0 + threadIdx.x] = x[tail0 + threadIdx.x];
+    uint4 *mine = staged<uint4>(P, P.rank, e);
+    for (int64_t j = first; j < units; j += stride) mine[j] = load_unit<T, ALIGNED>(x, j);
+    if (tail) staged<T>(P, P.rank, e)[tail0 + threadIdx.x] = x[tail0 + threadIdx.x];
     stamp(P, KL_AR_T_COPIED);
 
     barrier(P, KL_AR_START, e);
     stamp(P, KL_AR_T_STARTED);
 
-    for (int64_t j = first; j < units; j += stride) {
-        if constexpr (VEC) ((uint4 *)out)[j] = sum_vec<T>(P, e, j);
-        else out[j] = sum_elem<T>(P, e, j);
-    }
+    for (int64_t j = first; j < units; j += stride) store_unit<T, ALIGNED>(out, j, sum_vec<T>(P, e, j));
     if (tail) out[tail0 + threadIdx.x] = sum_elem<T>(P, e, tail0 + threadIdx.x);
     stamp(P, KL_AR_T_REDUCED);
-
     barrier(P, KL_AR_END, e);
     end_call(P, e);
 }
 
 static cudaError_t launch(const struct kl_allreduce_params *p, cudaStream_t stream)
 {
-    cudaError_t rc = kl_allreduce_check_params(p, stream, KL_AR_NEEDS_PEERS, "v3_oneshot_vec16");
+    cudaError_t rc = kl_allreduce_check_params(p, stream, KL_AR_NEEDS_PEERS, "Voneshot_v3");
     if (rc != cudaSuccess || p->n == 0) return rc;
-    const bool vec = aligned16(p);
-    const int64_t units = units_of(p, vec);
-    const unsigned grid = grid_for(units, p->comm);
+    const unsigned grid = grid_for(units_of(p), p->comm);
     KL_DISPATCH_FLOAT(p->dtype, T, {
-        if (vec) oneshot_v3<T, true><<<grid, kThreads, 0, stream>>>((const T *)p->x, (T *)p->out, p->n, make_peers(p));
+        if (aligned16(p)) oneshot_v3<T, true><<<grid, kThreads, 0, stream>>>((const T *)p->x, (T *)p->out, p->n, make_peers(p));
         else oneshot_v3<T, false><<<grid, kThreads, 0, stream>>>((const T *)p->x, (T *)p->out, p->n, make_peers(p));
     });
     return cudaGetLastError();

@@ -14,32 +14,26 @@
 
 using namespace kl_ar;
 
-template <typename T, bool VEC>
+template <typename T, bool ALIGNED>
 static __global__ void __launch_bounds__(kThreads) oneshot_v4(const T *x, T *out, int64_t n, peers P)
 {
-    constexpr int V = VEC ? 16 / sizeof(T) : 1;
+    constexpr int V = 16 / sizeof(T); /* elements per unit */
     const uint32_t e = begin_call(P);
     const int64_t units = n / V, tail0 = units * V;
     const int64_t first = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
-    const bool tail = blockIdx.x == 0 && tail0 + threadIdx.x < n;
+    const bool tail = blockIdx.x == 0 && tail0 + threadIdx.x < n; /* this thread owns element tail0 + tid */
 
     /* Our half for this call: no peer reads it (calls e-2 are done everywhere, see above). */
-    T *mine = staged<T>(P, P.rank, e);
-    for (int64_t j = first; j < units; j += stride) {
-        if constexpr (VEC) ((uint4 *)mine)[j] = ((const uint4 *)x)[j];
-        else mine[j] = x[j];
-    }
-    if (tail) mine[tail0 + threadIdx.x] = x[tail0 + threadIdx.x];
+    uint4 *mine = staged<uint4>(P, P.rank, e);
+    for (int64_t j = first; j < units; j += stride) mine[j] = load_unit<T, ALIGNED>(x, j);
+    if (tail) staged<T>(P, P.rank, e)[tail0 + threadIdx.x] = x[tail0 + threadIdx.x];
     stamp(P, KL_AR_T_COPIED);
 
     /* The only wait of the call: every peer's block b has its copy of call e in place. */
     barrier(P, KL_AR_START, e);
     stamp(P, KL_AR_T_STARTED);
 
-    for (int64_t j = first; j < units; j += stride) {
-        if constexpr (VEC) ((uint4 *)out)[j] = sum_vec<T>(P, e, j);
-        else out[j] = sum_elem<T>(P, e, j);
-    }
+    for (int64_t j = first; j < units; j += stride) store_unit<T, ALIGNED>(out, j, sum_vec<T>(P, e, j));
     if (tail) out[tail0 + threadIdx.x] = sum_elem<T>(P, e, tail0 + threadIdx.x);
     stamp(P, KL_AR_T_REDUCED);
     end_call(P, e); /* no end barrier: the kernel ends when our own reads and writes are done */
@@ -47,13 +41,11 @@ static __global__ void __launch_bounds__(kThreads) oneshot_v4(const T *x, T *out
 
 static cudaError_t launch(const struct kl_allreduce_params *p, cudaStream_t stream)
 {
-    cudaError_t rc = kl_allreduce_check_params(p, stream, KL_AR_NEEDS_PEERS, "v4_oneshot_one_barrier");
+    cudaError_t rc = kl_allreduce_check_params(p, stream, KL_AR_NEEDS_PEERS, "Voneshot_v4");
     if (rc != cudaSuccess || p->n == 0) return rc;
-    const bool vec = aligned16(p);
-    const int64_t units = units_of(p, vec);
-    const unsigned grid = grid_for(units, p->comm);
+    const unsigned grid = grid_for(units_of(p), p->comm);
     KL_DISPATCH_FLOAT(p->dtype, T, {
-        if (vec) oneshot_v4<T, true><<<grid, kThreads, 0, stream>>>((const T *)p->x, (T *)p->out, p->n, make_peers(p));
+        if (aligned16(p)) oneshot_v4<T, true><<<grid, kThreads, 0, stream>>>((const T *)p->x, (T *)p->out, p->n, make_peers(p));
         else oneshot_v4<T, false><<<grid, kThreads, 0, stream>>>((const T *)p->x, (T *)p->out, p->n, make_peers(p));
     });
     return cudaGetLastError();

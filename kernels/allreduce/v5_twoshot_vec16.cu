@@ -12,43 +12,37 @@
  * one-shot's n, for one more barrier: expect it to lose to v4 at world 2 and to win from world 4
  * at a few MB.
  * Run alone: build/kernlab bench allreduce --variant v5_twoshot_vec16 */
-#include <type_traits>
-
 #include "kernels/allreduce/peer.cuh"
 #include "lab/core/registry.h"
 
 using namespace kl_ar;
 
-template <typename T, bool VEC>
+template <typename T, bool ALIGNED>
 static __global__ void __launch_bounds__(kThreads) twoshot_v5(const T *x, T *out, int64_t n, int64_t chunk, peers P)
 {
-    using U = typename std::conditional<VEC, uint4, T>::type; /* one unit of work */
-    constexpr int V = sizeof(U) / sizeof(T);
+    constexpr int V = 16 / sizeof(T); /* elements per unit */
     const uint32_t e = begin_call(P);
     const int64_t units = n / V, tail0 = units * V;
     const int64_t first = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
     const bool tail = blockIdx.x == 0 && tail0 + threadIdx.x < n;
-    const U *xu = (const U *)x;
-    U *ou = (U *)out;
 
-    U *mine = staged<U>(P, P.rank, e);
+    uint4 *mine = staged<uint4>(P, P.rank, e);
     for (int64_t j = first; j < chunk; j += stride)
         for (int c = 0; c < P.world; c++)
-            if (c * chunk + j < units) mine[c * chunk + j] = xu[c * chunk + j];
+            if (c * chunk + j < units) mine[c * chunk + j] = load_unit<T, ALIGNED>(x, c * chunk + j);
     if (tail) staged<T>(P, P.rank, e)[tail0 + threadIdx.x] = x[tail0 + threadIdx.x];
     stamp(P, KL_AR_T_COPIED);
     barrier(P, KL_AR_START, e);
     stamp(P, KL_AR_T_STARTED);
 
     /* Reduce-scatter: our chunk, in rank order, to out and to our reduced half for the peers. */
-    U *red = reduced<U>(P, P.rank, e);
+    uint4 *red = reduced<uint4>(P, P.rank, e);
     for (int64_t j = first; j < chunk; j += stride) {
         const int64_t u = P.rank * chunk + j;
         if (u < units) {
-            U v;
-            if constexpr (VEC) v = sum_vec<T>(P, e, u);
-            else v = sum_elem<T>(P, e, u);
-            red[u] = v, ou[u] = v;
+            const uint4 v = sum_vec<T>(P, e, u);
+            red[u] = v;
+            store_unit<T, ALIGNED>(out, u, v);
         }
     }
     if (tail) out[tail0 + threadIdx.x] = sum_elem<T>(P, e, tail0 + threadIdx.x);
@@ -60,9 +54,7 @@ static __global__ void __launch_bounds__(kThreads) twoshot_v5(const T *x, T *out
     for (int64_t j = first; j < chunk; j += stride)
         for (int c = 0; c < P.world; c++) {
             const int64_t u = c * chunk + j;
-            if (c == P.rank || u >= units) continue;
-            if constexpr (VEC) ou[u] = ld_peer(reduced<uint4>(P, c, e) + u);
-            else ou[u] = ld_peer_raw(reduced<T>(P, c, e) + u);
+            if (c != P.rank && u < units) store_unit<T, ALIGNED>(out, u, ld_peer(reduced<uint4>(P, c, e) + u));
         }
     stamp(P, KL_AR_T_GATHERED);
     end_call(P, e);
@@ -72,12 +64,10 @@ static cudaError_t launch(const struct kl_allreduce_params *p, cudaStream_t stre
 {
     cudaError_t rc = kl_allreduce_check_params(p, stream, KL_AR_NEEDS_PEERS, "v5_twoshot_vec16");
     if (rc != cudaSuccess || p->n == 0) return rc;
-    const bool vec = aligned16(p);
-    const int64_t units = units_of(p, vec);
-    const int64_t chunk = (units + p->comm->world - 1) / p->comm->world;
+    const int64_t chunk = (units_of(p) + p->comm->world - 1) / p->comm->world; /* units per rank */
     const unsigned grid = grid_for(chunk, p->comm);
     KL_DISPATCH_FLOAT(p->dtype, T, {
-        if (vec)
+        if (aligned16(p))
             twoshot_v5<T, true><<<grid, kThreads, 0, stream>>>((const T *)p->x, (T *)p->out, p->n, chunk, make_peers(p));
         else
             twoshot_v5<T, false><<<grid, kThreads, 0, stream>>>((const T *)p->x, (T *)p->out, p->n, chunk, make_peers(p));

@@ -24,7 +24,8 @@ struct kl_ar_problem {
     int64_t n;
     enum kl_dtype dtype;
     bool in_place;      /* out = x: the variant writes over its own input */
-    bool misaligned;    /* x and out start one element past a 16-byte boundary (the narrow paths) */
+    int misaligned;     /* x and out start one element past a 16-byte boundary: 1 on every rank,
+                         * 2 on the last rank only (ranks must agree on the work split anyway) */
     struct kl_tensor x; /* host [world, n] in dtype: rank r's contribution is row r */
 };
 
@@ -122,7 +123,7 @@ struct kl_ar_job {
     int scenario; /* enum kl_ar_scenario */
     int dtype;    /* enum kl_dtype */
     int64_t n;
-    int in_place, misaligned;
+    int in_place, misaligned; /* misaligned: as in struct kl_ar_problem */
     int calls, per_graph;
     int late;          /* REPEAT, GRAPH, PDL: the last rank sleeps 5-40 us on the device before each call */
     uint64_t seed;     /* inputs of call c: kl_ar_gen(seed, c, rank, i) */

@@ -128,21 +128,23 @@ static const struct edge {
     int64_t n;
     enum kl_dtype dtype;
     int kind;
-    bool in_place, misaligned;
+    bool in_place;
+    int misaligned;
     const char *what;
 } kedges[] = {
-    {1, KL_BF16, INTS, false, false, "one element"},
-    {7, KL_F16, RANDOM, false, false, "7 elements (less than one 16-byte unit)"},
-    {8, KL_BF16, RANDOM, false, false, "exactly one 16-byte unit"},
-    {9, KL_F32, RANDOM, false, false, "two 16-byte units and one element"},
-    {4099, KL_BF16, RANDOM, false, false, "odd size (a tail after the last 16-byte unit)"},
-    {4096, KL_BF16, ZEROS, false, false, "integers and signed zeros, bit for bit"},
-    {1001, KL_F16, LARGE, false, false, "fp16 sums near the largest finite value"},
-    {12345, KL_F16, INTS, false, false, "fp16 integers, odd size"},
-    {2049, KL_F32, RANDOM, true, false, "in place (out = x), odd size"},
-    {333, KL_BF16, INTS, true, false, "in place, integers"},
-    {1027, KL_BF16, RANDOM, false, true, "x and out one element off 16-byte alignment"},
-    {65539, KL_BF16, RANDOM, false, false, "64k + 3 elements"},
+    {1, KL_BF16, INTS, false, 0, "one element"},
+    {7, KL_F16, RANDOM, false, 0, "7 elements (less than one 16-byte unit)"},
+    {8, KL_BF16, RANDOM, false, 0, "exactly one 16-byte unit"},
+    {9, KL_F32, RANDOM, false, 0, "two 16-byte units and one element"},
+    {4099, KL_BF16, RANDOM, false, 0, "odd size (a tail after the last 16-byte unit)"},
+    {4096, KL_BF16, ZEROS, false, 0, "integers and signed zeros, bit for bit"},
+    {1001, KL_F16, LARGE, false, 0, "fp16 sums near the largest finite value"},
+    {12345, KL_F16, INTS, false, 0, "fp16 integers, odd size"},
+    {2049, KL_F32, RANDOM, true, 0, "in place (out = x), odd size"},
+    {333, KL_BF16, INTS, true, 0, "in place, integers"},
+    {1027, KL_BF16, RANDOM, false, 1, "x and out one element off 16-byte alignment"},
+    {2051, KL_F16, RANDOM, false, 2, "one rank's x and out off 16-byte alignment, the others aligned"},
+    {65539, KL_BF16, RANDOM, false, 0, "64k + 3 elements"},
 };
 #define N_EDGES ((int)(sizeof kedges / sizeof kedges[0]))
 #define N_RANDOM 3
@@ -159,11 +161,16 @@ struct kl_ar_problem *kl_ar_catalogue(int world, int i, uint64_t seed, char *lab
         e = kedges[i];
     } else {
         static const enum kl_dtype types[3] = {KL_F32, KL_F16, KL_BF16};
-        e = (struct edge){1 + kl_rng_range(&rng, 200000), types[kl_rng_range(&rng, 3)], (int)kl_rng_range(&rng, 2),
-                          kl_rng_range(&rng, 4) == 0, kl_rng_range(&rng, 4) == 0, "random"};
+        /* One draw per statement: the order of draws inside an initializer is unspecified in C. */
+        e.n = 1 + kl_rng_range(&rng, 200000);
+        e.dtype = types[kl_rng_range(&rng, 3)];
+        e.kind = (int)kl_rng_range(&rng, 2);
+        e.in_place = kl_rng_range(&rng, 4) == 0;
+        e.misaligned = kl_rng_range(&rng, 4) == 0 ? 1 + (int)kl_rng_range(&rng, 2) : 0;
+        e.what = "random";
     }
     snprintf(label, len, "%s:world=%d,n=%lld,%s%s%s", e.what, world, (long long)e.n, kl_dtype_name(e.dtype),
-             e.in_place ? ",in_place" : "", e.misaligned ? ",misaligned" : "");
+             e.in_place ? ",in_place" : "", e.misaligned == 1 ? ",misaligned" : e.misaligned ? ",misaligned_on_last_rank" : "");
     for (char *c = label; *c; c++)
         if (*c == ' ') *c = '_';
     struct kl_ar_problem *p = kl_ar_problem_new(world, e.n, e.dtype);

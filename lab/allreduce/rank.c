@@ -41,14 +41,15 @@ static int alloc_bufs(struct ctx *x, const struct kl_ar_job *j, struct bufs *B)
 {
     int ret = 0;
     const size_t es = kl_dtype_size((enum kl_dtype)j->dtype), bytes = (size_t)j->n * es + 16;
+    const size_t off = j->misaligned == 1 || (j->misaligned == 2 && x->r->rank == x->b->world - 1) ? es : 0;
     memset(B, 0, sizeof *B);
     CK(cudaMalloc(&B->x_alloc, bytes), "cudaMalloc of x");
-    B->x = (char *)B->x_alloc + (j->misaligned ? es : 0);
+    B->x = (char *)B->x_alloc + off;
     if (j->in_place) {
         B->out = B->x;
     } else {
         CK(cudaMalloc(&B->out_alloc, bytes), "cudaMalloc of out");
-        B->out = (char *)B->out_alloc + (j->misaligned ? es : 0);
+        B->out = (char *)B->out_alloc + off;
         CK(cudaMemset(B->out_alloc, 0xff, bytes), "poisoning out"); /* NaN in every float type */
     }
 out:

@@ -144,18 +144,19 @@ Test(allreduce, integer_inputs_are_exact_and_the_sign_of_zero_counts)
 
 Test(allreduce, catalogue_covers_every_world_and_the_edges)
 {
-    int in_place = 0, misaligned = 0, ones = 0, tails = 0;
+    int in_place = 0, misaligned = 0, one_rank_misaligned = 0, ones = 0, tails = 0;
     for (int wi = 0; wi < 4; wi++) {
         char label[160];
         struct kl_ar_problem *p;
         for (int i = 0; (p = kl_ar_catalogue(kl_ar_catalogue_worlds[wi], i, 5, label, sizeof label)); i++) {
             cr_assert_eq(p->world, kl_ar_catalogue_worlds[wi], "%s", label);
-            in_place += p->in_place, misaligned += p->misaligned, ones += p->n == 1;
+            in_place += p->in_place, misaligned += p->misaligned != 0, ones += p->n == 1;
+            one_rank_misaligned += p->misaligned == 2;
             tails += p->n % (int64_t)(16 / kl_dtype_size(p->dtype)) != 0;
             kl_ar_problem_free(p);
         }
     }
-    cr_assert(in_place >= 8 && misaligned >= 4 && ones >= 4 && tails >= 8);
+    cr_assert(in_place >= 8 && misaligned >= 8 && one_rank_misaligned >= 4 && ones >= 4 && tails >= 8);
 }
 
 /* ---- the rank machinery (no GPU) ---- */
@@ -391,6 +392,8 @@ static const struct kl_ar_job krepeat[] = {
     {.scenario = KL_AR_REPEAT, .dtype = KL_F16, .n = 777, .calls = 200, .late = 1, .seed = 12, .in_place = 1},
     {.scenario = KL_AR_REPEAT, .dtype = KL_F32, .n = 65541, .calls = 50, .late = 1, .seed = 13},
     {.scenario = KL_AR_REPEAT, .dtype = KL_BF16, .n = 1031, .calls = 100, .late = 1, .seed = 14, .misaligned = 1},
+    /* Ranks whose buffers are aligned differently must still split the work the same way. */
+    {.scenario = KL_AR_REPEAT, .dtype = KL_F16, .n = 8195, .calls = 100, .late = 1, .seed = 15, .misaligned = 2},
 };
 /* The graph job first: its capture comes before any eager call on the communicator. */
 static const struct kl_ar_job kgraph[] = {
@@ -455,7 +458,7 @@ ParameterizedTest(int *i, allreduce_multigpu, every_variant_survives_1000_back_t
 {
     const struct kl_variant *v = variant_or_skip(*i, false, 2);
     char msg[768];
-    int problems = run_jobs(v, 2, krepeat, 4, msg, sizeof msg);
+    int problems = run_jobs(v, 2, krepeat, sizeof krepeat / sizeof *krepeat, msg, sizeof msg);
     cr_assert_eq(problems, 0, "%s: %s", v->name, msg);
 }
 
