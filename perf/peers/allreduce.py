@@ -66,11 +66,21 @@ def worker(rank, world, port, only, l2_bytes, out_path):
             torch.cuda.synchronize()
             eager = sorted(1e3 * a.elapsed_time(b) for a, b in ev)
             timing, times = "events", eager
+            # Capture where PyTorch can; every rank must agree before any replay (a collective).
+            graph, captured = torch.cuda.CUDAGraph(), 1.0
             try:
-                graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph, stream=stream):
                     for i in range(per_graph):
                         dist.all_reduce(xs[i % sets])
+            except Exception as e:  # capture of the collective unsupported here: eager times stand
+                captured = 0.0
+                if rank == 0:
+                    print(f"peers allreduce: {name} world {world}: graph capture failed ({e}); eager timing",
+                          file=sys.stderr)
+            torch.cuda.synchronize()
+            agree = torch.tensor([captured], device=dev)
+            dist.all_reduce(agree, op=dist.ReduceOp.MIN)
+            if agree.item() > 0.5:
                 graph.replay()
                 torch.cuda.synchronize()
                 dist.barrier()
@@ -82,12 +92,7 @@ def worker(rank, world, port, only, l2_bytes, out_path):
                 torch.cuda.synchronize()
                 times = sorted(1e3 * a.elapsed_time(b) / per_graph for a, b in ev)
                 timing = "graph"
-                del graph
-            except Exception as e:  # capture of the collective unsupported here: eager times stand
-                if rank == 0:
-                    print(f"peers allreduce: {name} world {world}: graph capture failed ({e}); eager timing",
-                          file=sys.stderr)
-                torch.cuda.synchronize()
+            del graph
             # Check: integer-valued inputs sum exactly in bf16 (|sum| <= 256).
             chk = torch.full((n,), float(rank + 1), device=dev).to(torch.bfloat16)
             dist.all_reduce(chk)
