@@ -5,18 +5,20 @@
 # table of every results row comes last.
 # Used with the packed dependencies of ../shared/device/gpu-deps.sh:
 #   perf/device_run.sh rmsnorm index store rope radix
-#   perf/device_run.sh --module-tests allreduce      # on the 2 x H200 kind: ~8 min, build included
+#   perf/device_run.sh allreduce                     # on the 2 x H200 kind: ~8 min, build included
+# ctest runs the given modules' tests (cpu, gpu, multigpu: every test whose name has the module's
+# name as a word, so allreduce_multigpu and report_allreduce too) and the lab-wide CPU checks
+# (cli, golden manifest, guides); `verify` checks the given modules' goldens.
 # Options:
-#   --module-tests  ctest and verify only the given modules (their tests, their goldens, their
-#                   guide's fixture), not the whole lab: what one module's turn on a machine needs
-#   --dry-run       print the commands, run nothing
+#   --all-tests  every ctest test and every golden case, whatever modules are given
+#   --dry-run    print the commands, run nothing
 # NVLink multicast stays off on the shared multi-GPU machines: NCCL_NVLS_ENABLE=0 for everything
 # started from here (kernlab's ranks set it again themselves).
 set -uo pipefail
-module_tests=0 dry=0
+all_tests=0 dry=0
 while [ $# -gt 0 ]; do
   case "$1" in
-  --module-tests) module_tests=1; shift ;;
+  --all-tests) all_tests=1; shift ;;
   --dry-run) dry=1; shift ;;
   -*) echo "device_run.sh: unknown option $1" >&2; exit 2 ;;
   *) break ;;
@@ -40,13 +42,13 @@ run "( cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCH
   && cmake --build build -j 16 ) > '$logs/build.log' 2>&1" || { tail -40 "$logs/build.log"; exit 1; }
 echo "== build ok"
 filter=""
-if [ $module_tests = 1 ] && [ $# -gt 0 ]; then
-  filter="-R '(^|_)($(IFS='|'; echo "$*"))(_|\$)'" # allreduce, allreduce_multigpu, allreduce_cli, report_allreduce
+if [ $all_tests = 0 ] && [ $# -gt 0 ]; then
+  filter="-R '(^|_)($(IFS='|'; echo "$*"))(_|\$)|^(cli|golden_manifest|report_fixture|reports_current)\$'"
 fi
 run "(cd build && ctest --label-exclude perf --output-on-failure -j 4 $filter) > '$logs/ctest.log' 2>&1"
 run "grep -E 'tests passed|tests failed|Failed|Skipped|\*\*\*' '$logs/ctest.log' | head -30"
 verify=golden
-[ $module_tests = 1 ] && [ $# -gt 0 ] && verify=$(printf 'golden/%s ' "$@")
+[ $all_tests = 0 ] && [ $# -gt 0 ] && verify=$(printf 'golden/%s ' "$@")
 run "build/kernlab verify $verify > '$logs/verify.log' 2>&1; echo \"== verify $verify: rc=\$? \$(tail -1 '$logs/verify.log')\""
 run "grep -E '^(FAIL|SKIP)' '$logs/verify.log' | head -5"
 run "build/kernlab ceilings --json '$out/data/ceilings.json' 2>/dev/null | tee '$logs/ceilings.txt'"

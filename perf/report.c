@@ -1145,7 +1145,7 @@ static int write_guide_allreduce(const char *out, struct mod *md, const struct k
                "skip below 2 GPUs)\nbuild/kernlab verify golden/allreduce/\nbuild/kernlab check allreduce --seed 1\n"
                "build/kernlab ceilings                         # with 2+ GPUs: the peer copy ceiling too\nbuild/kernlab "
                "bench allreduce --counters --peers --gate --json reports/data/allreduce.jsonl\nbuild/kernlab report "
-               "--results reports/data --out reports\nperf/device_run.sh --module-tests allreduce   # all of it on the "
+               "--results reports/data --out reports\nperf/device_run.sh allreduce                  # all of it on the "
                "device tool's 2 x H200\n```\n");
     return fclose(f) == 0 ? 0 : -1;
 }
