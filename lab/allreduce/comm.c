@@ -3,6 +3,7 @@
  * handles and NCCL's unique id travel through the rank group's shared mapping; every step that
  * waits for the other ranks names itself first, so a hang or a failure says where it was. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cuda_runtime_api.h>
@@ -88,6 +89,9 @@ int kl_ar_comm_init(struct kl_rank *r, struct kl_ar_exchange *ex, unsigned needs
         }
     }
     if (needs & KL_AR_NEEDS_NCCL) {
+        /* Connect every channel now rather than at the first collective: that first call may be
+         * inside a CUDA-graph capture (the graph tests capture before any eager call). */
+        setenv("NCCL_RUNTIME_CONNECT", "0", 0);
         kl_rank_step(r, "ncclCommInitRank (rank %d of %d)", c->rank, c->world);
         ncclUniqueId id;
         memcpy(&id, ex->nccl_id, sizeof id);
