@@ -21,6 +21,7 @@
 
 #include "lab/core/args.h"
 #include "lab/core/device.h"
+#include "lab/core/ranks.h"
 #include "lab/core/registry.h"
 #include "lab/kernlab.h"
 
@@ -308,6 +309,8 @@ static int cmd_check(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+    /* A rank process this binary started for a multi-GPU module (lab/core/ranks.h): not a command. */
+    if (kl_rank_argv(argc, argv)) return kl_rank_main(argc - 2, argv + 2);
     if (argc < 2) return usage();
     const char *cmd = argv[1];
     argc -= 2, argv += 2;

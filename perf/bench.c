@@ -17,6 +17,7 @@
 #include "perf/activity.h"
 #include "perf/bench.h"
 #include "perf/counters.h"
+#include "perf/peer.h"
 
 /* Below this many microseconds of modelled DRAM time a workload is "small" (more repetitions
  * of the per-launch event timing). */
@@ -65,7 +66,7 @@ static double metric_value(const char *metric, const struct kl_result *r, double
 
 static bool metric_passes(const char *metric, double value, double target)
 {
-    if (strcmp(metric, "latency_us") == 0) return value <= target;
+    if (kl_metric_lower_is_better(metric)) return value <= target;
     return value >= target;
 }
 
@@ -280,16 +281,20 @@ int kl_cmd_ceilings(int argc, char **argv)
     struct kl_err err = {{0}};
     if (kl_ceilings_measure(&c, stderr, &err)) return fprintf(stderr, "kernlab ceilings: %s\n", err.msg), 1;
     kl_ceilings_print(stdout, &c);
+    cJSON *peer = cJSON_CreateObject(); /* two GPUs or more: the peer copy ceiling too */
+    if (kl_peer_ceilings(stdout, peer, &err)) fprintf(stderr, "kernlab ceilings: peer copy: %s\n", err.msg);
     if (json) {
         FILE *f = fopen(json, "w");
         if (!f) return fprintf(stderr, "kernlab ceilings: cannot write %s: %s\n", json, strerror(errno)), 1;
         cJSON *o = kl_ceilings_json(&c);
+        if (cJSON_GetObjectItem(peer, "peer")) cJSON_AddItemToObject(o, "peer", cJSON_DetachItemFromObject(peer, "peer"));
         char *s = cJSON_Print(o);
         fprintf(f, "%s\n", s);
         free(s);
         cJSON_Delete(o);
         fclose(f);
     }
+    cJSON_Delete(peer);
     return 0;
 }
 
@@ -386,7 +391,7 @@ int kl_cmd_bench(int argc, char **argv)
                                value), 2;
         } else if (strcmp(s, "--gate") == 0) a.gate = true;
         else if (strcmp(s, "--counters") == 0) a.counters = true;
-        else if (strcmp(s, "--peers") == 0) peers = true;
+        else if (strcmp(s, "--peers") == 0) peers = a.peers = true;
         else if (s[0] == '-') return fprintf(stderr, "kernlab bench: unknown option '%s'\n", s), 2;
         else if (!target) target = s;
         else return fprintf(stderr, "kernlab bench: unexpected argument '%s'\n", s), 2;
@@ -441,8 +446,11 @@ int kl_cmd_bench(int argc, char **argv)
         if (!all && strcmp(m->name, target) != 0) continue;
         a.module = m;
         if (m->bench) {
-            int rows = m->bench(&a);
-            if (rows < 0) status = rows == -2 ? 2 : 1;
+            /* -2: a usage error; -1: a failure; 1: the module cannot run here (allreduce on one GPU),
+             * a failure only when it was asked for alone. */
+            const int rc = m->bench(&a);
+            if (rc == -2) status = 2;
+            else if (rc < 0 || (rc > 0 && !all)) status = 1;
         } else if (m->perf) {
             if (!gpu) {
                 fprintf(stderr, "bench %s: skipped: benchmarks need a GPU (%s)\n", m->name, why);

@@ -100,6 +100,7 @@ struct kl_bench_args {
     FILE *json;           /* results lines go here, or NULL */
     bool gate;            /* compare with perf/targets/<arch>.csv */
     bool counters;        /* collect CUPTI counters (GPU modules) */
+    bool peers;           /* --peers: a module's own bench runs its peers itself (allreduce) */
     const struct kl_ceilings *ceil; /* measured ceilings; NULL when no GPU */
     const struct kl_targets *targets; /* NULL when not gating */
     int *gate_misses;     /* incremented, with a line on stderr, per missed target */
@@ -121,7 +122,10 @@ struct kl_targets {
 };
 /* perf/targets/sm_80_a100.csv for cc 8.x, perf/targets/sm_90.csv for cc 9.x. */
 int kl_targets_load(struct kl_targets *t, const char *dir, int cc, struct kl_err *err);
+/* The row for (module, workload); a row's workload may end in '*' (a prefix: "8KB-world*"). */
 const struct kl_target *kl_target_find(const struct kl_targets *t, const char *module, const char *workload);
+/* Metrics where smaller passes (latency_us, latency_vs_nccl); the others pass at >= target. */
+bool kl_metric_lower_is_better(const char *metric);
 void kl_targets_free(struct kl_targets *t);
 
 /* The generic GPU bench of a module with perf ops (perf/bench.c). */

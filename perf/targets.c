@@ -43,11 +43,28 @@ int kl_targets_load(struct kl_targets *t, const char *dir, int cc, struct kl_err
     return 0;
 }
 
+/* A workload ending in '*' matches every workload with that prefix ("8KB-world*": any world);
+ * an exact row wins over a pattern. */
+static bool workload_matches(const char *pattern, const char *workload)
+{
+    const size_t n = strlen(pattern);
+    return n && pattern[n - 1] == '*' ? strncmp(pattern, workload, n - 1) == 0 : strcmp(pattern, workload) == 0;
+}
+
 const struct kl_target *kl_target_find(const struct kl_targets *t, const char *module, const char *workload)
 {
+    const struct kl_target *found = NULL;
     for (int i = 0; t && i < t->count; i++)
-        if (strcmp(t->rows[i].module, module) == 0 && strcmp(t->rows[i].workload, workload) == 0) return &t->rows[i];
-    return NULL;
+        if (strcmp(t->rows[i].module, module) == 0 && workload_matches(t->rows[i].workload, workload)) {
+            if (strcmp(t->rows[i].workload, workload) == 0) return &t->rows[i];
+            if (!found) found = &t->rows[i];
+        }
+    return found;
+}
+
+bool kl_metric_lower_is_better(const char *metric)
+{
+    return strcmp(metric, "latency_us") == 0 || strcmp(metric, "latency_vs_nccl") == 0;
 }
 
 void kl_targets_free(struct kl_targets *t)

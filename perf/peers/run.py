@@ -4,7 +4,8 @@ lab times its own variants, written as the same results lines (DESIGN.md section
 
     python3 perf/peers/run.py --module rmsnorm --json F --ceilings C.json [--workload W] [--commit X]
 
-Each perf/peers/<module>.py defines cases(torch, workload) yielding dicts:
+Each perf/peers/<module>.py defines cases(torch, workload) yielding dicts (or run(torch, args, ceil),
+which times and writes its rows itself: allreduce, which needs one process per GPU):
     variant, workload, params, bytes, flops, set_bytes,
     make(i) -> a zero-argument callable running the peer on input set i,
     check() -> (rel_l2, max_abs, pass) or None
@@ -89,6 +90,8 @@ def main():
         print(f"peers {args.module}: none defined (perf/peers/{args.module}.py)", file=sys.stderr)
         return 0
     ceil = json.load(open(args.ceilings))
+    if hasattr(mod, "run"):  # a peer that times itself (allreduce: one process per GPU)
+        return mod.run(torch, args, ceil)
     device = {k: ceil[k] for k in ("name", "cc", "sms", "l2_bytes", "copy_gbs", "gemm_tflops")}
     if ceil.get("read_gbs"):
         device["read_gbs"] = ceil["read_gbs"]

@@ -1,0 +1,31 @@
+/* v0_nccl: ncclAllReduce, the baseline every other variant is judged against.
+ *
+ * What a serving engine calls when it has nothing better (vLLM's PyNcclCommunicator, SGLang's
+ * fallback). NCCL picks its algorithm per size: ring or tree, over NVLink with NVLS off (every
+ * rank runs with NCCL_NVLS_ENABLE=0). A ring's reduce-scatter rounds each partial sum to the
+ * dtype at every step, so its result can differ in the last bit from our float32 sums; it is the
+ * same on every rank. Work mapping: NCCL's own channels (a few blocks per GPU).
+ * Expect ~17 us at decode sizes on two H200s (NCCL's fixed protocol cost, not the bytes) and
+ * busbw ~300 GB/s at 256 MB.
+ * Run alone: build/kernlab bench allreduce --variant v0_nccl */
+#include <stdio.h>
+
+#include "kernels/allreduce/allreduce.h"
+#include "lab/core/registry.h"
+
+static cudaError_t launch(const struct kl_allreduce_params *p, cudaStream_t stream)
+{
+    cudaError_t rc = kl_allreduce_check_params(p, stream, KL_AR_NEEDS_NCCL, "v0_nccl");
+    if (rc != cudaSuccess || p->n == 0) return rc;
+    ncclResult_t r = ncclAllReduce(p->x, p->out, (size_t)p->n, kl_allreduce_nccl_type(p->dtype), ncclSum,
+                                   p->comm->nccl, stream);
+    if (r != ncclSuccess) {
+        fprintf(stderr, "allreduce v0_nccl: ncclAllReduce: %s\n", ncclGetErrorString(r));
+        return cudaErrorUnknown;
+    }
+    return cudaGetLastError();
+}
+
+KL_AR_OPS(ops, launch, KL_AR_NEEDS_NCCL)
+
+KL_VARIANT(allreduce, v0_nccl, ops, .min_cc = 70, .summary = "ncclAllReduce (NVLS off): the baseline");

@@ -1,0 +1,191 @@
+/* What the allreduce module shares between its parts: the problem, the tolerance, the GPU
+ * probe, the communicator set-up and the jobs its rank processes run (C only: the payloads hold
+ * C11 atomics through lab/core/ranks.h).
+ *
+ * A run of a variant is a batch: the parent (kernlab verify/check/bench, a test) writes jobs
+ * into the payload of a rank group (lab/core/ranks.h), starts `world` ranks of this binary
+ * running the program "allreduce_batch", and reads back what every rank produced. One group
+ * runs many jobs, so CUDA and NCCL are set up once per batch, not once per problem. */
+#ifndef KL_ALLREDUCE_MODULE_H
+#define KL_ALLREDUCE_MODULE_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "kernels/allreduce/allreduce.h"
+#include "lab/core/ranks.h"
+#include "lab/core/registry.h"
+#include "lab/core/tensor.h"
+
+/* ---- problems ---- */
+
+struct kl_ar_problem {
+    int world;
+    int64_t n;
+    enum kl_dtype dtype;
+    bool in_place;      /* out = x: the variant writes over its own input */
+    int misaligned;     /* x and out start one element past a 16-byte boundary: 1 on every rank,
+                         * 2 on the last rank only (ranks must agree on the work split anyway) */
+    struct kl_tensor x; /* host [world, n] in dtype: rank r's contribution is row r */
+};
+
+struct kl_ar_problem *kl_ar_problem_new(int world, int64_t n, enum kl_dtype dtype);
+void kl_ar_problem_free(struct kl_ar_problem *p);
+/* The catalogue entries of one world (kernlab check, the tests): NULL past the end. */
+struct kl_ar_problem *kl_ar_catalogue(int world, int i, uint64_t seed, char *label, size_t len);
+extern const int kl_ar_catalogue_worlds[4]; /* 2, 3, 4, 8 */
+
+/* ---- the tolerance (see module.c for the derivation) ---- */
+
+/* True when every element of x [world, n] is an integer and every |partial sum| stays within
+ * the dtype's exact integers (2^8 bf16, 2^11 fp16, 2^24 fp32): then any correct summation is
+ * exact, and the check is bit for bit. */
+bool kl_ar_exact_inputs(const double *x, int world, int64_t n, enum kl_dtype t);
+/* got [n] against the sums of x [world, n] (float64, rank order); want: the expected values
+ * (NULL: that float64 sum). Exact: bits (signed zeros included); else the element bound. */
+void kl_ar_compare(const double *got, const double *want, const double *x, int world, int64_t n, enum kl_dtype t,
+                   bool exact, struct kl_cmp *out);
+/* The per-element bound for a random element whose |x| sum over the ranks is s. */
+double kl_ar_bound(int world, enum kl_dtype t, double s);
+const char *kl_ar_tolerance_rationale(void);
+
+/* ---- running variants (module.c) ---- */
+
+/* Why v cannot run at `world` ranks here ("needs 2 GPUs, this machine has 1"), or NULL. */
+const char *kl_ar_skip_reason(const struct kl_variant *v, int world, char *buf, size_t len);
+/* Problems of one world through v in one rank group: a verdict each. want[k]: the expected
+ * output of problem k (a golden's), or want NULL: the float64 sums. Ranks that disagree fail. */
+void kl_ar_run_problems(const struct kl_variant *v, struct kl_ar_problem *const *probs, const double *const *want,
+                        int count, struct kl_verdict *vd);
+/* Every case under golden/allreduce through v, one rank group per world; a line per case to log.
+ * Returns the failures (-1: no cases); *skipped counts the cases this machine cannot run. */
+int kl_ar_goldens(const struct kl_variant *v, FILE *log, int *skipped);
+
+/* ---- GPUs ---- */
+
+struct kl_ar_device {
+    char name[96], pci[32];
+    int cc, sms, nvlinks; /* nvlinks: active NVLinks (NVML), -1 unknown */
+};
+
+struct kl_ar_topology {
+    int count;         /* CUDA devices this process sees (CUDA_VISIBLE_DEVICES honoured) */
+    char why[256];     /* when count is 0 */
+    struct kl_ar_device dev[KL_AR_MAX_RANKS];
+    /* [i][j] for i != j: cudaDeviceCanAccessPeer, cudaDevP2PAttrPerformanceRank, native atomics */
+    int p2p[KL_AR_MAX_RANKS][KL_AR_MAX_RANKS], perf_rank[KL_AR_MAX_RANKS][KL_AR_MAX_RANKS];
+    int atomics[KL_AR_MAX_RANKS][KL_AR_MAX_RANKS];
+    char smi_topo[3072]; /* `nvidia-smi topo -m`, when it runs */
+};
+
+/* GPUs this machine has, learned in a child process (the parent never initialises CUDA for it);
+ * cached. 0 with the reason in why. */
+int kl_ar_gpu_count(char *why, size_t len);
+/* The same probe's whole answer (count, names, compute capabilities, P2P), cached. */
+const struct kl_ar_topology *kl_ar_machine(void);
+/* The whole topology (a child process again); 0 or -1 with err. */
+int kl_ar_topology_probe(struct kl_ar_topology *t, struct kl_err *err);
+struct cJSON *kl_ar_topology_json(const struct kl_ar_topology *t);
+
+/* ---- the communicator, in a rank ---- */
+
+struct kl_ar_exchange {
+    unsigned char nccl_id[128];                 /* ncclUniqueId of rank 0 */
+    cudaIpcMemHandle_t staging[KL_AR_MAX_RANKS], signal[KL_AR_MAX_RANKS];
+    int sms[KL_AR_MAX_RANKS];
+};
+
+/* Sets up c for rank r (device r): the registered buffers and signal areas of every rank
+ * (capacity bytes per staging region) when needs has KL_AR_NEEDS_PEERS, NCCL when it has
+ * KL_AR_NEEDS_NCCL; every rank's signals are zero before this returns on any rank. */
+int kl_ar_comm_init(struct kl_rank *r, struct kl_ar_exchange *ex, unsigned needs, size_t capacity, double spin_timeout_s,
+                    struct kl_allreduce_comm *c);
+/* Waits for every rank, then releases c (peers' mappings first). */
+void kl_ar_comm_destroy(struct kl_rank *r, struct kl_allreduce_comm *c);
+/* Fails the rank with the CUDA error, the barrier diagnosis when a wait timed out, and what. */
+int kl_ar_cuda_fail(struct kl_rank *r, const struct kl_allreduce_comm *c, int cuda_rc, const char *what);
+const struct kl_allreduce_ops *kl_ar_ops(const struct kl_variant *v);
+
+/* ---- batches ---- */
+
+enum kl_ar_scenario {
+    KL_AR_ONCE,    /* one call on inputs from the parent; every rank's output back */
+    KL_AR_REPEAT,  /* `calls` calls back to back, fresh device-made inputs each call */
+    KL_AR_GRAPH,   /* calls captured in a CUDA graph (per_graph a graph), replayed, with eager calls between */
+    KL_AR_STREAMS, /* a second stream on the communicator is refused; the bound one then works */
+    KL_AR_PDL,     /* each call followed by a kernel launched with programmatic stream serialization */
+};
+
+#define KL_AR_MAX_JOBS 64
+#define KL_AR_MAX_CALLS 2048
+
+struct kl_ar_job {
+    int scenario; /* enum kl_ar_scenario */
+    int dtype;    /* enum kl_dtype */
+    int64_t n;
+    int in_place, misaligned; /* misaligned: as in struct kl_ar_problem */
+    int calls, per_graph;
+    int late;          /* REPEAT, GRAPH, PDL: the last rank sleeps 5-40 us on the device before each call */
+    uint64_t seed;     /* inputs of call c: kl_ar_gen(seed, c, rank, i) */
+    uint64_t x_off;    /* ONCE: payload offset of x [world][n] (dtype bytes) */
+    uint64_t out_off;  /* ONCE: payload offset of out [world][n]; REPEAT, GRAPH, PDL: of [calls][world] output hashes */
+    /* filled by the ranks (REPEAT, GRAPH, PDL, STREAMS check themselves) */
+    int done[KL_AR_MAX_RANKS];
+    int64_t n_bad[KL_AR_MAX_RANKS];
+    char note[KL_AR_MAX_RANKS][200];
+};
+
+struct kl_ar_batch {
+    char variant[64];
+    int world;
+    double spin_timeout_s;
+    size_t capacity; /* bytes per staging region: the largest job */
+    int n_jobs;
+    struct kl_ar_job job[KL_AR_MAX_JOBS];
+    struct kl_ar_exchange ex;
+    size_t data_bytes; /* the data area (x, out, hashes) after this struct */
+};
+
+/* A batch under construction in the parent. */
+struct kl_ar_run {
+    struct kl_ranks g;
+    struct kl_ar_batch *b;
+    unsigned char *data;
+    size_t used;
+};
+
+/* Room for jobs whose data need data_bytes; variant v at world ranks. */
+int kl_ar_run_begin(struct kl_ar_run *run, const struct kl_variant *v, int world, size_t data_bytes, struct kl_err *err);
+/* Adds a job; ONCE copies p's x into the payload. Returns the job index, or -1. */
+int kl_ar_run_add(struct kl_ar_run *run, const struct kl_ar_job *job, const struct kl_ar_problem *p);
+/* Starts the ranks and waits (timeout per step). */
+int kl_ar_run_go(struct kl_ar_run *run, double timeout_s, struct kl_err *err);
+/* Rank r's output of ONCE job j, as doubles (n of them). */
+void kl_ar_run_output(const struct kl_ar_run *run, int j, int r, double *out);
+/* 0 when every rank's output of job j has the same bits; else -1 and a message. */
+int kl_ar_run_identical(const struct kl_ar_run *run, int j, char *why, size_t len);
+void kl_ar_run_end(struct kl_ar_run *run);
+/* Bytes of data a job needs in the payload. */
+size_t kl_ar_job_bytes(const struct kl_ar_job *job, int world);
+
+/* ---- the device side of the harness (lab/allreduce/tools.cu) ---- */
+
+/* x[i] = kl_ar_gen(seed, call, rank, i) rounded to dtype; call is read from *call_dev when
+ * call_dev is not NULL (graph replays), else the value given. */
+int kl_ar_dev_generate(void *x, enum kl_dtype t, int64_t n, uint64_t seed, uint32_t call, const uint32_t *call_dev,
+                       uint32_t rank, cudaStream_t s);
+/* Sleeps 5-40 us on the device (the length from the call number, from *call_dev if set). */
+int kl_ar_dev_delay(uint32_t call, const uint32_t *call_dev, cudaStream_t s);
+/* history[call] = out (n elements), then (*call_dev)++ when call_dev is set. */
+int kl_ar_dev_record(const void *out, void *history, enum kl_dtype t, int64_t n, uint32_t call, uint32_t *call_dev,
+                     cudaStream_t s);
+/* dst = src (n elements of dtype t) in a kernel launched with programmatic stream serialization
+ * (it may start before the previous kernel ends) that waits on griddepcontrol before reading. */
+int kl_ar_dev_pdl_copy(const void *src, void *dst, enum kl_dtype t, int64_t n, cudaStream_t s);
+
+/* FNV-1a over bytes. */
+uint64_t kl_ar_hash(const void *p, size_t bytes);
+
+int kl_ar_bench(const struct kl_bench_args *args);
+
+#endif

@@ -1,0 +1,16 @@
+# allreduce extras (included by the top-level CMakeLists.txt): the tests across GPUs.
+#
+# Suite allreduce_multigpu of test_allreduce needs at least two GPUs: kl_gpu_guard --min-gpus 2
+# exits 77 below that, which ctest reports as skipped (never as passed). Each test also skips
+# itself when a world it needs is larger than this machine. The ranks these tests start are
+# copies of test_allreduce itself (the mutants live only in the test binaries).
+add_test(NAME allreduce_multigpu
+         COMMAND kl_gpu_guard --min-gpus 2 $<TARGET_FILE:test_allreduce> --filter "allreduce_multigpu/*" -j1)
+set_tests_properties(allreduce_multigpu PROPERTIES LABELS multigpu SKIP_RETURN_CODE 77 RESOURCE_LOCK gpu
+                     WORKING_DIRECTORY ${PROJECT_SOURCE_DIR} TIMEOUT 1500)
+# The kernlab command's allreduce paths without a GPU count: refusals and SKIP lines.
+add_test(NAME allreduce_cli COMMAND bash ${PROJECT_SOURCE_DIR}/lab/allreduce/cli.sh $<TARGET_FILE:kernlab>)
+set_tests_properties(allreduce_cli PROPERTIES LABELS cpu WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+# The guide generator on a hand-written fixture (no GPU data needed).
+add_test(NAME report_allreduce COMMAND bash ${PROJECT_SOURCE_DIR}/lab/tests/report_allreduce.sh $<TARGET_FILE:kernlab>)
+set_tests_properties(report_allreduce PROPERTIES LABELS cpu WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})

@@ -1,0 +1,626 @@
+/* `kernlab bench allreduce`: every variant on bf16 buffers of 8 KB .. 256 MB per rank, for every
+ * world from 2 to this machine's GPU count, NCCL (v0) always among them as the yardstick.
+ *
+ * Method, as nccl-tests measures (DESIGN.md section 6): each rank times its own calls; the row's
+ * time is the slowest rank's median. Every workload is timed as CUDA-graph replays (per_graph
+ * calls a graph, 20 replays queued back to back after one host barrier, so the ranks run in the
+ * lockstep the barrier imposes, as a serving engine's decode step replays them) and, beside it,
+ * as single eager calls between events. Inputs rotate over up to 20 sets so the working set
+ * exceeds the L2 where the size allows. algbw = bytes of one rank's buffer / time; busbw = algbw
+ * x 2(world-1)/world. Gated: latency_vs_nccl (our time / NCCL's, same run) at decode sizes,
+ * busbw_frac (our busbw / NCCL's) at 256 MB, for the module's best variant.
+ *
+ * Processes: a "measure" child (one process, two GPUs) takes the device ceilings when the caller
+ * has none and the peer copy bandwidth; then one rank group per world runs the program
+ * "allreduce_bench": a timing pass over every (size, variant), then, with --counters, a pass
+ * collecting CUPTI kernel records and counters in lockstep on every rank (a collective must run
+ * on every rank each time the profiler replays it). Rows are assembled here from what every
+ * rank left in the shared mapping. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cuda_runtime_api.h>
+
+#include "lab/allreduce/allreduce_module.h"
+#include "lab/allreduce/gen.h"
+#include "perf/activity.h"
+#include "perf/bench.h"
+#include "perf/counters.h"
+#include "perf/peer.h"
+
+static const struct {
+    const char *name;
+    int64_t bytes;
+} ksizes[] = {{"8KB", 8 << 10},  {"64KB", 64 << 10}, {"256KB", 256 << 10}, {"512KB", 512 << 10},
+              {"1MB", 1 << 20},  {"8MB", 8 << 20},   {"64MB", 64 << 20},   {"256MB", 256 << 20}};
+#define N_SIZES ((int)(sizeof ksizes / sizeof ksizes[0]))
+#define MAX_VARIANTS 16
+#define STORY_SIZE "64KB" /* the decode-size call the guide's execution story follows */
+#define SEED 20240601u
+
+struct cell {
+    int ran, ok;
+    double med_us, min_us, max_us, eager_us; /* per call */
+    int per_graph, sets;
+    int64_t n_bad;
+    double max_abs;
+    uint64_t hash;
+    char note[160];
+    unsigned long long trace[KL_AR_TRACE_STAMPS]; /* the story's stamps (ns of %globaltimer), 0 when not traced */
+    double trace_eager_us;
+    int profiled;
+    char json[3072]; /* rank 0: {"launch":{...},"kernels_per_launch":k,...counters} */
+};
+
+struct bench_payload {
+    int n_variants, n_sizes, counters, story;
+    char variants[MAX_VARIANTS][64];
+    int64_t bytes[N_SIZES];
+    long long l2_bytes;
+    double spin_timeout_s;
+    struct kl_ar_exchange ex;
+    struct cell cell[MAX_VARIANTS][N_SIZES][KL_AR_MAX_RANKS];
+};
+
+struct measure_payload {
+    int want_ceilings, ceil_ok, bw_ok;
+    struct kl_ceilings ceil;
+    struct kl_peer_bw bw;
+    char why[512];
+};
+
+/* ---- in the ranks ---- */
+
+static int measure_main(struct kl_rank *r)
+{
+    struct measure_payload *m = r->payload;
+    struct kl_err err = {{0}};
+    if (m->want_ceilings) {
+        kl_rank_step(r, "device ceilings (copy, GEMM, launch floor) on GPU 0");
+        m->ceil_ok = kl_ceilings_measure(&m->ceil, stderr, &err) == 0;
+        if (!m->ceil_ok) return kl_rank_fail(r, "ceilings: %s", err.msg);
+    }
+    kl_rank_step(r, "peer copy bandwidth between GPUs 0 and 1");
+    m->bw_ok = kl_peer_bw_measure(0, 1, &m->bw, &err) == 0;
+    if (!m->bw_ok) snprintf(m->why, sizeof m->why, "%s", err.msg);
+    return 0;
+}
+
+KL_RANK_PROGRAM("allreduce_measure", measure_main);
+
+struct call_ctx {
+    struct kl_allreduce_comm *c;
+    kl_allreduce_launch_fn launch;
+    const void *x;
+    void *out;
+    int64_t n;
+    unsigned long long *trace;
+    cudaError_t rc;
+    int calls; /* launch_once calls so far: every rank must make the same number */
+};
+
+static cudaError_t one_call(struct call_ctx *k, const void *x, cudaStream_t s)
+{
+    struct kl_allreduce_params p = {x, k->out, k->n, KL_BF16, k->c, k->trace};
+    return k->launch(&p, s);
+}
+
+static void launch_once(void *p) /* for the profilers: one call, waited for */
+{
+    struct call_ctx *k = p;
+    k->calls++;
+    cudaError_t rc = one_call(k, k->x, k->c->stream);
+    if (rc == cudaSuccess) rc = cudaStreamSynchronize(k->c->stream);
+    if (rc != cudaSuccess && k->rc == cudaSuccess) k->rc = rc;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+#define CK(expr, what)                                                                                        \
+    do {                                                                                                      \
+        int rc_ = (int)(expr);                                                                                \
+        if (rc_ != 0) {                                                                                       \
+            ret = kl_ar_cuda_fail(r, c, rc_, what);                                                           \
+            goto out;                                                                                         \
+        }                                                                                                     \
+    } while (0)
+
+enum { EAGER_REPS = 20, REPLAYS = 20 };
+
+/* Element i of set 0's output against the float64 sum of the ranks' inputs kl_ar_gen(SEED, 0, q, i). */
+static void check_elem(const unsigned char *host, int64_t i, int world, struct cell *out)
+{
+    double ref = 0, s = 0;
+    for (int q = 0; q < world; q++) {
+        const double v = kl_round_to(KL_BF16, kl_ar_gen(SEED, 0, (uint32_t)q, (uint64_t)i));
+        ref = q ? ref + v : v, s += fabs(v);
+    }
+    const double got = kl_load_elem(KL_BF16, host, (size_t)i), d = fabs(got - ref);
+    if (!(d <= kl_ar_bound(world, KL_BF16, s))) {
+        if (!out->n_bad) snprintf(out->note, sizeof out->note, "out[%lld] = %.9g, expected %.9g", (long long)i, got, ref);
+        out->n_bad++;
+    }
+    if (d > out->max_abs || isnan(d)) out->max_abs = d;
+}
+
+/* Times one (variant, size) on this rank: eager calls, then graph replays; then re-checks
+ * set 0's output against the host-computed sums (sampled) and hashes it whole; then, at the
+ * story's size, one traced call. */
+static int time_cell(struct kl_rank *r, struct kl_allreduce_comm *c, struct call_ctx *k, char *xs, size_t bytes,
+                     int sets, int per_graph, bool story, struct cell *out)
+{
+    int ret = 0;
+    cudaEvent_t ev[2 * (EAGER_REPS > REPLAYS ? EAGER_REPS : REPLAYS)] = {0};
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t ge = NULL;
+    unsigned char *host = NULL;
+    double t[EAGER_REPS > REPLAYS ? EAGER_REPS : REPLAYS];
+    const int world = c->world;
+    for (int i = 0; i < 2 * (EAGER_REPS > REPLAYS ? EAGER_REPS : REPLAYS); i++) CK(cudaEventCreate(&ev[i]), "cudaEventCreate");
+    for (int i = 0; i < 3; i++) CK(one_call(k, xs + (size_t)(i % sets) * bytes, c->stream), "warm-up call");
+    CK(cudaStreamSynchronize(c->stream), "warm-up");
+    if (kl_rank_barrier(r, "eager timing")) {
+        ret = -1;
+        goto out;
+    }
+    for (int i = 0; i < EAGER_REPS; i++) {
+        CK(cudaEventRecord(ev[2 * i], c->stream), "cudaEventRecord");
+        CK(one_call(k, xs + (size_t)(i % sets) * bytes, c->stream), "eager call");
+        CK(cudaEventRecord(ev[2 * i + 1], c->stream), "cudaEventRecord");
+    }
+    CK(cudaStreamSynchronize(c->stream), "eager calls");
+    for (int i = 0; i < EAGER_REPS; i++) {
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]), "cudaEventElapsedTime");
+        t[i] = 1e3 * ms;
+    }
+    qsort(t, EAGER_REPS, sizeof *t, cmp_double);
+    out->eager_us = t[EAGER_REPS / 2];
+
+    CK(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    for (int i = 0; i < per_graph; i++) {
+        cudaError_t rc = one_call(k, xs + (size_t)(i % sets) * bytes, c->stream);
+        if (rc != cudaSuccess) {
+            cudaStreamEndCapture(c->stream, &g);
+            CK(rc, "a call during graph capture");
+        }
+    }
+    CK(cudaStreamEndCapture(c->stream, &g), "cudaStreamEndCapture");
+    CK(cudaGraphInstantiate(&ge, g, 0), "cudaGraphInstantiate");
+    CK(cudaGraphLaunch(ge, c->stream), "graph warm-up");
+    CK(cudaStreamSynchronize(c->stream), "graph warm-up");
+    /* One barrier, then every replay queued back to back: the ranks start within a host barrier
+     * of each other once, then the device barrier keeps them together. */
+    if (kl_rank_barrier(r, "graph timing")) {
+        ret = -1;
+        goto out;
+    }
+    for (int i = 0; i < REPLAYS; i++) {
+        CK(cudaEventRecord(ev[2 * i], c->stream), "cudaEventRecord");
+        CK(cudaGraphLaunch(ge, c->stream), "cudaGraphLaunch");
+        CK(cudaEventRecord(ev[2 * i + 1], c->stream), "cudaEventRecord");
+    }
+    CK(cudaStreamSynchronize(c->stream), "graph replays");
+    for (int i = 0; i < REPLAYS; i++) {
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]), "cudaEventElapsedTime");
+        t[i] = 1e3 * ms / per_graph;
+    }
+    qsort(t, REPLAYS, sizeof *t, cmp_double);
+    out->min_us = t[0], out->med_us = t[REPLAYS / 2], out->max_us = t[REPLAYS - 1];
+    out->per_graph = per_graph, out->sets = sets;
+
+    /* Re-check: one more call on set 0 (inputs kl_ar_gen(SEED, 0, rank, i)). */
+    CK(one_call(k, xs, c->stream), "re-check call");
+    CK(cudaStreamSynchronize(c->stream), "re-check call");
+    host = malloc(bytes);
+    CK(cudaMemcpy(host, k->out, bytes, cudaMemcpyDeviceToHost), "downloading out");
+    out->hash = kl_ar_hash(host, bytes);
+    const int64_t n = k->n, step = n > 65536 ? n / 65536 : 1; /* about 64k elements, the last one too */
+    for (int64_t i = 0; i < n; i += step) check_elem(host, i, world, out);
+    if ((n - 1) % step) check_elem(host, n - 1, world, out);
+    out->ok = out->n_bad == 0;
+
+    if (story) { /* one traced call: block 0's stamps, and the same call's eager time */
+        unsigned long long *trace = NULL;
+        CK(cudaMalloc((void **)&trace, sizeof out->trace), "cudaMalloc of the trace");
+        CK(cudaMemset(trace, 0, sizeof out->trace), "clearing the trace");
+        if (kl_rank_barrier(r, "traced call")) return cudaFree(trace), -1;
+        k->trace = trace;
+        CK(cudaEventRecord(ev[0], c->stream), "cudaEventRecord");
+        cudaError_t rc = one_call(k, xs, c->stream);
+        k->trace = NULL;
+        CK(rc, "traced call");
+        CK(cudaEventRecord(ev[1], c->stream), "cudaEventRecord");
+        CK(cudaStreamSynchronize(c->stream), "traced call");
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, ev[0], ev[1]), "cudaEventElapsedTime");
+        out->trace_eager_us = 1e3 * ms;
+        CK(cudaMemcpy(out->trace, trace, sizeof out->trace, cudaMemcpyDeviceToHost), "downloading the trace");
+        cudaFree(trace);
+    }
+    out->ran = 1;
+out:
+    free(host);
+    if (ge) cudaGraphExecDestroy(ge);
+    if (g) cudaGraphDestroy(g);
+    for (int i = 0; i < 2 * (EAGER_REPS > REPLAYS ? EAGER_REPS : REPLAYS); i++)
+        if (ev[i]) cudaEventDestroy(ev[i]);
+    return ret;
+}
+
+/* Kernel records and counters of one call, on every rank in lockstep (rank 0's are kept). */
+static int profile_cell(struct kl_rank *r, struct call_ctx *k, bool counters, struct cell *out)
+{
+    struct kl_kernel_records kr;
+    cJSON *o = cJSON_CreateObject();
+    if (kl_rank_barrier(r, "kernel records")) return cJSON_Delete(o), -1;
+    k->rc = cudaSuccess, k->calls = 0;
+    if (kl_activity_record(launch_once, k, &kr) == 0 && kr.count > 0) {
+        cJSON_AddItemToObject(o, "launch", kl_kernel_record_json(&kr.k[0]));
+        cJSON_AddNumberToObject(o, "kernels_per_launch", kr.count);
+    }
+    /* Where CUPTI refused before launching, call anyway: the peers' call waits for this one. */
+    if (k->calls == 0) launch_once(k);
+    if (counters) {
+        if (kl_rank_barrier(r, "counters")) return cJSON_Delete(o), -1;
+        struct kl_counters kc;
+        struct kl_err err = {{0}};
+        if (kl_counters_collect(launch_once, k, &kc, &err) == 0) {
+            cJSON *j = kl_counters_json(&kc);
+            for (cJSON *e = j ? j->child : NULL; e; e = e->next) cJSON_AddItemToObject(o, e->string, cJSON_Duplicate(e, 1));
+            cJSON_Delete(j);
+        } else {
+            cJSON_AddStringToObject(o, "why", err.msg);
+        }
+    }
+    if (k->rc != cudaSuccess) {
+        cJSON_Delete(o);
+        return kl_rank_fail(r, "a profiled call failed: %s", cudaGetErrorString(k->rc));
+    }
+    char *s = cJSON_PrintUnformatted(o);
+    if (s && strlen(s) < sizeof out->json) snprintf(out->json, sizeof out->json, "%s", s);
+    free(s);
+    cJSON_Delete(o);
+    out->profiled = 1;
+    return 0;
+}
+
+static int bench_main(struct kl_rank *r)
+{
+    struct bench_payload *B = r->payload;
+    const struct kl_variant *vs[MAX_VARIANTS];
+    unsigned needs = 0;
+    int64_t most = 16;
+    for (int v = 0; v < B->n_variants; v++) {
+        if (!(vs[v] = kl_variant_find("allreduce", B->variants[v])))
+            return kl_rank_fail(r, "no variant %s in this binary", B->variants[v]);
+        needs |= kl_ar_ops(vs[v])->needs;
+    }
+    for (int s = 0; s < B->n_sizes; s++) most = B->bytes[s] > most ? B->bytes[s] : most;
+    struct kl_allreduce_comm comm, *c = &comm;
+    if (kl_ar_comm_init(r, &B->ex, needs, (size_t)most, B->spin_timeout_s, c)) return -1;
+    int ret = 0;
+    char *xs = NULL;
+    void *out = NULL;
+    for (int pass = 0; pass < 2 && !ret; pass++) { /* timing, then kernel records (and counters) */
+        for (int s = 0; s < B->n_sizes && !ret; s++) {
+            const size_t bytes = (size_t)B->bytes[s];
+            const int64_t want = (4 * B->l2_bytes + (int64_t)bytes - 1) / (int64_t)bytes;
+            const int per_graph = bytes <= (1u << 20) ? 20 : bytes <= (16u << 20) ? 10 : 3;
+            const int sets = want < 1 ? 1 : want > per_graph ? per_graph : (int)want;
+            CK(cudaMalloc((void **)&xs, bytes * (size_t)sets), "cudaMalloc of the input sets");
+            CK(cudaMalloc(&out, bytes), "cudaMalloc of out");
+            for (int k = 0; k < sets; k++)
+                CK(kl_ar_dev_generate(xs + (size_t)k * bytes, KL_BF16, (int64_t)bytes / 2, SEED, (uint32_t)k, NULL,
+                                      (uint32_t)r->rank, c->stream),
+                   "generating the inputs");
+            CK(cudaStreamSynchronize(c->stream), "generating the inputs");
+            for (int v = 0; v < B->n_variants && !ret; v++) {
+                struct cell *cell = &B->cell[v][s][r->rank];
+                struct call_ctx k = {c, kl_ar_ops(vs[v])->launch, xs, out, (int64_t)bytes / 2, NULL, cudaSuccess, 0};
+                kl_rank_step(r, "%s %s %s, %lld bytes", pass ? "profile" : "time", B->variants[v], "allreduce",
+                             (long long)bytes);
+                if (pass == 0)
+                    ret = time_cell(r, c, &k, xs, bytes, sets, per_graph,
+                                    s == B->story && (kl_ar_ops(vs[v])->needs & KL_AR_NEEDS_PEERS), cell);
+                else ret = profile_cell(r, &k, B->counters > 0, cell);
+            }
+            cudaFree(xs), cudaFree(out);
+            xs = NULL, out = NULL;
+        }
+    }
+out:
+    cudaFree(xs), cudaFree(out);
+    if (!ret) kl_ar_comm_destroy(r, c);
+    return ret;
+}
+
+KL_RANK_PROGRAM("allreduce_bench", bench_main);
+
+/* ---- in the parent ---- */
+
+static bool lower_is_better(const char *metric) { return kl_metric_lower_is_better(metric); }
+
+static const char *workload_name(char *buf, size_t len, int s, int world)
+{
+    snprintf(buf, len, "%s-world%d", ksizes[s].name, world);
+    return buf;
+}
+
+/* The slowest rank of a cell (largest median), or -1 when a rank did not run it. */
+static int slowest(const struct bench_payload *B, int v, int s, int world)
+{
+    int worst = 0;
+    for (int q = 0; q < world; q++) {
+        if (!B->cell[v][s][q].ran) return -1;
+        if (B->cell[v][s][q].med_us > B->cell[v][s][worst].med_us) worst = q;
+    }
+    return worst;
+}
+
+struct parent_ctx {
+    const struct kl_bench_args *a;
+    const struct kl_ceilings *ceil;
+    const struct kl_peer_bw *bw; /* NULL when not measured */
+    const struct kl_ar_topology *topo;
+    const struct kl_variant *best;
+    int rows;
+};
+
+static void story_json(cJSON *x, const struct cell *c0, const struct cell *slow)
+{
+    static const char *knames[KL_AR_TRACE_STAMPS] = {"entry", "copied", "started", "reduced", "mid", "gathered", "exit"};
+    cJSON *st = cJSON_AddObjectToObject(x, "story");
+    cJSON *ns = cJSON_AddObjectToObject(st, "stamps_ns");
+    for (int k = 0; k < KL_AR_TRACE_STAMPS; k++)
+        if (c0->trace[k]) cJSON_AddNumberToObject(ns, knames[k], (double)(c0->trace[k] - c0->trace[KL_AR_T_ENTRY]));
+    cJSON_AddNumberToObject(st, "eager_us", c0->trace_eager_us);
+    cJSON_AddNumberToObject(st, "kernel_us", (double)(c0->trace[KL_AR_T_EXIT] - c0->trace[KL_AR_T_ENTRY]) * 1e-3);
+    cJSON_AddNumberToObject(st, "graph_us", slow->med_us);
+    cJSON_AddStringToObject(st, "rank", "0");
+}
+
+static void emit_world(struct parent_ctx *P, const struct bench_payload *B, int world, bool first_world)
+{
+    const struct kl_bench_args *a = P->a;
+    int nccl = -1;
+    for (int v = 0; v < B->n_variants; v++)
+        if (strcmp(B->variants[v], "v0_nccl") == 0) nccl = v;
+    fprintf(a->table, "\nallreduce, world %d: variant            workload          time_us    eager    algbw    busbw "
+                      "vs_nccl busbw_frac check gate\n", world);
+    for (int v = 0; v < B->n_variants; v++)
+        for (int s = 0; s < B->n_sizes; s++) {
+            const int q = slowest(B, v, s, world);
+            if (q < 0) continue;
+            const struct cell *c = &B->cell[v][s][q];
+            const int qn = nccl >= 0 ? slowest(B, nccl, s, world) : -1;
+            const double t = c->med_us, bytes = (double)B->bytes[s];
+            const double algbw = bytes / (t * 1e-6) / 1e9, busbw = algbw * 2.0 * (world - 1) / world;
+            const double t_nccl = qn >= 0 ? B->cell[nccl][s][qn].med_us : NAN;
+            const double busbw_nccl = bytes / (t_nccl * 1e-6) / 1e9 * 2.0 * (world - 1) / world;
+            const double vs_nccl = t / t_nccl, busbw_frac = busbw / busbw_nccl;
+            bool ok = true, same = true;
+            int64_t n_bad = 0;
+            double max_abs = 0;
+            for (int k = 0; k < world; k++) {
+                ok &= B->cell[v][s][k].ok != 0;
+                same &= B->cell[v][s][k].hash == B->cell[v][s][0].hash;
+                n_bad += B->cell[v][s][k].n_bad;
+                if (B->cell[v][s][k].max_abs > max_abs) max_abs = B->cell[v][s][k].max_abs;
+            }
+            char wl[48], date[32];
+            workload_name(wl, sizeof wl, s, world);
+            const struct kl_variant *var = kl_variant_find("allreduce", B->variants[v]);
+            struct kl_result res = {.module = "allreduce", .variant = B->variants[v], .workload = wl};
+            res.device = P->ceil->dev;
+            res.time_us_min = c->min_us, res.time_us_median = t, res.time_us_max = c->max_us;
+            res.bytes = bytes, res.flops = (double)(world - 1) * bytes / 2;
+            res.gbs = algbw;
+            res.bw_frac = P->bw ? busbw / P->bw->read_both_gbs : NAN;
+            res.tflops = res.flops / (t * 1e-6) / 1e12, res.tc_frac = res.tflops / P->ceil->dev.gemm_tflops;
+            res.checked = true, res.rel_l2 = NAN, res.max_abs = max_abs, res.check_pass = ok && same;
+            res.commit = kl_build_commit(), res.date = kl_today(date, sizeof date);
+            const struct kl_target *tg = a->targets && var == P->best ? kl_target_find(a->targets, "allreduce", wl) : NULL;
+            double value = NAN;
+            if (tg) {
+                value = strcmp(tg->metric, "latency_vs_nccl") == 0 ? vs_nccl
+                        : strcmp(tg->metric, "busbw_frac") == 0    ? busbw_frac
+                        : strcmp(tg->metric, "latency_us") == 0    ? t
+                        : strcmp(tg->metric, "bw_frac") == 0       ? res.bw_frac
+                                                                   : NAN;
+                res.gate_metric = tg->metric, res.gate_target = tg->target;
+                res.gate_pass = res.check_pass && isfinite(value) &&
+                                (lower_is_better(tg->metric) ? value <= tg->target : value >= tg->target);
+            }
+            cJSON *params = cJSON_CreateObject();
+            cJSON_AddNumberToObject(params, "world", world);
+            cJSON_AddNumberToObject(params, "bytes", bytes);
+            cJSON_AddNumberToObject(params, "n", bytes / 2);
+            cJSON_AddStringToObject(params, "dtype", "bf16");
+            res.params = params;
+            res.counters = c->profiled && B->cell[v][s][0].json[0] ? cJSON_Parse(B->cell[v][s][0].json) : NULL;
+            cJSON *x = res.extra = cJSON_CreateObject();
+            cJSON_AddNumberToObject(x, "world", world);
+            cJSON_AddNumberToObject(x, "algbw_gbs", algbw);
+            cJSON_AddNumberToObject(x, "busbw_gbs", busbw);
+            cJSON *rt = cJSON_AddArrayToObject(x, "rank_time_us");
+            for (int k = 0; k < world; k++) cJSON_AddItemToArray(rt, cJSON_CreateNumber(B->cell[v][s][k].med_us));
+            cJSON_AddNumberToObject(x, "slowest_rank", q);
+            cJSON_AddNumberToObject(x, "time_us_eager", c->eager_us);
+            if (isfinite(t_nccl)) {
+                cJSON_AddNumberToObject(x, "nccl_time_us", t_nccl);
+                cJSON_AddNumberToObject(x, "latency_vs_nccl", vs_nccl);
+                cJSON_AddNumberToObject(x, "busbw_frac", busbw_frac);
+            }
+            cJSON_AddStringToObject(x, "timing", "graph");
+            cJSON_AddNumberToObject(x, "per_graph", c->per_graph);
+            cJSON_AddNumberToObject(x, "input_sets", c->sets);
+            cJSON_AddBoolToObject(x, "ranks_identical", same);
+            if (n_bad) cJSON_AddStringToObject(x, "check_note", B->cell[v][s][0].n_bad ? B->cell[v][s][0].note : c->note);
+            if (B->cell[v][s][0].trace[KL_AR_T_ENTRY]) story_json(x, &B->cell[v][s][0], c);
+            cJSON_AddItemToObject(x, "ceilings", kl_ceilings_json(P->ceil));
+            if (P->bw) cJSON_AddItemToObject(x, "peer_copy", kl_peer_bw_json(P->bw));
+            if (first_world && P->rows == 0) cJSON_AddItemToObject(x, "topology", kl_ar_topology_json(P->topo));
+            if (a->json) kl_result_write(a->json, &res), fflush(a->json);
+            P->rows++;
+
+            char gate[80] = "-";
+            if (tg)
+                snprintf(gate, sizeof gate, "%s %s %.2f%s%.2f", res.gate_pass ? "pass" : "MISS", tg->metric, value,
+                         lower_is_better(tg->metric) ? "<=" : ">=", tg->target);
+            fprintf(a->table, "%-26s %-14s %9.2f %8.2f %8.1f %8.1f %7.2f %10.3f %5s %s\n", B->variants[v], wl, t,
+                    c->eager_us, algbw, busbw, vs_nccl, busbw_frac, res.check_pass ? "ok" : "FAIL", gate);
+            if (!res.check_pass) {
+                fprintf(stderr, "bench allreduce %s %s: re-check failed: %s\n", B->variants[v], wl,
+                        !same ? "the ranks' outputs differ" : c->note[0] ? c->note : B->cell[v][s][0].note);
+                if (a->failures) ++*a->failures;
+            }
+            if (tg && !res.gate_pass) {
+                fprintf(stderr, "gate: MISS allreduce %s %s: %s %.3f, target %.3f (%s)\n", B->variants[v], wl, tg->metric,
+                        value, tg->target, tg->source);
+                if (a->gate_misses) ++*a->gate_misses;
+            }
+            cJSON_Delete(params), cJSON_Delete(res.counters), cJSON_Delete(x);
+        }
+}
+
+/* torch.distributed (NCCL) on the same sizes, written as the same rows (perf/peers/allreduce.py). */
+static void run_peers(const struct kl_bench_args *a, const struct kl_ceilings *ceil)
+{
+    char dir[] = "/tmp/kernlab-allreduce-peers-XXXXXX", rows[96], cpath[96], cmd[2048];
+    if (!mkdtemp(dir)) return;
+    snprintf(rows, sizeof rows, "%s/rows.jsonl", dir);
+    snprintf(cpath, sizeof cpath, "%s/ceilings.json", dir);
+    FILE *f = fopen(cpath, "w");
+    if (!f) return;
+    cJSON *o = kl_ceilings_json(ceil);
+    char *s = cJSON_PrintUnformatted(o);
+    fprintf(f, "%s\n", s);
+    free(s), cJSON_Delete(o), fclose(f);
+    snprintf(cmd, sizeof cmd,
+             "NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 python3 '%s/perf/peers/run.py' --module allreduce "
+             "%s%s --json '%s' --ceilings '%s' --commit '%s'",
+             KL_SOURCE_DIR, a->workload ? "--workload " : "", a->workload ? a->workload : "", rows, cpath,
+             kl_build_commit());
+    fflush(a->table);
+    int rc = system(cmd);
+    if (rc != 0) fprintf(stderr, "bench allreduce: peers exited with status %d\n", rc);
+    FILE *in = fopen(rows, "r");
+    char line[1 << 16];
+    while (in && a->json && fgets(line, sizeof line, in)) fputs(line, a->json);
+    if (in) fclose(in);
+    remove(rows), remove(cpath), rmdir(dir);
+}
+
+static bool wanted(const struct kl_bench_args *a, int s, int world)
+{
+    if (!a->workload) return true;
+    char wl[48];
+    return strcmp(a->workload, workload_name(wl, sizeof wl, s, world)) == 0 || strcmp(a->workload, ksizes[s].name) == 0;
+}
+
+int kl_ar_bench(const struct kl_bench_args *a)
+{
+    struct kl_err err = {{0}};
+    struct kl_ar_topology topo;
+    if (kl_ar_topology_probe(&topo, &err)) {
+        fprintf(stderr, "bench allreduce: the GPU probe failed: %s\n", err.msg);
+        return -1;
+    }
+    if (topo.count < 2) {
+        fprintf(stderr, "bench allreduce: needs at least 2 GPUs, this machine has %d%s%s%s: an all-reduce across one GPU "
+                        "is a copy (run it on a machine with two or more, e.g. the device tool's 2 x H200)\n",
+                topo.count, topo.count ? "" : " (", topo.count ? "" : topo.why, topo.count ? "" : ")");
+        return 1; /* a skip: `bench all` goes on, `bench allreduce` exits nonzero */
+    }
+    /* The variants: the one asked for (and NCCL, the yardstick), or every one. */
+    char names[MAX_VARIANTS][64];
+    int nv = 0;
+    for (int i = 0; i < kl_variant_count("allreduce", false) && nv < MAX_VARIANTS; i++) {
+        const struct kl_variant *v = kl_variant_at("allreduce", i, false);
+        if (!a->variant || strcmp(a->variant, v->name) == 0 || strcmp(v->name, "v0_nccl") == 0)
+            snprintf(names[nv++], 64, "%s", v->name);
+    }
+    if (a->variant && !kl_variant_find("allreduce", a->variant)) {
+        fprintf(stderr, "bench allreduce: no variant named '%s' (kernlab list shows them)\n", a->variant);
+        return -1;
+    }
+    /* Ceilings: the caller's when it measured them (bench all), else a child measures. */
+    struct kl_ranks g;
+    if (kl_ranks_create(&g, 1, sizeof(struct measure_payload), &err)) return fprintf(stderr, "bench allreduce: %s\n", err.msg), -1;
+    struct measure_payload *m = g.payload;
+    m->want_ceilings = a->ceil == NULL;
+    if (kl_ranks_run(&g, "allreduce_measure", 600, &err)) {
+        fprintf(stderr, "bench allreduce: measuring the ceilings failed: %s\n", err.msg);
+        kl_ranks_destroy(&g);
+        return -1;
+    }
+    struct kl_ceilings ceil = a->ceil ? *a->ceil : m->ceil;
+    struct kl_peer_bw bw = m->bw;
+    const bool have_bw = m->bw_ok;
+    if (!have_bw) fprintf(stderr, "bench allreduce: peer copy bandwidth not measured: %s\n", m->why);
+    kl_ranks_destroy(&g);
+    if (!a->ceil) kl_ceilings_print(a->table, &ceil);
+    if (have_bw) kl_peer_bw_print(a->table, &bw);
+
+    struct parent_ctx P = {a, &ceil, have_bw ? &bw : NULL, &topo, kl_variant_latest("allreduce", ceil.dev.cc), 0};
+    int status = 0, worlds = 0;
+    for (int world = 2; world <= topo.count; world++) {
+        if (kl_ranks_create(&g, world, sizeof(struct bench_payload), &err)) {
+            fprintf(stderr, "bench allreduce: %s\n", err.msg);
+            return -1;
+        }
+        struct bench_payload *B = g.payload;
+        memcpy(B->variants, names, sizeof names);
+        B->n_variants = nv, B->counters = a->counters, B->story = -1;
+        B->l2_bytes = ceil.dev.l2_bytes, B->spin_timeout_s = 30;
+        for (int s = 0; s < N_SIZES; s++)
+            if (wanted(a, s, world)) {
+                if (strcmp(ksizes[s].name, STORY_SIZE) == 0) B->story = B->n_sizes;
+                B->bytes[B->n_sizes++] = ksizes[s].bytes;
+            }
+        if (!B->n_sizes) {
+            kl_ranks_destroy(&g);
+            continue;
+        }
+        worlds++;
+        fprintf(a->table, "\nallreduce: world %d, %d variants x %d sizes ...\n", world, B->n_variants, B->n_sizes);
+        fflush(a->table);
+        const int rc = kl_ranks_run(&g, "allreduce_bench", 900, &err);
+        if (rc) {
+            fprintf(stderr, "bench allreduce: world %d: %s\n", world, err.msg);
+            if (a->failures) ++*a->failures;
+            status = -1;
+        }
+        /* Sizes map back to the catalogue for the names: B->bytes[k] is ksizes[index]. */
+        struct bench_payload *view = malloc(sizeof *view);
+        *view = *B;
+        int k = 0;
+        memset(view->cell, 0, sizeof view->cell);
+        view->n_sizes = N_SIZES;
+        for (int s = 0; s < N_SIZES; s++) {
+            view->bytes[s] = ksizes[s].bytes;
+            if (k < B->n_sizes && B->bytes[k] == ksizes[s].bytes) {
+                for (int v = 0; v < B->n_variants; v++) memcpy(view->cell[v][s], B->cell[v][k], sizeof B->cell[v][k]);
+                k++;
+            }
+        }
+        emit_world(&P, view, world, worlds == 1);
+        free(view);
+        kl_ranks_destroy(&g);
+    }
+    if (!worlds) {
+        fprintf(stderr, "bench allreduce: no workload named '%s' (8KB .. 256MB, or e.g. 8KB-world2)\n", a->workload);
+        return -1;
+    }
+    if (a->peers) run_peers(a, &ceil);
+    return status;
+}

@@ -1,0 +1,274 @@
+/* The rank program "allreduce_batch": one process per GPU runs the jobs of a batch
+ * (allreduce_module.h) with one variant, on one communicator set up once for all of them.
+ *
+ * ONCE jobs take their inputs from the parent and hand every rank's output back; the parent
+ * compares. The multi-call jobs (REPEAT, GRAPH, PDL) make each call's inputs on the device (a
+ * hash of seed, call, rank and index: lab/allreduce/gen.h), keep each call's output on the device,
+ * and check everything after one synchronisation: the rank recomputes every input on the host,
+ * compares with the float64 sums under the module's bound, and leaves a hash of each output for
+ * the parent, which checks that all ranks hold the same bits call by call. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "lab/allreduce/allreduce_module.h"
+#include "lab/allreduce/gen.h"
+
+struct ctx {
+    struct kl_rank *r;
+    struct kl_ar_batch *b;
+    unsigned char *data;
+    struct kl_allreduce_comm *c;
+    const struct kl_allreduce_ops *ops;
+};
+
+#define CK(expr, what)                                                                                        \
+    do {                                                                                                      \
+        int rc_ = (int)(expr);                                                                                \
+        if (rc_ != 0) {                                                                                       \
+            ret = kl_ar_cuda_fail(x->r, x->c, rc_, what);                                                     \
+            goto out;                                                                                         \
+        }                                                                                                     \
+    } while (0)
+
+/* x and out of a job: one element past a 16-byte boundary when the job asks for it. */
+struct bufs {
+    void *x_alloc, *out_alloc, *x, *out;
+};
+
+static int alloc_bufs(struct ctx *x, const struct kl_ar_job *j, struct bufs *B)
+{
+    int ret = 0;
+    const size_t es = kl_dtype_size((enum kl_dtype)j->dtype), bytes = (size_t)j->n * es + 16;
+    const size_t off = j->misaligned == 1 || (j->misaligned == 2 && x->r->rank == x->b->world - 1) ? es : 0;
+    memset(B, 0, sizeof *B);
+    CK(cudaMalloc(&B->x_alloc, bytes), "cudaMalloc of x");
+    B->x = (char *)B->x_alloc + off;
+    if (j->in_place) {
+        B->out = B->x;
+    } else {
+        CK(cudaMalloc(&B->out_alloc, bytes), "cudaMalloc of out");
+        B->out = (char *)B->out_alloc + off;
+        CK(cudaMemset(B->out_alloc, 0xff, bytes), "poisoning out"); /* NaN in every float type */
+    }
+out:
+    return ret;
+}
+
+static void free_bufs(struct bufs *B)
+{
+    cudaFree(B->x_alloc);
+    cudaFree(B->out_alloc);
+    memset(B, 0, sizeof *B);
+}
+
+static int call(struct ctx *x, const struct kl_ar_job *j, const struct bufs *B, const char *what)
+{
+    struct kl_allreduce_params p = {B->x, B->out, j->n, (enum kl_dtype)j->dtype, x->c, NULL};
+    cudaError_t rc = x->ops->launch(&p, x->c->stream);
+    return rc == cudaSuccess ? 0 : kl_ar_cuda_fail(x->r, x->c, rc, what);
+}
+
+/* Every recorded call against the float64 sums of the regenerated inputs; hashes to the payload. */
+static void check_calls(struct ctx *x, struct kl_ar_job *j, const unsigned char *hist, int made)
+{
+    const enum kl_dtype t = (enum kl_dtype)j->dtype;
+    const int world = x->b->world, rank = x->r->rank;
+    const int64_t n = j->n;
+    const size_t row = (size_t)n * kl_dtype_size(t);
+    double *xs = malloc(sizeof(double) * (size_t)(world * n)), *got = malloc(sizeof(double) * (size_t)n);
+    uint64_t *hashes = (uint64_t *)(x->data + j->out_off);
+    for (int c = 0; c < made; c++) {
+        const unsigned char *o = hist + (size_t)c * row;
+        if (c < j->calls) hashes[(size_t)c * world + rank] = kl_ar_hash(o, row);
+        for (int r = 0; r < world; r++)
+            for (int64_t i = 0; i < n; i++) xs[r * n + i] = kl_round_to(t, kl_ar_gen(j->seed, (uint32_t)c, (uint32_t)r, (uint64_t)i));
+        for (int64_t i = 0; i < n; i++) got[i] = kl_load_elem(t, o, (size_t)i);
+        struct kl_cmp cmp;
+        kl_ar_compare(got, NULL, xs, world, n, t, false, &cmp);
+        if (cmp.pass) continue;
+        if (!j->n_bad[rank] && cmp.n_reported)
+            snprintf(j->note[rank], sizeof j->note[rank], "call %d: out[%lld] = %.9g, expected %.9g (%lld bad)", c,
+                     (long long)cmp.first[0].index, cmp.first[0].got, cmp.first[0].want, (long long)cmp.n_bad);
+        j->n_bad[rank] += cmp.n_bad ? cmp.n_bad : 1;
+    }
+    free(xs);
+    free(got);
+}
+
+static int job_once(struct ctx *x, struct kl_ar_job *j)
+{
+    int ret = 0;
+    const size_t row = (size_t)j->n * kl_dtype_size((enum kl_dtype)j->dtype);
+    struct bufs B;
+    if (alloc_bufs(x, j, &B)) return -1;
+    CK(cudaMemcpy(B.x, x->data + j->x_off + (size_t)x->r->rank * row, row, cudaMemcpyHostToDevice), "uploading x");
+    if (call(x, j, &B, "launch")) {
+        ret = -1;
+        goto out;
+    }
+    CK(cudaStreamSynchronize(x->c->stream), "the all-reduce");
+    CK(cudaMemcpy(x->data + j->out_off + (size_t)x->r->rank * row, B.out, row, cudaMemcpyDeviceToHost), "downloading out");
+out:
+    free_bufs(&B);
+    return ret;
+}
+
+/* REPEAT (graph = false) and PDL: calls back to back; GRAPH: captured and replayed with eager
+ * calls between. The call number lives on the device for GRAPH (the graph advances it). */
+static int job_calls(struct ctx *x, struct kl_ar_job *j)
+{
+    int ret = 0;
+    const enum kl_dtype t = (enum kl_dtype)j->dtype;
+    const size_t row = (size_t)j->n * kl_dtype_size(t);
+    const int rank = x->r->rank, late = j->late && rank == x->b->world - 1;
+    const bool graph = j->scenario == KL_AR_GRAPH, pdl = j->scenario == KL_AR_PDL;
+    const int per_graph = j->per_graph > 0 ? j->per_graph : 10, room = j->calls + per_graph + 1;
+    cudaStream_t s = x->c->stream;
+    struct bufs B;
+    void *hist = NULL, *copy = NULL;
+    uint32_t *ctr = NULL;
+    unsigned char *host = NULL;
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t ge = NULL;
+    int made = 0;
+    if (alloc_bufs(x, j, &B)) return -1;
+    CK(cudaMalloc(&hist, row * (size_t)room + 16), "cudaMalloc of the output history");
+    CK(cudaMalloc(&copy, row + 16), "cudaMalloc of the consumer's copy");
+    CK(cudaMalloc((void **)&ctr, 2 * sizeof(uint32_t)), "cudaMalloc of the call counter");
+    CK(cudaMemset(ctr, 0, 2 * sizeof(uint32_t)), "zeroing the call counter");
+    CK(cudaDeviceSynchronize(), "set-up");
+    if (kl_rank_barrier(x->r, "buffers of a multi-call job")) {
+        ret = -1;
+        goto out;
+    }
+    kl_rank_step(x->r, "job: %d calls of %lld %s%s%s", j->calls, (long long)j->n, kl_dtype_name(t),
+                 graph ? " in CUDA graphs" : pdl ? " with a PDL consumer" : "", late ? ", this rank late" : "");
+    if (!graph) {
+        for (int c = 0; c < j->calls; c++) {
+            CK(kl_ar_dev_generate(B.x, t, j->n, j->seed, (uint32_t)c, NULL, (uint32_t)rank, s), "generating x");
+            if (late) CK(kl_ar_dev_delay((uint32_t)c, NULL, s), "the late rank's delay");
+            if (call(x, j, &B, "launch")) {
+                ret = -1;
+                goto out;
+            }
+            if (pdl) CK(kl_ar_dev_pdl_copy(B.out, copy, t, j->n, s), "the PDL consumer");
+            CK(kl_ar_dev_record(pdl ? copy : B.out, hist, t, j->n, (uint32_t)c, NULL, s), "recording out");
+        }
+        made = j->calls;
+    } else {
+        /* The graph is captured (and first replayed) before this job's first eager call: the
+         * launcher must not do host-side set-up that capture would skip. */
+        CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+        for (int k = 0; k < per_graph; k++) {
+            int rc = kl_ar_dev_generate(B.x, t, j->n, j->seed, 0, ctr, (uint32_t)rank, s);
+            if (!rc && late) rc = kl_ar_dev_delay(0, ctr, s);
+            struct kl_allreduce_params p = {B.x, B.out, j->n, t, x->c, NULL};
+            if (!rc) rc = (int)x->ops->launch(&p, s);
+            if (!rc) rc = kl_ar_dev_record(B.out, hist, t, j->n, 0, ctr, s);
+            if (rc) {
+                cudaStreamEndCapture(s, &g);
+                CK(rc, "launch during graph capture");
+            }
+        }
+        CK(cudaStreamEndCapture(s, &g), "cudaStreamEndCapture");
+        CK(cudaGraphInstantiate(&ge, g, 0), "cudaGraphInstantiate");
+        while (made < j->calls) {
+            CK(cudaGraphLaunch(ge, s), "cudaGraphLaunch");
+            made += per_graph;
+            if (made >= j->calls) break;
+            /* An eager call between replays: it takes the next call number from the device too. */
+            CK(kl_ar_dev_generate(B.x, t, j->n, j->seed, 0, ctr, (uint32_t)rank, s), "generating x");
+            if (late) CK(kl_ar_dev_delay(0, ctr, s), "the late rank's delay");
+            if (call(x, j, &B, "eager launch between replays")) {
+                ret = -1;
+                goto out;
+            }
+            CK(kl_ar_dev_record(B.out, hist, t, j->n, 0, ctr, s), "recording out");
+            made++;
+        }
+    }
+    CK(cudaStreamSynchronize(s), "the calls");
+    host = malloc(row * (size_t)made + 1);
+    CK(cudaMemcpy(host, hist, row * (size_t)made, cudaMemcpyDeviceToHost), "downloading the outputs");
+    kl_rank_step(x->r, "checking %d calls", made);
+    check_calls(x, j, host, made);
+out:
+    free(host);
+    if (ge) cudaGraphExecDestroy(ge);
+    if (g) cudaGraphDestroy(g);
+    cudaFree(hist), cudaFree(copy), cudaFree(ctr);
+    free_bufs(&B);
+    return ret;
+}
+
+/* The communicator serves one stream: a launch on another is refused without launching; the
+ * bound stream works right after. */
+static int job_streams(struct ctx *x, struct kl_ar_job *j)
+{
+    int ret = 0;
+    const enum kl_dtype t = (enum kl_dtype)j->dtype;
+    const size_t row = (size_t)j->n * kl_dtype_size(t);
+    cudaStream_t other = NULL;
+    void *hist = NULL;
+    unsigned char *host = malloc(row + 1);
+    struct bufs B;
+    if (alloc_bufs(x, j, &B)) return free(host), -1;
+    CK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking), "cudaStreamCreate");
+    CK(cudaMalloc(&hist, row + 16), "cudaMalloc");
+    CK(kl_ar_dev_generate(B.x, t, j->n, j->seed, 0, NULL, (uint32_t)x->r->rank, x->c->stream), "generating x");
+    CK(cudaStreamSynchronize(x->c->stream), "generating x");
+    struct kl_allreduce_params p = {B.x, B.out, j->n, t, x->c, NULL};
+    cudaError_t rc = x->ops->launch(&p, other);
+    if (rc != cudaErrorInvalidValue) {
+        snprintf(j->note[x->r->rank], sizeof j->note[0], "a launch on a second stream returned '%s', not a refusal",
+                 cudaGetErrorString(rc));
+        j->n_bad[x->r->rank]++;
+        CK(cudaStreamSynchronize(other), "the call on the second stream");
+    }
+    if (call(x, j, &B, "launch on the bound stream")) {
+        ret = -1;
+        goto out;
+    }
+    CK(kl_ar_dev_record(B.out, hist, t, j->n, 0, NULL, x->c->stream), "recording out");
+    CK(cudaStreamSynchronize(x->c->stream), "the call on the bound stream");
+    CK(cudaMemcpy(host, hist, row, cudaMemcpyDeviceToHost), "downloading out");
+    j->calls = 0; /* no hashes for this one: the parent checks n_bad */
+    check_calls(x, j, host, 1);
+out:
+    if (other) cudaStreamDestroy(other);
+    cudaFree(hist);
+    free(host);
+    free_bufs(&B);
+    return ret;
+}
+
+static int batch_main(struct kl_rank *r)
+{
+    struct kl_ar_batch *b = r->payload;
+    struct ctx x = {r, b, (unsigned char *)r->payload + ((sizeof(struct kl_ar_batch) + 63) & ~(size_t)63), NULL, NULL};
+    const struct kl_variant *v = kl_variant_find("allreduce", b->variant);
+    if (!v) return kl_rank_fail(r, "no allreduce variant '%s' in this binary", b->variant);
+    x.ops = kl_ar_ops(v);
+    struct kl_allreduce_comm c;
+    x.c = &c;
+    int ret = kl_ar_comm_init(r, &b->ex, x.ops->needs, b->capacity, b->spin_timeout_s, &c);
+    for (int j = 0; !ret && j < b->n_jobs; j++) {
+        char what[64];
+        snprintf(what, sizeof what, "before job %d", j);
+        if ((ret = kl_rank_barrier(r, what))) break;
+        struct kl_ar_job *job = &b->job[j];
+        kl_rank_step(r, "job %d: %s, n=%lld %s", j, b->variant, (long long)job->n, kl_dtype_name((enum kl_dtype)job->dtype));
+        switch (job->scenario) {
+        case KL_AR_ONCE: ret = job_once(&x, job); break;
+        case KL_AR_STREAMS: ret = job_streams(&x, job); break;
+        default: ret = job_calls(&x, job); break;
+        }
+        if (!ret) job->done[r->rank] = 1;
+    }
+    if (!ret) kl_ar_comm_destroy(r, &c);
+    return ret;
+}
+
+KL_RANK_PROGRAM("allreduce_batch", batch_main);

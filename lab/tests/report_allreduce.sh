@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The allreduce guide from a hand-written FIXTURE (lab/tests/report_allreduce/data/allreduce.jsonl:
+# numbers shaped like `kernlab bench allreduce` rows, not a measurement; never copy it into
+# reports/data). Checks that the guide has every part the issue asks for, that the busbw picture is
+# written and is well-formed SVG with one curve per variant, and that the same input gives
+# byte-identical output twice.
+set -euo pipefail
+kl=${1:?usage: report_allreduce.sh path/to/kernlab}
+cd "$(dirname "$0")/../.."
+fixture=lab/tests/report_allreduce/data
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$kl" report --results "$fixture" --out "$tmp/a" > /dev/null
+"$kl" report --results "$fixture" --out "$tmp/b" > /dev/null
+diff -r "$tmp/a" "$tmp/b" > /dev/null || { echo "report is not deterministic:"; diff -r "$tmp/a" "$tmp/b" | head -20; exit 1; }
+g=$tmp/a/allreduce.md
+for section in "## What it computes" "## The machine: GPUs and NVLink" "## The variants" \
+               "## Execution story: one decode-size all-reduce" "## algbw and busbw against NCCL" "## The size switch" \
+               "## Against the targets" "## Correctness" "## Exercises" "## Reproduce"; do
+  grep -q "^$section" "$g" || { echo "allreduce.md lacks '$section'"; exit 1; }
+done
+grep -q "NV18" "$g" || { echo "the topology lacks nvidia-smi's NV18"; exit 1; }
+grep -q "per direction with both ways busy" "$g" || { echo "the peer copy ceiling is missing"; exit 1; }
+grep -Eq "^├── flag barrier +1\.89 us" "$g" || { echo "the story lacks the flag barrier's time"; exit 1; }
+grep -Eq "^\| 64MB-world2 \| 229\.70 \| 209\.86 \| 217\.72 \| one-shot \(v4\) \| NCCL \| 229\.70 \|" "$g" \
+  || { echo "the switch table does not show where v6 and the fastest disagree"; exit 1; }
+grep -Eq "^\| 8KB-world2 \| v6_switch \| latency_vs_nccl \| 0\.373 \| <= 0\.50 \| \*\*pass\*\*" "$g" \
+  || { echo "the gate row for 8KB is wrong (lower is better)"; exit 1; }
+grep -q "torch.distributed.all_reduce (peer)" "$g" || { echo "the torch peer rows are missing"; exit 1; }
+svg=$tmp/a/img/allreduce-busbw.svg
+[ -s "$svg" ] || { echo "no img/allreduce-busbw.svg"; exit 1; }
+[ "$(grep -c '<polyline' "$svg")" -eq 5 ] || { echo "expected 5 curves (4 variants + the peer)"; exit 1; }
+python3 -c "import sys, xml.dom.minidom; xml.dom.minidom.parse(sys.argv[1])" "$svg" || { echo "the SVG is not well-formed"; exit 1; }
+grep -q '^| \[allreduce\](allreduce.md) | .* | v6_switch 8KB-world2: 6.52 us = 0.37 x NCCL' "$tmp/a/INDEX.md" \
+  || { echo "INDEX.md lacks the allreduce figure"; exit 1; }
+echo "report: the allreduce guide from the fixture has every part"

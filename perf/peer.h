@@ -1,0 +1,38 @@
+/* The peer copy ceiling (DESIGN.md section 6): how fast one GPU's SMs move bytes to and from
+ * another GPU's memory, per direction, measured on this machine. All-reduce busbw is judged
+ * against it: a ring or two-shot moves every byte over each direction of the link at most once
+ * per busbw byte, so busbw cannot beat the per-direction rate with both directions busy. */
+#ifndef KL_PEER_H
+#define KL_PEER_H
+
+#include <stdio.h>
+
+#include "lab/core/check.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct cJSON;
+
+struct kl_peer_bw {
+    int a, b;               /* the two GPUs */
+    double bytes;           /* moved per direction per timed copy */
+    double read_gbs;        /* a's SMs read b's memory (b -> a), nothing else on the link */
+    double write_gbs;       /* a's SMs write into b's memory (a -> b) */
+    double read_both_gbs;   /* a reads b while b reads a, per direction (what an all-reduce does) */
+    double copy_engine_gbs; /* cudaMemcpyPeerAsync b -> a (copy engines, no SMs) */
+};
+
+/* Measures GPUs a and b (peer access enabled both ways, 256 MB copies, median of 10). */
+int kl_peer_bw_measure(int a, int b, struct kl_peer_bw *out, struct kl_err *err);
+void kl_peer_bw_print(FILE *f, const struct kl_peer_bw *p);
+struct cJSON *kl_peer_bw_json(const struct kl_peer_bw *p);
+/* `kernlab ceilings` on a machine with two GPUs or more: GPUs 0 and 1 both ways, printed, and
+ * added to `ceil_json` as "peer": [...]. Nothing (0) with fewer than two GPUs. */
+int kl_peer_ceilings(FILE *f, struct cJSON *ceil_json, struct kl_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
