@@ -571,11 +571,24 @@ int kl_ar_bench(const struct kl_bench_args *a)
     if (!a->ceil) kl_ceilings_print(a->table, &ceil);
     if (have_bw) kl_peer_bw_print(a->table, &bw);
 
+    /* The gate's targets: `kernlab bench` loads them once it has measured ceilings, which it leaves
+     * to this module (its parent process must not touch CUDA), so they are loaded here. */
+    struct kl_bench_args gated = *a;
+    struct kl_targets targets = {0};
+    if (a->gate && !a->targets) {
+        if (kl_targets_load(&targets, KL_SOURCE_DIR "/perf/targets", ceil.dev.cc, &err)) {
+            fprintf(stderr, "bench allreduce --gate: %s\n", err.msg);
+            return -1;
+        }
+        gated.targets = &targets;
+    }
+    a = &gated;
     struct parent_ctx P = {a, &ceil, have_bw ? &bw : NULL, &topo, kl_variant_latest("allreduce", ceil.dev.cc), 0};
     int status = 0, worlds = 0;
     for (int world = 2; world <= topo.count; world++) {
         if (kl_ranks_create(&g, world, sizeof(struct bench_payload), &err)) {
             fprintf(stderr, "bench allreduce: %s\n", err.msg);
+            kl_targets_free(&targets);
             return -1;
         }
         struct bench_payload *B = g.payload;
@@ -619,8 +632,10 @@ int kl_ar_bench(const struct kl_bench_args *a)
     }
     if (!worlds) {
         fprintf(stderr, "bench allreduce: no workload named '%s' (8KB .. 256MB, or e.g. 8KB-world2)\n", a->workload);
+        kl_targets_free(&targets);
         return -1;
     }
     if (a->peers) run_peers(a, &ceil);
+    kl_targets_free(&targets);
     return status;
 }
