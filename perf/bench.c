@@ -175,6 +175,7 @@ static int bench_one(const struct kl_bench_args *a, const struct kl_variant *v, 
     cJSON_AddNumberToObject(ev, "max", te.max_us);
     cJSON_AddNumberToObject(r.extra, "input_sets", sets);
     cJSON_AddNumberToObject(r.extra, "floor_frac", floor_frac);
+    if (ops->extra) ops->extra(state, r.extra);
     if (copy_us > 0) { /* the same bytes as a plain copy: what this size allows */
         cJSON_AddNumberToObject(r.extra, "copy_same_bytes_us", copy_us);
         cJSON_AddNumberToObject(r.extra, "copy_same_bytes_frac", copy_us / t.median_us);

@@ -102,7 +102,7 @@ struct kl_policy kl_policy_attention_lse(int64_t head_dim, int64_t max_kv_len, d
                               .atol_scale = 1};
 }
 
-const char *const kl_attention_tolerance_text =
+const char kl_attention_tolerance_text[] =
     "Attention outputs are not judged by the rows above. A fast kernel computes the scores in float32, rounds the "
     "probabilities P to the input dtype (u_p: 2^-8 bf16, 2^-11 fp16; fp32 keeps P in float32) before P.V, and "
     "accumulates in float32. With d = head_dim, n = keys attended and A = a bound on the logits' magnitude "

@@ -79,7 +79,9 @@ struct kl_tensor_ops {
     void *(*make)(int i, uint64_t seed, char *label, size_t label_len);
     /* The CPU reference (reference/<module>.c), float64 accumulation. Allocates out. */
     int (*reference)(const void *prob, struct kl_outputs *out, struct kl_err *err);
-    /* Runs variant v on the GPU: uploads inputs, poisons outputs, launches, downloads. */
+    /* Runs variant v on the GPU: uploads inputs, poisons outputs, launches, downloads. Returns 0,
+     * -1 on failure (err says why), or 1 when v does not take this problem (a dtype or head_dim it
+     * leaves out: tensor-core attention takes fp16/bf16 only): a SKIP with err's reason. */
     int (*run)(const struct kl_variant *v, const void *prob, struct kl_outputs *out,
                struct kl_err *err);
     void (*free)(void *prob);

@@ -47,7 +47,8 @@ int kl_test_goldens(const char *module, const struct kl_variant *v, FILE *log)
             }
             cases++;
             failures += vd.status == KL_FAIL;
-            fprintf(log, "%s %s %s rel_l2=%.3g max_abs=%.3g %s\n", vd.status == KL_FAIL ? "FAIL" : "PASS",
+            fprintf(log, "%s %s %s rel_l2=%.3g max_abs=%.3g %s\n",
+                    vd.status == KL_FAIL ? "FAIL" : vd.status == KL_SKIP ? "SKIP" : "PASS",
                     names[i]->d_name, v ? v->name : "reference", vd.rel_l2, vd.max_abs, vd.why);
         }
         free(names[i]);
