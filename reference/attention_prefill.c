@@ -48,7 +48,8 @@ int kl_attention_prefill_reference(const struct kl_attention_prefill_shape *s, c
         if (n > max_kv) max_kv = n;
     }
     const int64_t qblock = group >= kRowsPerBlock ? 1 : kRowsPerBlock / group, rows_max = qblock * group;
-    double *k = malloc(sizeof(double) * (size_t)(max_kv * d + 1)), *v = malloc(sizeof(double) * (size_t)(max_kv * d + 1));
+    double *k = malloc(sizeof(double) * (size_t)(max_kv * d + 1));
+    double *v = malloc(sizeof(double) * (size_t)(max_kv * d + 1));
     double *qb = malloc(sizeof(double) * (size_t)(rows_max * d)), *ob = malloc(sizeof(double) * (size_t)(rows_max * d));
     double *sc = malloc(sizeof(double) * (size_t)(rows_max * max_kv + 1));
     double *l = malloc(sizeof(double) * (size_t)rows_max);

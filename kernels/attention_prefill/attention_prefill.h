@@ -53,7 +53,7 @@ struct kl_attention_prefill_params {
     int64_t num_pages;
     int64_t max_q_len;               /* host-side: the largest q_len of any request (sizes the grid, like
                                         FlashAttention's max_seqlen_q); queries past it are not computed */
-    float sm_scale;                  /* usually 1 / sqrt(head_dim) */
+    float sm_scale;                  /* > 0, usually 1 / sqrt(head_dim) (kernels take the max of raw logits) */
     bool causal;
     enum kl_dtype dtype;             /* q, k_cache, v_cache and out: KL_F32, KL_F16 or KL_BF16 */
 };

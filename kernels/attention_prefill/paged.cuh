@@ -77,13 +77,15 @@ inline fast_div make_fast_div(uint32_t d)
 
 /* Element offset of key `key` of a request, kv head h, in k_cache / v_cache:
  *   ((page * page_size + slot) * num_kv_heads + h) * head_dim. */
-__device__ __forceinline__ int64_t cache_offset(const kl_attention_prefill_params &p, const int32_t *__restrict__ kv_indices,
-                                                const request &r, const fast_div &page, int key, int h)
+__device__ __forceinline__ int64_t cache_offset(const kl_attention_prefill_params &p,
+                                                const int32_t *__restrict__ kv_indices, const request &r,
+                                                const fast_div &page, int key, int h)
 {
     uint32_t page_index, slot;
     page.divmod((uint32_t)key, page_index, slot);
     const int64_t pg = kv_indices[r.first_page + (int)page_index];
-    return ((pg * p.page_size + slot) * p.num_kv_heads + h) * p.head_dim;
+    const int row = (int)(p.num_kv_heads * p.head_dim); /* per slot; slot * row < 2^31 (check_params) */
+    return pg * ((int64_t)p.page_size * row) + (int)(slot * row + h * p.head_dim);
 }
 
 /* log2(e): softmax in base 2, exp2f(x * log2e) = expf(x), one FFMA for scale and max together. */

@@ -20,9 +20,11 @@ cudaError_t kl_attention_prefill_check_params(const struct kl_attention_prefill_
     else if (p->num_pages < 0) bad = "num_pages < 0";
     else if (p->num_pages * p->page_size * p->num_kv_heads * p->head_dim > ((int64_t)1 << 40))
         bad = "k_cache larger than 2^40 elements";
+    else if (p->page_size * p->num_kv_heads * p->head_dim > INT32_MAX) bad = "a page holds 2^31 elements or more";
     else if (p->max_q_len < 0 || p->max_q_len > p->total_q) bad = "max_q_len outside [0, total_q]";
-    else if (!isfinite(p->sm_scale)) bad = "sm_scale is not finite";
-    else if (!(p->dtype == KL_F32 || p->dtype == KL_F16 || p->dtype == KL_BF16)) bad = "dtype must be fp32, fp16 or bf16";
+    else if (!(p->sm_scale > 0) || !isfinite(p->sm_scale)) bad = "sm_scale must be finite and > 0";
+    else if (!(p->dtype == KL_F32 || p->dtype == KL_F16 || p->dtype == KL_BF16))
+        bad = "dtype must be fp32, fp16 or bf16";
     else if (p->batch > 0 && (!p->qo_indptr || !p->kv_indptr || !p->kv_last_page_len))
         bad = "qo_indptr, kv_indptr and kv_last_page_len must be set";
     else if (p->total_q > 0 && (!p->q || !p->out || !p->lse)) bad = "q, out and lse must be set";

@@ -76,8 +76,9 @@ __global__ void __launch_bounds__(kThreads) prefill_v1(const kl_attention_prefil
     for (int k0 = 0; k0 < n_tile; k0 += kTileK) {
         /* Page lookups once per key row, then the rows: a gather from wherever the pages are. */
         if (threadIdx.x < kTileK)
-            sm.key_offset[threadIdx.x] =
-                k0 + (int)threadIdx.x < r.kv_len ? cache_offset(p, p.kv_indices, r, page, k0 + threadIdx.x, kv_head) : -1;
+            sm.key_offset[threadIdx.x] = k0 + (int)threadIdx.x < r.kv_len
+                                             ? cache_offset(p, p.kv_indices, r, page, k0 + threadIdx.x, kv_head)
+                                             : -1;
         __syncthreads(); /* offsets visible; also: the previous tile's k, v, p are no longer read */
         for (int e = threadIdx.x; e < kTileK * D; e += kThreads) {
             const int kk = e / D, c = e % D;

@@ -55,11 +55,13 @@ int kl_attention_prefill_validate(struct kl_attention_prefill_problem *p, const 
     for (int64_t b = 0; b < s->batch; b++) {
         const int64_t pages = kv[b + 1] - kv[b], q_len = qo[b + 1] - qo[b];
         if (pages > 0 && (last[b] < 1 || last[b] > s->page_size))
-            return kl_fail(err, "%s: kv_last_page_len[%lld] = %d, expected 1..page_size (%lld) for a request with pages",
+            return kl_fail(err,
+                           "%s: kv_last_page_len[%lld] = %d, expected 1..page_size (%lld) for a request with pages",
                            what, (long long)b, last[b], (long long)s->page_size);
         const int64_t kv_len = kl_attention_prefill_kv_len(s, b);
         if (q_len > kv_len)
-            return kl_fail(err, "%s: request %lld has q_len %lld > kv_len %lld (its new tokens' K/V must be in the cache)",
+            return kl_fail(err,
+                           "%s: request %lld has q_len %lld > kv_len %lld (its new tokens' K/V must be in the cache)",
                            what, (long long)b, (long long)q_len, (long long)kv_len);
         if (q_len > p->max_q_len) p->max_q_len = q_len;
         if (kv_len > p->max_kv_len) p->max_kv_len = kv_len;
@@ -177,8 +179,8 @@ static void *load(const struct kl_case *c, struct kl_outputs *expected, struct k
     bind_shape(p);
     if (kl_case_param_double(c, "sm_scale", 1.0 / sqrt((double)s->head_dim), &sm_scale, err)) goto fail;
     s->sm_scale = sm_scale, s->causal = causal;
-    if (!isfinite(sm_scale)) {
-        kl_fail(err, "%s/meta.json: param \"sm_scale\" must be finite", c->dir);
+    if (!isfinite(sm_scale) || !(sm_scale > 0)) {
+        kl_fail(err, "%s/meta.json: param \"sm_scale\" must be finite and > 0", c->dir);
         goto fail;
     }
     /* The index arrays: named after the file whose values disagree. */
@@ -232,7 +234,8 @@ struct kl_attention_prefill_problem *kl_attention_prefill_problem_random(const s
     kl_tensor_alloc(&p->kv_indptr, KL_I32, 1, &nb1);
     kl_tensor_alloc(&p->kv_indices, KL_I32, 1, &pages);
     kl_tensor_alloc(&p->kv_last_page_len, KL_I32, 1, &sp->batch);
-    int32_t *qo = p->qo_indptr.data, *kv = p->kv_indptr.data, *idx = p->kv_indices.data, *last = p->kv_last_page_len.data;
+    int32_t *qo = p->qo_indptr.data, *kv = p->kv_indptr.data, *idx = p->kv_indices.data;
+    int32_t *last = p->kv_last_page_len.data;
     /* Pages in a random order: a partial Fisher-Yates shuffle of 0..num_pages-1. */
     int64_t *perm = malloc(sizeof(int64_t) * (size_t)(s->num_pages + 1));
     for (int64_t i = 0; i < s->num_pages; i++) perm[i] = i;
@@ -456,14 +459,15 @@ KL_MODULE(attention_prefill,
               "layer time).",
           .tensor = &ops, .perf = &kl_attention_prefill_perf, .tolerance = kl_attention_tolerance_text,
           .exercises =
-              "1. Hopper: a v6 with .min_cc = 90 that loads K/V tiles with TMA (cp.async.bulk.tensor, a 4-D tensor map "
-              "over [num_pages, page_size, kv_heads, head_dim] per page-16 tile) and multiplies with wgmma from a "
-              "warpgroup, one producer warp and two consumer warpgroups ping-ponging softmax and GEMM (FlashAttention-3). "
-              "Its launcher reads the same params; predict the tensor-pipe share from the counters of the best mma.sync "
-              "variant before writing it.\n"
-              "2. The exp2 of the softmax runs on the special-function unit (16 per SM per clock): count MUFU.EX2 per HMMA "
-              "in the SASS of the best variant (`cuobjdump --dump-sass`) and compute the share of tile time it takes; "
-              "then emulate part of the exponentials with a polynomial on the FMA pipe (FlashAttention-3's trick) and "
+              "1. Hopper: a v7 with .min_cc = 90 that copies K/V tiles with TMA (cp.async.bulk.tensor over a 4-D "
+              "tensor map of [num_pages, page_size, kv_heads, head_dim], one page-16 box per 16 keys) into an "
+              "mbarrier-tracked ring, and multiplies with wgmma from two consumer warpgroups that ping-pong softmax "
+              "and GEMM while a producer warp copies (FlashAttention-3). Its launcher reads the same params (the "
+              "tensor maps are built there). Before writing it, read the tensor-pipe share and the stall reasons of "
+              "v6 on causal-8k: they say how much the mma.sync path leaves on the table.\n"
+              "2. The softmax's exponentials run on the special-function unit (16 per SM per clock): count MUFU.EX2 "
+              "against HMMA in v6's SASS (`cuobjdump --dump-sass`), compute the share of a tile's time they take, "
+              "then evaluate a quarter of them as a polynomial on the FMA pipe (FlashAttention-3's trick) and "
               "measure causal-8k.\n"
-              "3. Persistent CTAs: launch 2 x SMs blocks that pull (request, query tile) items off an atomic counter "
-              "in `workspace`, heaviest first, and compare ragged-b16 with the grid-order scheduler.");
+              "3. Persistent CTAs: launch 2 x SMs blocks that take (request, kv head, tile) items off an atomic "
+              "counter in params.workspace, heaviest first, and compare ragged-b16 with v5's grid order.");
