@@ -192,7 +192,7 @@ static int check(const struct kl_variant *v, void *p, struct kl_cmp *out, struct
     return rc;
 }
 
-/* What the re-check covered, for the results line. */
+/* What the re-check covered, and the work in (query, head) rows and unmasked pairs, for the results line. */
 static void extra(void *p, cJSON *o)
 {
     struct state *s = p;
@@ -206,6 +206,10 @@ static void extra(void *p, cJSON *o)
     else
         snprintf(what, sizeof what, "full: every row against the float64 dgemm reference");
     cJSON_AddStringToObject(o, "recheck", what);
+    /* The work the FLOP model counts, for the guide's story of one CTA (perf/report.c). */
+    cJSON *work = cJSON_AddObjectToObject(o, "work");
+    cJSON_AddNumberToObject(work, "rows", (double)(sh->total_q * sh->num_qo_heads));
+    cJSON_AddNumberToObject(work, "pairs", pairs(s->w) * (double)sh->num_qo_heads);
 }
 
 static cJSON *params(const struct kl_workload *w)
