@@ -77,6 +77,11 @@ __device__ __forceinline__ void cp_async_16(uint32_t dst, const void *src, bool 
 {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
 }
+/* 4 bytes (a page number), through L1 (.ca: .cg takes 16-byte copies only). */
+__device__ __forceinline__ void cp_async_4(uint32_t dst, const void *src, bool valid)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0));
+}
 __device__ __forceinline__ void cp_async_commit()
 {
     asm volatile("cp.async.commit_group;\n" ::: "memory");
@@ -199,6 +204,21 @@ __device__ __forceinline__ void load_kv_tile(T *k_tile, T *v_tile, const T *kc, 
     }
 }
 
+/* The page numbers of the BN keys from k0 of request r into slot[0 .. BN): at most BN pages hold BN
+ * consecutive keys when k0 is a multiple of BN (one per key with 1-slot pages). Copied with cp.async
+ * a tile ahead of the K/V copies that read them, so issuing those never waits on a global load;
+ * entries past the request's pages are zeros. */
+template <int BN, int THREADS>
+__device__ __forceinline__ void load_page_numbers(int32_t *slot, const int32_t *kv_indices, const prefill::request &r,
+                                                  int k0, const prefill::fast_div &page)
+{
+    const int p0 = (int)page.div((uint32_t)k0);
+    for (int i = threadIdx.x; i < BN; i += THREADS) {
+        const bool valid = p0 + i < r.pages;
+        cp_async_4(smem_addr(slot + i), valid ? kv_indices + r.first_page + p0 + i : kv_indices, valid);
+    }
+}
+
 /* ---- warp-level steps of one key tile ---- */
 
 /* s = Q K^T for this warp's rows warp_row0 .. warp_row0 + 16 MT - 1 of the query tile and the
@@ -220,9 +240,9 @@ __device__ __forceinline__ void qk_tile(float (&s)[MT][NT][4], uint32_t q_tile, 
      * d 0-7), (keys 8-15, d 8-15) = b0, b1 of n-tile 2np and b0, b1 of n-tile 2np + 1. */
     const int q_row = lane % 8 + 8 * ((lane / 8) % 2), q_half = lane / 16;
     const int k_row = lane % 8 + 8 * (lane / 16), k_half = (lane / 8) % 2;
-    /* kd only moves shared-memory addresses (no register array is indexed by it), so the loop is
-     * left rolled by pairs: unrolled whole, the compiler hoists fragments of later slices and the
-     * 128 + 64 accumulator registers of head_dim 128 no longer fit. */
+    /* kd only moves shared-memory addresses (no register array is indexed by it), so the loop stays
+     * rolled: unrolled, the compiler hoists the fragments of later slices and, beside the 128 + 64
+     * accumulator registers of head_dim 128, spills. Other warps cover the ldmatrix latency. */
 #pragma unroll 1
     for (int kd = 0; kd < D / 16; kd++) {
         uint32_t a[MT][4];

@@ -17,6 +17,7 @@ struct request {
     int q_len;      /* its queries */
     int kv_len;     /* its keys: (pages - 1) * page_size + last_page_len, 0 without pages */
     int first_page; /* its pages are kv_indices[first_page ..] */
+    int pages;      /* how many */
 };
 
 __device__ __forceinline__ request load_request(const kl_attention_prefill_params &p, int b)
@@ -25,8 +26,8 @@ __device__ __forceinline__ request load_request(const kl_attention_prefill_param
     r.q0 = p.qo_indptr[b];
     r.q_len = p.qo_indptr[b + 1] - r.q0;
     r.first_page = p.kv_indptr[b];
-    const int pages = p.kv_indptr[b + 1] - r.first_page;
-    r.kv_len = pages > 0 ? (pages - 1) * (int)p.page_size + p.kv_last_page_len[b] : 0;
+    r.pages = p.kv_indptr[b + 1] - r.first_page;
+    r.kv_len = r.pages > 0 ? (r.pages - 1) * (int)p.page_size + p.kv_last_page_len[b] : 0;
     return r;
 }
 
@@ -75,17 +76,22 @@ inline fast_div make_fast_div(uint32_t d)
     return f;
 }
 
-/* Element offset of key `key` of a request, kv head h, in k_cache / v_cache:
+/* Element offset of slot `slot` of cache page `page`, kv head h, in k_cache / v_cache:
  *   ((page * page_size + slot) * num_kv_heads + h) * head_dim. */
+__device__ __forceinline__ int64_t slot_offset(const kl_attention_prefill_params &p, int64_t page, uint32_t slot, int h)
+{
+    const int row = (int)(p.num_kv_heads * p.head_dim); /* per slot; slot * row < 2^31 (check_params) */
+    return page * ((int64_t)p.page_size * row) + (int)(slot * row + h * p.head_dim);
+}
+
+/* The same for key `key` of a request, its page looked up in kv_indices. */
 __device__ __forceinline__ int64_t cache_offset(const kl_attention_prefill_params &p,
                                                 const int32_t *__restrict__ kv_indices, const request &r,
                                                 const fast_div &page, int key, int h)
 {
     uint32_t page_index, slot;
     page.divmod((uint32_t)key, page_index, slot);
-    const int64_t pg = kv_indices[r.first_page + (int)page_index];
-    const int row = (int)(p.num_kv_heads * p.head_dim); /* per slot; slot * row < 2^31 (check_params) */
-    return pg * ((int64_t)p.page_size * row) + (int)(slot * row + h * p.head_dim);
+    return slot_offset(p, kv_indices[r.first_page + (int)page_index], slot, h);
 }
 
 /* log2(e): softmax in base 2, exp2f(x * log2e) = expf(x), one FFMA for scale and max together. */

@@ -1,12 +1,14 @@
-/* v4_cp_async: v3 with the K/V copies overlapped with the MMAs. What changed: two K/V stages in
- * shared memory; while a CTA computes key tile j from one stage, cp.async copies tile j + 1 into the
- * other (issued first thing in the trip, waited for only at the start of the next), so after the
- * first tile the copies cost only their issue slots. Why faster: in v3 every trip waited for its
- * copy (L2 or DRAM latency, the paged gather's index loads included) with the tensor cores idle;
- * two CTAs per SM hid part of that, the pipeline hides the rest.
+/* v4_cp_async: v3 with every copy asynchronous and overlapped with the MMAs. What changed: two K/V
+ * stages in shared memory; right after the one barrier of trip j, cp.async starts copying key tile
+ * j + 1 into the stage tile j - 1 used, and tile j + 2's page numbers into a small slot, then the
+ * warps compute tile j; trip j + 1 only waits for copies that had a whole tile of MMAs to land.
+ * The page numbers travel a tile ahead of the rows they locate, so issuing a K/V copy reads shared
+ * memory, never waits on a global load. Why faster: in v3 each trip copied, waited (L2 or DRAM
+ * latency, the paged gather's index loads first) and synchronised twice with the tensor cores idle;
+ * two CTAs per SM hid part of that, the pipeline hides the rest, with one barrier per tile.
  * Work mapping: as v2/v3 (grid (query tiles, qo heads, requests), 4 warps, 32 query rows a warp);
- * 96 KB of shared memory per CTA for head_dim 128 (Q 32 KB + 2 x (K 16 KB + V 16 KB)): 2 CTAs per
- * SM on an H100 (228 KB), 1 on an A100 (164 KB).
+ * 96.5 KB of shared memory per CTA for head_dim 128 (Q 32 KB + 2 x (K 16 KB + V 16 KB) + page
+ * numbers): 2 CTAs per SM on an H100 (228 KB), 1 on an A100 (164 KB).
  * Bound: mma.sync issue and the softmax's exponentials; expected ~280-320 TFLOP/s on causal-8k on
  * an H100. Run alone: build/kernlab bench attention_prefill --variant v4_cp_async */
 #include "kernels/attention_prefill/mma.cuh"
@@ -25,10 +27,12 @@ __global__ void __launch_bounds__(kCtaThreads)
     using L = xor_rows<D>;
     constexpr int MT = S::kMT, NT = S::kNT, DT = S::kDT, BM = S::kBM, BN = S::kBN;
     extern __shared__ __align__(128) unsigned char smem_raw[];
-    /* Q, then stage 0 (K, V), then stage 1 (K, V). */
+    /* Q, then stage 0 (K, V), then stage 1 (K, V): key tile t uses stage t % 2. */
     T *q_tile = reinterpret_cast<T *>(smem_raw), *stages = q_tile + BM * D;
     auto k_stage = [&](int st) { return stages + st * 2 * BN * D; };
     auto v_stage = [&](int st) { return stages + st * 2 * BN * D + BN * D; };
+    /* Then two slots of BN page numbers: key tile t's in slot t % 2. */
+    int32_t *page_slots = reinterpret_cast<int32_t *>(stages + 4 * BN * D);
 
     const kl::prefill::request r = kl::prefill::load_request(p, blockIdx.z);
     const int tile_q0 = blockIdx.x * BM; /* first query of the tile, within its request */
@@ -55,29 +59,36 @@ __global__ void __launch_bounds__(kCtaThreads)
     init_rows(o, m, l);
     const float scale_log2 = p.sm_scale * kl::prefill::kLog2e;
 
-    /* Copies key tile j into stage st (one page lookup per key row serves K and V). */
-    auto copy_tile = [&](int j, int st) {
+    /* Copies key tile j into stage st; page_of(i) is the cache page number of the request's page i. */
+    auto copy_tile = [&](int j, int st, auto page_of) {
         load_kv_tile<L, BN, D, kCtaThreads>(k_stage(st), v_stage(st), kc, vc, [&](int row) -> int64_t {
             const int key = j * BN + row;
-            return key < r.kv_len ? kl::prefill::cache_offset(p, p.kv_indices, r, page, key, kv_head) : -1;
+            if (key >= r.kv_len) return -1;
+            uint32_t i, slot;
+            page.divmod((uint32_t)key, i, slot);
+            return kl::prefill::slot_offset(p, page_of((int)i), slot, kv_head);
         });
     };
     const int n_tiles = (n_keys + BN - 1) / BN;
-    copy_tile(0, 0);
-    cp_async_commit(); /* group 0: Q and key tile 0 */
+    /* Tile 0 looks its pages up in global memory (once per CTA); tile 1's page numbers follow it. */
+    copy_tile(0, 0, [&](int i) { return p.kv_indices[r.first_page + i]; });
+    load_page_numbers<BN, kCtaThreads>(page_slots + BN, p.kv_indices, r, BN, page);
+    cp_async_commit(); /* group 0: Q, key tile 0, tile 1's page numbers */
     for (int j = 0; j < n_tiles; j++) {
         const int st = j & 1;
+        cp_async_wait<0>(); /* this thread's copies of tile j (and of tile j + 1's page numbers) landed ... */
+        __syncthreads();    /* ... and everyone's; and every warp is done with tile j - 1: its stage is free */
         if (j + 1 < n_tiles) {
-            copy_tile(j + 1, st ^ 1); /* stage st ^ 1 was freed by the barrier ending trip j - 1 */
+            /* Tile j + 1 into the free stage, its page numbers read from shared memory; tile j + 2's page
+             * numbers into the slot tile j's used. Both fly while tile j is computed. */
+            const int32_t *slot = page_slots + (st ^ 1) * BN;
+            const int p0 = (int)page.div((uint32_t)((j + 1) * BN));
+            copy_tile(j + 1, st ^ 1, [&](int i) { return slot[i - p0]; });
+            load_page_numbers<BN, kCtaThreads>(page_slots + st * BN, p.kv_indices, r, (j + 2) * BN, page);
             cp_async_commit();
-            cp_async_wait<1>(); /* every group but the newest has landed: tile j (and Q) */
-        } else {
-            cp_async_wait<0>();
         }
-        __syncthreads(); /* ... for every thread's copies, not only this thread's */
         attend_tile<T, L, D, MT, NT>(o, m, l, smem_addr(q_tile), smem_addr(k_stage(st)), smem_addr(v_stage(st)), j * BN,
                                      (j + 1) * BN > mask_from, limit, warp_row0, lane, scale_log2);
-        __syncthreads(); /* every warp is done with stage st before trip j + 1 copies tile j + 2 into it */
     }
 
     store_rows<T, MT, DT>(o, m, l, scale_log2, lane, [&](int mt, int h, T *&out, float *&lse) {
@@ -99,7 +110,7 @@ cudaError_t launch(const struct kl_attention_prefill_params *p, cudaStream_t str
         using S = tile_shape<D>;
         const dim3 grid((unsigned)((p->max_q_len + S::kBM - 1) / S::kBM), (unsigned)p->num_qo_heads,
                         (unsigned)p->batch);
-        const size_t smem = (size_t)(S::kBM + 4 * S::kBN) * D * sizeof(T); /* Q, 2 x (K, V) */
+        const size_t smem = (size_t)(S::kBM + 4 * S::kBN) * D * sizeof(T) + 2 * S::kBN * sizeof(int32_t);
         return launch_kernel<prefill_v4<T, D>>(grid, smem, stream, *p,
                                                kl::prefill::make_fast_div((uint32_t)p->page_size));
     });
@@ -108,4 +119,4 @@ cudaError_t launch(const struct kl_attention_prefill_params *p, cudaStream_t str
 } // namespace
 
 KL_VARIANT(attention_prefill, v4_cp_async, launch, .min_cc = 80,
-           .summary = "v3 with two K/V stages: cp.async copies of the next key tile overlap this tile's MMAs");
+           .summary = "two K/V stages: the next key tile and its page numbers copied (cp.async) under the MMAs");

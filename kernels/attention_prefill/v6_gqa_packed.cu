@@ -27,10 +27,12 @@ __global__ void __launch_bounds__(kCtaThreads)
     using L = xor_rows<D>;
     constexpr int MT = S::kMT, NT = S::kNT, DT = S::kDT, BM = S::kBM, BN = S::kBN;
     extern __shared__ __align__(128) unsigned char smem_raw[];
-    /* Q, then stage 0 (K, V), then stage 1 (K, V). */
+    /* Q, then stage 0 (K, V), then stage 1 (K, V): key tile t uses stage t % 2. */
     T *q_tile = reinterpret_cast<T *>(smem_raw), *stages = q_tile + BM * D;
     auto k_stage = [&](int st) { return stages + st * 2 * BN * D; };
     auto v_stage = [&](int st) { return stages + st * 2 * BN * D + BN * D; };
+    /* Then two slots of BN page numbers: key tile t's in slot t % 2. */
+    int32_t *page_slots = reinterpret_cast<int32_t *>(stages + 4 * BN * D);
 
     /* A CTA: kv head blockIdx.x of request blockIdx.y, packed rows tile_r0 .. tile_r0 + BM - 1 where
      * row pr is query pr / g, qo head kv_head * g + pr % g; the last tiles start first (v5). */
@@ -62,29 +64,36 @@ __global__ void __launch_bounds__(kCtaThreads)
     init_rows(o, m, l);
     const float scale_log2 = p.sm_scale * kl::prefill::kLog2e;
 
-    /* Copies key tile j into stage st (one page lookup per key row serves K and V). */
-    auto copy_tile = [&](int j, int st) {
+    /* Copies key tile j into stage st; page_of(i) is the cache page number of the request's page i. */
+    auto copy_tile = [&](int j, int st, auto page_of) {
         load_kv_tile<L, BN, D, kCtaThreads>(k_stage(st), v_stage(st), kc, vc, [&](int row) -> int64_t {
             const int key = j * BN + row;
-            return key < r.kv_len ? kl::prefill::cache_offset(p, p.kv_indices, r, page, key, kv_head) : -1;
+            if (key >= r.kv_len) return -1;
+            uint32_t i, slot;
+            page.divmod((uint32_t)key, i, slot);
+            return kl::prefill::slot_offset(p, page_of((int)i), slot, kv_head);
         });
     };
     const int n_tiles = (n_keys + BN - 1) / BN;
-    copy_tile(0, 0);
-    cp_async_commit(); /* group 0: Q and key tile 0 */
+    /* Tile 0 looks its pages up in global memory (once per CTA); tile 1's page numbers follow it. */
+    copy_tile(0, 0, [&](int i) { return p.kv_indices[r.first_page + i]; });
+    load_page_numbers<BN, kCtaThreads>(page_slots + BN, p.kv_indices, r, BN, page);
+    cp_async_commit(); /* group 0: Q, key tile 0, tile 1's page numbers */
     for (int j = 0; j < n_tiles; j++) {
         const int st = j & 1;
+        cp_async_wait<0>(); /* this thread's copies of tile j (and of tile j + 1's page numbers) landed ... */
+        __syncthreads();    /* ... and everyone's; and every warp is done with tile j - 1: its stage is free */
         if (j + 1 < n_tiles) {
-            copy_tile(j + 1, st ^ 1); /* stage st ^ 1 was freed by the barrier ending trip j - 1 */
+            /* Tile j + 1 into the free stage, its page numbers read from shared memory; tile j + 2's page
+             * numbers into the slot tile j's used. Both fly while tile j is computed. */
+            const int32_t *slot = page_slots + (st ^ 1) * BN;
+            const int p0 = (int)page.div((uint32_t)((j + 1) * BN));
+            copy_tile(j + 1, st ^ 1, [&](int i) { return slot[i - p0]; });
+            load_page_numbers<BN, kCtaThreads>(page_slots + st * BN, p.kv_indices, r, (j + 2) * BN, page);
             cp_async_commit();
-            cp_async_wait<1>(); /* every group but the newest has landed: tile j (and Q) */
-        } else {
-            cp_async_wait<0>();
         }
-        __syncthreads(); /* ... for every thread's copies, not only this thread's */
         attend_tile<T, L, D, MT, NT>(o, m, l, smem_addr(q_tile), smem_addr(k_stage(st)), smem_addr(v_stage(st)), j * BN,
                                      (j + 1) * BN > mask_from, limit, warp_row0, lane, scale_log2);
-        __syncthreads(); /* every warp is done with stage st before trip j + 1 copies tile j + 2 into it */
     }
 
     store_rows<T, MT, DT>(o, m, l, scale_log2, lane, [&](int mt, int h, T *&out, float *&lse) {
@@ -112,7 +121,7 @@ cudaError_t launch(const struct kl_attention_prefill_params *p, cudaStream_t str
             return cudaErrorInvalidValue;
         }
         const dim3 grid((unsigned)p->num_kv_heads, (unsigned)p->batch, (unsigned)tiles);
-        const size_t smem = (size_t)(S::kBM + 4 * S::kBN) * D * sizeof(T); /* Q, 2 x (K, V) */
+        const size_t smem = (size_t)(S::kBM + 4 * S::kBN) * D * sizeof(T) + 2 * S::kBN * sizeof(int32_t);
         return launch_kernel<prefill_v6<T, D>>(grid, smem, stream, *p,
                                                kl::prefill::make_fast_div((uint32_t)p->page_size),
                                                kl::prefill::make_fast_div((uint32_t)group));
