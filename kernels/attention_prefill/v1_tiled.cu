@@ -9,7 +9,9 @@
  * Work mapping: grid (query tiles, qo heads, requests), 128 threads; thread t owns query row t / 4
  * of the tile and, with the 3 lanes beside it (a quad), that row's 32 scores (8 each) and its head_dim
  * outputs (columns t % 4 + 4k), so row max and row sum are two shuffles inside the quad.
- * Bound: float32 FMA on CUDA cores, about 1/15 of the tensor rate; expected ~15-25 TFLOP/s on an H100.
+ * Bound: shared memory, not the FMA pipe: every FMA reads two shared words (q and k, or p and v), and
+ * the SM's shared-memory pipe serves one warp-wide load per clock, so at most half the FMA issue rate
+ * and ~1/8 of the float32 peak; expected ~5-10 TFLOP/s on an H100.
  * Run alone: build/kernlab bench attention_prefill --variant v1_tiled */
 #include <math.h>
 #include <stdio.h>

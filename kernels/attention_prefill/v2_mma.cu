@@ -9,7 +9,8 @@
  * any MMA, then S = Q K^T, the mask on the tiles that need it, the softmax step, O += P V.
  * Left for the next rungs: rows of 128-512 bytes put the 8 rows an ldmatrix phase reads in the same
  * banks (8-way conflicts, v3), and every copy is exposed (no overlap with the MMAs, v4).
- * Bound: shared-memory bank conflicts; expected ~100-150 TFLOP/s on causal-8k on an H100.
+ * Bound: shared-memory bank conflicts (every ldmatrix replayed 8 times: ~1.3 KB of shared traffic per
+ * MMA where 160 B suffice); expected ~60-100 TFLOP/s on causal-8k on an H100.
  * Run alone: build/kernlab bench attention_prefill --variant v2_mma */
 #include "kernels/attention_prefill/mma.cuh"
 #include "lab/core/registry.h"

@@ -5,8 +5,9 @@
  * suffices), and with the XOR they land on 8 different bank groups (lab/attention_prefill/fragments.py
  * counts them). Compare the shared-memory bank conflicts of v2 and v3 in the counters.
  * Work mapping: as v2 (grid (query tiles, qo heads, requests), 4 warps, 32 query rows a warp).
- * Bound: the copies are still exposed (copy, wait, barrier, compute); expected ~200-250 TFLOP/s on
- * causal-8k on an H100. Run alone: build/kernlab bench attention_prefill --variant v3_swizzle */
+ * Bound: the copies are still exposed (copy, wait, barrier, compute; the other CTA on the SM covers
+ * part of it); expected ~180-250 TFLOP/s on causal-8k on an H100.
+ * Run alone: build/kernlab bench attention_prefill --variant v3_swizzle */
 #include "kernels/attention_prefill/mma.cuh"
 #include "lab/core/registry.h"
 

@@ -23,8 +23,9 @@ if(Python3_FOUND AND Threads_FOUND)
                      COMMENT "Emulation copy of the attention_prefill tensor-core kernels")
   add_executable(prefill_emulator lab/attention_prefill/emulate/driver.cpp reference/attention_prefill.c
                                   ${KL_PREFILL_EMU}/kernels_emu.h)
-  target_include_directories(prefill_emulator PRIVATE ${KL_PREFILL_EMU} ${PROJECT_SOURCE_DIR}/lab/attention_prefill/emulate
-                             ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/lab/core ${CUDAToolkit_INCLUDE_DIRS})
+  target_include_directories(prefill_emulator PRIVATE ${KL_PREFILL_EMU} ${PROJECT_SOURCE_DIR}
+                             ${PROJECT_SOURCE_DIR}/lab/attention_prefill/emulate ${PROJECT_SOURCE_DIR}/lab/core
+                             ${CUDAToolkit_INCLUDE_DIRS})
   target_link_libraries(prefill_emulator PRIVATE PkgConfig::OPENBLAS Threads::Threads m)
   set_target_properties(prefill_emulator PROPERTIES CXX_STANDARD 20 CXX_STANDARD_REQUIRED ON)
   add_test(NAME attention_prefill_emulated COMMAND prefill_emulator)

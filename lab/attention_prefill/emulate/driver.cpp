@@ -64,8 +64,10 @@ template <typename T, int D> static bool check(const problem &pr, const std::str
     std::normal_distribution<float> normal;
     const int batch = (int)pr.q_lens.size();
     int total_q = 0, pages = 0, max_q = 0;
-    for (int b = 0; b < batch; b++)
-        total_q += pr.q_lens[b], pages += (pr.kv_lens[b] + pr.page - 1) / pr.page, max_q = std::max(max_q, pr.q_lens[b]);
+    for (int b = 0; b < batch; b++) {
+        total_q += pr.q_lens[b], max_q = std::max(max_q, pr.q_lens[b]);
+        pages += (pr.kv_lens[b] + pr.page - 1) / pr.page;
+    }
     const int num_pages = pages + 2;
     std::vector<int32_t> qo_indptr(batch + 1), kv_indptr(batch + 1), last(batch), indices(pages);
     std::vector<int> order(num_pages);
