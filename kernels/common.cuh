@@ -136,15 +136,12 @@ template <typename... KArgs, typename... Args>
 inline cudaError_t launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, bool pdl, cudaStream_t stream,
                               Args &&...args)
 {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.stream = stream;
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = pdl ? 1 : 0;
+    /* Positional (grid, block, shared bytes, stream, attributes, count): the fields are not named,
+     * so the attention_prefill emulator, which renames gridDim and blockDim, compiles this too. */
+    cudaLaunchConfig_t cfg = {grid, block, 0, stream, attr, pdl ? 1u : 0u};
     return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 

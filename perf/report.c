@@ -707,11 +707,16 @@ static void section_cpu_story(FILE *f, const cJSON *r, const char *workload, con
             F("%.0f", num(r, "ns_per_match")), F("%.2f", num(r, "gbs")));
 }
 
+static bool compute_bound(const cJSON *r);
+static void section_compute_story(FILE *f, const struct mod *md, const cJSON *r, const char *workload,
+                                  const char *variant);
+
 static void section_story(FILE *f, const struct mod *md, const char *workload, const char *variant)
 {
     const cJSON *r = workload && variant ? find_row(md, variant, workload) : NULL;
     if (!r) return;
     if (num(r, "device.cc") == 0) return section_cpu_story(f, r, workload, variant);
+    if (compute_bound(r)) return section_compute_story(f, md, r, workload, variant);
     double t = num(r, "time_us.median"), floor_us = num(r, "ceilings.launch_us_graph");
     double rd = num(r, "counters.dram_read_bytes"), wr = num(r, "counters.dram_write_bytes"), b = num(r, "bytes");
     fprintf(f, "## Execution story: `%s` on `%s`\n\nOne launch, from the host's call to the last byte written, with "
@@ -790,6 +795,172 @@ static void section_story(FILE *f, const struct mod *md, const char *workload, c
     }
 }
 
+/* ---- compute-bound modules (roofline bound "compute", e.g. attention_prefill) ----
+ * The memory-bound story above follows bytes; a compute-bound kernel's follows one CTA's work
+ * through the pipes: what it loads, its matrix products on the tensor pipe, what runs beside them,
+ * and the counters that say where the time goes (tensor-pipe share, stall reasons, shared-memory
+ * bank conflicts, occupancy and its limiter). Rows whose module reports the attention work
+ * ("work": rows, pairs, head_dim) get the attention tile's steps by name. */
+
+static bool compute_bound(const cJSON *r) { return r && strcmp(str(r, "roofline.bound", ""), "compute") == 0; }
+
+/* Extra shared-memory wavefronts caused by bank conflicts, as a share of all shared wavefronts. */
+static double conflict_share(const cJSON *r)
+{
+    double c = num(r, "counters.smem_bank_conflicts"), w = num(r, "counters.smem_wavefronts");
+    return w > 0 ? c / w : NAN;
+}
+
+/* What the top stall of a compute-bound kernel usually means there (the generic table speaks of
+ * memory-bound kernels). */
+static const char *compute_stall_meaning(const char *name)
+{
+    static const struct {
+        const char *name, *meaning;
+    } k[] = {
+        {"math_pipe_throttle", "the tensor (or FMA) pipe is busy: the compute-bound signature, where the time should go"},
+        {"short_scoreboard", "waiting on shared memory (ldmatrix) or the special-function unit (the softmax's exp2)"},
+        {"mio_throttle", "the shared-memory / special-function queue is full: ldmatrix and MUFU traffic outpace the pipe"},
+        {"long_scoreboard", "waiting on global memory: the page lookups and copies are not hidden"},
+        {"barrier", "waiting at the per-tile __syncthreads for the slowest warp of the CTA"},
+        {"wait", "fixed-latency dependencies: an MMA waiting on the previous one's accumulators"},
+        {"not_selected", "ready but another warp issued: the scheduler has spare work"},
+        {"dispatch_stall", "the dispatcher could not issue to a busy pipe"},
+    };
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+        if (strcmp(k[i].name, name) == 0) return k[i].meaning;
+    return stall_meaning(name);
+}
+
+static void section_compute_story(FILE *f, const struct mod *md, const cJSON *r, const char *workload,
+                                  const char *variant)
+{
+    const double t = num(r, "time_us.median"), sms = num(r, "device.sms"), flops = num(r, "flops");
+    const cJSON *k = get(r, "counters.launch");
+    const int blocks = k ? launch_shape(k).blocks : 0;
+    const int threads = k && cJSON_GetArrayItem(get(k, "block"), 0) ? cJSON_GetArrayItem(get(k, "block"), 0)->valueint : 0;
+    const double occ = k ? num(k, "theoretical_occupancy_pct") : NAN;
+    /* CTAs resident per SM: theoretical occupancy x the SM's warp slots (64) / warps per CTA. */
+    const double per_sm = threads > 0 ? floor(occ / 100.0 * 64 / (threads / 32.0) + 1e-9) : NAN;
+    fprintf(f, "## Execution story: `%s` on `%s`\n\nOne launch, then the life of one CTA (the average over the launch's "
+               "CTAs, counting those of a ragged batch that find no rows and exit at once) through the pipes, with what the counters measured over the same launch (CUPTI Range Profiler, L2 "
+               "flushed first). The workload does %s FLOP per byte it must move against a ridge of %s: compute-bound, "
+               "so the question is how busy the tensor pipe is and what keeps it waiting.\n\n```text\n",
+            variant, workload, F("%.0f", num(r, "roofline.intensity")), F("%.0f", num(r, "roofline.ridge")));
+    fprintf(f, "Time 0.00 us     the launch (graph replays: %s us; events around each launch: %s us)\n", F("%.2f", t),
+            F("%.2f", num(r, "time_us_events.median")));
+    fprintf(f, "Kernel: %s\n", k ? str(k, "kernel", "?") : variant);
+    if (k) {
+        fprintf(f, "├── Launch: %d CTAs x %d threads over %s SMs; %s resident per SM (theoretical occupancy %s%%, limited "
+                   "by %s), so %s waves\n",
+                blocks, threads, F("%.0f", sms), F("%.0f", per_sm), F("%.1f", occ), str(k, "occupancy_limiter", "?"),
+                F("%.1f", blocks / (sms * per_sm)));
+        fprintf(f, "├── Resources: %s registers/thread, %s B shared memory/CTA, %s B local/thread (%s)\n",
+                F("%.0f", num(k, "registers")), F("%.0f", num(k, "static_smem") + num(k, "dynamic_smem")),
+                F("%.0f", num(k, "local_bytes")), num(k, "local_bytes") > 0 ? "spills or a stack frame" : "no spills");
+    }
+    const double rows = num(r, "work.rows"), pairs = num(r, "work.pairs"), d = num(r, "params.head_dim");
+    if (blocks > 0 && isfinite(rows) && isfinite(pairs) && isfinite(d)) {
+        /* Attention: rows are (query, qo head) pairs, pairs the unmasked (query, key) pairs of all heads. */
+        const double cta_rows = rows / blocks, keys = pairs / rows, cta_us = t * sms * per_sm / blocks;
+        fprintf(f, "├── One CTA: %s rows (query, head) of the %s, each seeing %s keys on average: %s FLOPs, %s us of its "
+                   "SM slot at the measured rate\n",
+                F("%.0f", cta_rows), F("%.0f", rows), F("%.0f", keys), F("%.3g", flops / blocks), F("%.1f", cta_us));
+        fprintf(f, "│   ├── load:     its q rows once (%s), then its keys' K and V rows tile by tile into shared memory "
+                   "(about %s: every tile once per CTA); the whole launch read %s from DRAM for a %s model, L2 hit rate "
+                   "%s%%\n",
+                HB(cta_rows * d * 2), HB(keys * d * 2 * 2), HB(num(r, "counters.dram_read_bytes")), HB(num(r, "bytes")),
+                F("%.0f", num(r, "counters.l2_hit_rate_pct")));
+        fprintf(f, "│   ├── GEMM 1:   S = Q K^T, %s FLOPs per CTA on the tensor pipe (2 x head_dim per pair)\n",
+                F("%.3g", flops / blocks / 2));
+        fprintf(f, "│   ├── softmax:  per key tile, each row's max (a shuffle over the 4 threads holding it), one exp2 per "
+                   "pair (%s per CTA, on the 16-per-clock special-function unit) and the row sum\n",
+                F("%.3g", pairs / blocks));
+        fprintf(f, "│   ├── rescale:  when a row's max grows, its running sum and its %s output columns are multiplied by "
+                   "2^(m_old - m_new): once per key tile, on the FMA pipe\n",
+                F("%.0f", d));
+        fprintf(f, "│   ├── GEMM 2:   O += P V with P rounded to 16 bits in registers, another %s FLOPs per CTA\n",
+                F("%.3g", flops / blocks / 2));
+        fprintf(f, "│   └── epilogue: O / l and lse written once (%s per CTA)\n", HB(cta_rows * (d * 2 + 4)));
+    }
+    fprintf(f, "├── Tensor pipe: active %s%% of the cycles (the GEMMs' share of the SMs' time); SM throughput %s%%\n",
+            F("%.1f", num(r, "counters.tensor_pipe_pct")), F("%.1f", num(r, "counters.sm_throughput_pct")));
+    const double cs = conflict_share(r);
+    fprintf(f, "├── Shared memory: %s bank-conflict wavefronts of %s (%s%% of the shared-memory work was conflicts)\n",
+            F("%.3g", num(r, "counters.smem_bank_conflicts")), F("%.3g", num(r, "counters.smem_wavefronts")),
+            F("%.1f", 100 * cs));
+    fprintf(f, "├── Occupancy: %s%% achieved of %s%% theoretical\n", F("%.1f", num(r, "counters.achieved_occupancy_pct")),
+            F("%.1f", occ));
+    const char *names[32];
+    double pct[32];
+    int n = stalls_of(r, names, pct, 32);
+    for (int i = 0; i < n && i < 4; i++)
+        fprintf(f, "%s %-18s %5.1f%%  <- %s\n", i == 0 ? "├── Warp stalls:" : "│                ", names[i], pct[i],
+                compute_stall_meaning(names[i]));
+    fprintf(f, "└── Interpretation: %s of the GEMM rate", F("%.2f", num(r, "tc_frac")));
+    if (n) fprintf(f, "; the warps wait mostly on %s", names[0]);
+    if (isfinite(cs) && cs > 0.05) fprintf(f, "; bank conflicts are a visible share of the shared-memory work");
+    fprintf(f, "\nTime %s us    last CTA retires: %s TFLOP/s = %s of the measured GEMM rate\n```\n\n", F("%.2f", t),
+            F("%.1f", num(r, "tflops")), F("%.3f", num(r, "tc_frac")));
+    /* The peers on the same workload, for scale. */
+    int peers = 0;
+    for (int i = 0; i < md->n_variants; i++) {
+        const cJSON *p = find_row(md, md->variants[i], workload);
+        if (!p || !is_peer(p)) continue;
+        fprintf(f, "%s `%s` %s TFLOP/s (%s)", peers++ ? "," : "Peers on this workload, same run:", md->variants[i],
+                F("%.1f", num(p, "tflops")), F("%.3f", num(p, "tc_frac")));
+    }
+    if (peers) fprintf(f, ".\n\n");
+}
+
+/* The compute side of every row: rate, tensor pipe, conflicts, occupancy, registers, top stalls. */
+static void section_compute_hardware(FILE *f, const struct mod *md, const char *main_w)
+{
+    const cJSON *any = NULL;
+    for (int j = 0; j < md->rows.n && !any; j++)
+        if (compute_bound(md->rows.r[j])) any = md->rows.r[j];
+    if (!any) return;
+    fprintf(f, "### The compute side\n\nFor compute-bound rows: the rate against the measured GEMM ceiling, how busy the "
+               "tensor pipe was, the share of shared-memory wavefronts that bank conflicts added, occupancy (achieved / "
+               "theoretical, and what limits it) and registers per thread.\n\n| variant | workload | TFLOP/s | tc_frac | "
+               "tensor pipe %% | smem conflicts | occupancy | limiter | registers | local B | top stalls |\n"
+               "|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (int i = 0; i < md->n_variants; i++)
+        for (int w = 0; w < md->n_workloads; w++) {
+            const cJSON *r = find_row(md, md->variants[i], md->workloads[w]);
+            if (!r || !compute_bound(r)) continue;
+            const cJSON *k = get(r, "counters.launch");
+            const char *names[32];
+            double pct[32];
+            int n = stalls_of(r, names, pct, 32);
+            char stalls[160] = "-";
+            size_t off = 0;
+            for (int s = 0; s < n && s < 3 && off < sizeof stalls; s++)
+                off += (size_t)snprintf(stalls + off, sizeof stalls - off, "%s%s %.0f%%", s ? ", " : "", names[s], pct[s]);
+            fprintf(f, "| %s%s | %s | %s | %s | %s | %s | %s / %s | %s | %s | %s | %s |\n", md->variants[i],
+                    is_peer(r) ? " (peer)" : "", md->workloads[w], F("%.1f", num(r, "tflops")), F("%.3f", num(r, "tc_frac")),
+                    F("%.1f", num(r, "counters.tensor_pipe_pct")), F("%.1f%%", 100 * conflict_share(r)),
+                    F("%.0f%%", num(r, "counters.achieved_occupancy_pct")),
+                    F("%.0f%%", k ? num(k, "theoretical_occupancy_pct") : NAN), k ? str(k, "occupancy_limiter", "-") : "-",
+                    F("%.0f", k ? num(k, "registers") : NAN), F("%.0f", k ? num(k, "local_bytes") : NAN), stalls);
+        }
+    fprintf(f, "\nOn `%s`, variant by variant:\n\n", main_w ? main_w : "-");
+    for (int i = 0; main_w && i < md->n_variants; i++) {
+        const cJSON *r = find_row(md, md->variants[i], main_w);
+        if (!r || is_peer(r) || !compute_bound(r)) continue;
+        const char *names[32];
+        double pct[32];
+        int n = stalls_of(r, names, pct, 32);
+        fprintf(f, "- **%s**: %s TFLOP/s, %s of the GEMM rate, tensor pipe %s%% active.", md->variants[i],
+                F("%.1f", num(r, "tflops")), F("%.3f", num(r, "tc_frac")), F("%.0f", num(r, "counters.tensor_pipe_pct")));
+        if (n) fprintf(f, " Its warps mostly stall on %s (%.0f%%): %s.", names[0], pct[0], compute_stall_meaning(names[0]));
+        double cs = conflict_share(r);
+        if (isfinite(cs)) fprintf(f, " Bank conflicts: %.1f%% of its shared-memory wavefronts.", 100 * cs);
+        fprintf(f, "\n");
+    }
+    fprintf(f, "\n");
+}
+
 static void section_hardware(FILE *f, const struct mod *md, const char *main_w)
 {
     if (md->rows.n && num(md->rows.r[0], "device.cc") == 0) return; /* CPU: see "Module measurements" */
@@ -821,11 +992,13 @@ static void section_hardware(FILE *f, const struct mod *md, const char *main_w)
                         F("%.0f%%", num(r, "counters.achieved_occupancy_pct")), F("%.0f", num(r, "counters.l2_hit_rate_pct")),
                         stall);
             }
-    fprintf(f, "\nWhat the counters say, variant by variant, on `%s`%s%s:\n\n", main_w ? main_w : "-",
-            multi(md) ? " on " : "", multi(md) ? md->labels[0] : "");
+    const cJSON *main_row = main_w && md->n_variants ? find_row(md, md->variants[0], main_w) : NULL;
+    if (!compute_bound(main_row))
+        fprintf(f, "\nWhat the counters say, variant by variant, on `%s`%s%s:\n\n", main_w ? main_w : "-",
+                multi(md) ? " on " : "", multi(md) ? md->labels[0] : "");
     for (int i = 0; main_w && i < md->n_variants; i++) {
         const cJSON *r = find_row(md, md->variants[i], main_w);
-        if (!r || is_peer(r)) continue;
+        if (!r || is_peer(r) || compute_bound(r)) continue; /* compute-bound rows: section_compute_hardware */
         const char *names[32];
         double pct[32];
         int n = stalls_of(r, names, pct, 32);
@@ -1536,6 +1709,7 @@ static int write_guide(const char *out, struct mod *md, const struct kl_targets 
     section_variants(f, md, w);
     section_story(f, md, w, best);
     section_hardware(f, md, w);
+    section_compute_hardware(f, md, w);
     const cJSON *any = NULL; /* the primary device's first row */
     for (int j = 0; j < md->rows.n && !any; j++)
         if (on_dev(md, md->rows.r[j])) any = md->rows.r[j];
@@ -1628,6 +1802,8 @@ static int write_index(const char *out, struct mod *mods, int n, const struct kl
             if (multi(md)) snprintf(pre, sizeof pre, "%s%s: ", d ? "; " : "", md->labels[d]);
             if (r && num(r, "device.cc") == 0)
                 snprintf(one, sizeof one, "%s on %s: %s ns per match (CPU)", best, w, F("%.0f", num(r, "ns_per_match")));
+            else if (r && compute_bound(r))
+                snprintf(one, sizeof one, "%s on %s: %s TFLOP/s", best, w, F("%.0f", num(r, "tflops")));
             else if (r) snprintf(one, sizeof one, "%s on %s: %s GB/s", best, w, F("%.0f", num(r, "gbs")));
             if (r && strcmp(m->name, "allreduce") == 0) allreduce_index_figure(one, sizeof one, &on);
             of += (size_t)snprintf(fig + of, of < sizeof fig ? sizeof fig - of : 0, "%s%s", pre, one);

@@ -43,7 +43,7 @@ struct kl_policy kl_policy_attention_out(enum kl_dtype t, int64_t head_dim, int6
                                          double v_abs_max);
 struct kl_policy kl_policy_attention_lse(int64_t head_dim, int64_t max_kv_len, double logit_bound);
 /* The rationale of both rows, for the guides. */
-extern const char kl_attention_tolerance_text[];
+extern const char kl_attention_tolerance_text[]; /* an array: usable in static initializers (KL_MODULE) */
 
 #define KL_MAX_REPORTED 10
 

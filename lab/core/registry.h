@@ -80,8 +80,8 @@ struct kl_tensor_ops {
     /* The CPU reference (reference/<module>.c), float64 accumulation. Allocates out. */
     int (*reference)(const void *prob, struct kl_outputs *out, struct kl_err *err);
     /* Runs variant v on the GPU: uploads inputs, poisons outputs, launches, downloads. Returns 0,
-     * -1 on failure, or 1 when v does not handle this problem (a dtype or shape it leaves to
-     * other variants): a SKIP with the reason in err, never a PASS. */
+     * -1 on failure (err says why), or 1 when v does not take this problem (a dtype or head_dim it
+     * leaves out: tensor-core attention takes fp16/bf16 only): a SKIP with err's reason. */
     int (*run)(const struct kl_variant *v, const void *prob, struct kl_outputs *out,
                struct kl_err *err);
     void (*free)(void *prob);

@@ -1,0 +1,95 @@
+/* v3_swizzle: v2 with its shared-memory tiles XOR-swizzled. What changed: chunk c (16 bytes) of
+ * tile row r is stored at chunk c ^ (r % 8) of that row (mma.cuh, xor_rows). Why faster: every
+ * ldmatrix phase reads one 16-byte chunk from each of 8 consecutive rows; with 128- to 512-byte rows
+ * those 8 chunks all sat in the same 4 banks (an 8-way conflict: 8 shared-memory wavefronts where 1
+ * suffices), and with the XOR they land on 8 different bank groups (lab/attention_prefill/fragments.py
+ * counts them). Compare the shared-memory bank conflicts of v2 and v3 in the counters.
+ * Work mapping: as v2 (grid (query tiles, qo heads, requests), 4 warps, 32 query rows a warp).
+ * Bound: the copies are still exposed (copy, wait, barrier, compute; the other CTA on the SM covers
+ * part of it); expected ~180-250 TFLOP/s on causal-8k on an H100.
+ * Run alone: build/kernlab bench attention_prefill --variant v3_swizzle */
+#include "kernels/attention_prefill/mma.cuh"
+#include "lab/core/registry.h"
+
+namespace {
+
+using namespace kl::mma;
+using kl::prefill::visible_keys;
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kCtaThreads)
+    prefill_v3(const kl_attention_prefill_params p, kl::prefill::fast_div page)
+{
+    using S = tile_shape<D>;
+    using L = xor_rows<D>; /* the one change from v2 */
+    constexpr int MT = S::kMT, NT = S::kNT, DT = S::kDT, BM = S::kBM, BN = S::kBN;
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    T *q_tile = reinterpret_cast<T *>(smem_raw), *k_tile = q_tile + BM * D, *v_tile = k_tile + BN * D;
+
+    const kl::prefill::request r = kl::prefill::load_request(p, blockIdx.z);
+    const int tile_q0 = blockIdx.x * BM; /* first query of the tile, within its request */
+    if (tile_q0 >= r.q_len) return;      /* the grid covers the longest request */
+    const int head = blockIdx.y, kv_head = head / (int)(p.num_qo_heads / p.num_kv_heads);
+    const int lane = threadIdx.x % 32, warp_row0 = threadIdx.x / 32 * 16 * MT;
+    const int64_t token_stride = p.num_qo_heads * D;
+
+    /* The tile's last query sees the most keys (the loop bound: tiles above the causal diagonal are
+     * never loaded); its first sees the fewest (below that every row sees every key: no mask). */
+    const int n_keys = visible_keys(p.causal, r.q_len, r.kv_len, min(tile_q0 + BM, r.q_len) - 1);
+    const int mask_from = visible_keys(p.causal, r.q_len, r.kv_len, tile_q0);
+    /* Keys seen by this thread's rows (16 mt + lane / 4 + 8 h of the warp's): causal, a step down
+     * the diagonal from limit0, the first row's; otherwise every key. */
+    const int limit0 = r.kv_len - r.q_len + tile_q0 + warp_row0 + lane / 4 + 1;
+    auto limit = [&](int mt, int h) { return p.causal ? min(limit0 + 16 * mt + 8 * h, r.kv_len) : r.kv_len; };
+
+    const T *q = (const T *)p.q, *kc = (const T *)p.k_cache, *vc = (const T *)p.v_cache;
+    load_tile<L, BM, D, kCtaThreads>(q_tile, q, [&](int row) -> const T * {
+        const int i = tile_q0 + row;
+        return i < r.q_len ? q + (r.q0 + i) * token_stride + (int64_t)head * D : nullptr;
+    });
+    float o[MT][DT][4], m[MT][2], l[MT][2];
+    init_rows(o, m, l);
+    const float scale_log2 = p.sm_scale * kl::prefill::kLog2e;
+
+    for (int k0 = 0; k0 < n_keys; k0 += BN) {
+        load_kv_tile<L, BN, D, kCtaThreads>(k_tile, v_tile, kc, vc, [&](int row) -> int64_t {
+            const int key = k0 + row;
+            return key < r.kv_len ? kl::prefill::cache_offset(p, p.kv_indices, r, page, key, kv_head) : -1;
+        });
+        cp_async_commit();
+        cp_async_wait<0>(); /* this thread's copies have landed ... */
+        __syncthreads();    /* ... and everyone's: the K/V tile (and, on the first trip, Q) is there */
+        attend_tile<T, L, D, MT, NT>(o, m, l, smem_addr(q_tile), smem_addr(k_tile), smem_addr(v_tile), k0,
+                                     k0 + BN > mask_from, limit, warp_row0, lane, scale_log2);
+        __syncthreads(); /* every warp is done with K and V before the next trip overwrites them */
+    }
+
+    store_rows<T, MT, DT>(o, m, l, scale_log2, lane, [&](int mt, int h, T *&out, float *&lse) {
+        const int i = tile_q0 + warp_row0 + 16 * mt + lane / 4 + 8 * h;
+        out = (T *)p.out + (r.q0 + i) * token_stride + (int64_t)head * D;
+        lse = p.lse + (int64_t)(r.q0 + i) * p.num_qo_heads + head;
+        return i < r.q_len;
+    });
+}
+
+cudaError_t launch(const struct kl_attention_prefill_params *p, cudaStream_t stream)
+{
+    bool go;
+    cudaError_t rc = launch_checks(p, "v3_swizzle", &go);
+    if (!go) return rc;
+    return dispatch(p, [&](auto t, auto d) {
+        using T = decltype(t);
+        constexpr int D = decltype(d)::value;
+        using S = tile_shape<D>;
+        const dim3 grid((unsigned)((p->max_q_len + S::kBM - 1) / S::kBM), (unsigned)p->num_qo_heads,
+                        (unsigned)p->batch);
+        const size_t smem = (size_t)(S::kBM + 2 * S::kBN) * D * sizeof(T); /* Q, K, V */
+        return launch_kernel<prefill_v3<T, D>>(grid, smem, stream, *p,
+                                               kl::prefill::make_fast_div((uint32_t)p->page_size));
+    });
+}
+
+} // namespace
+
+KL_VARIANT(attention_prefill, v3_swizzle, launch, .min_cc = 80,
+           .summary = "v2 with XOR-swizzled shared-memory rows: conflict-free ldmatrix");
