@@ -181,6 +181,7 @@ static int bench_one(const struct kl_bench_args *a, const struct kl_variant *v, 
     cJSON_AddNumberToObject(r.extra, "input_sets", sets);
     cJSON_AddNumberToObject(r.extra, "floor_frac", floor_frac);
     if (c->read_gbs > 0) cJSON_AddNumberToObject(r.extra, "read_frac", r.gbs / c->read_gbs);
+    if (ops->extra) ops->extra(state, r.extra);
     if (copy_us > 0) { /* the same bytes as a plain copy: what this size allows */
         cJSON_AddNumberToObject(r.extra, "copy_same_bytes_us", copy_us);
         cJSON_AddNumberToObject(r.extra, "copy_same_bytes_frac", copy_us / t.median_us);

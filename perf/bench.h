@@ -90,6 +90,9 @@ struct kl_perf_ops {
     int (*check)(const struct kl_variant *v, void *state, struct kl_cmp *out, struct kl_err *err);
     void (*teardown)(void *state);
     struct cJSON *(*params)(const struct kl_workload *w);
+    /* Optional: module fields for the results line (top level), added after the re-check
+     * (attention_prefill: "recheck", whether the whole output or a sample of rows was checked). */
+    void (*extra)(void *state, struct cJSON *extra);
 };
 
 /* What one `kernlab bench` invocation asks of a module. */

@@ -1,0 +1,73 @@
+/* Prefill attention over a paged K/V cache (ragged batch, causal or not, GQA): the C ABI every
+ * variant implements.
+ *
+ * Request b owns the query rows qo_indptr[b] .. qo_indptr[b+1]-1 (q_len of them) and the pages
+ * kv_indices[kv_indptr[b] .. kv_indptr[b+1]-1]; its keys are those pages' slots in order, all
+ * of them full but the last, which holds kv_last_page_len[b]:
+ *   kv_len = (pages - 1) * page_size + kv_last_page_len[b]   (0 when it has no pages).
+ * Key j of request b lives at k_cache[kv_indices[kv_indptr[b] + j / page_size], j % page_size].
+ * The new tokens' K/V are already in the cache, so kv_len >= q_len. For query i (0-based within
+ * its request) and qo head h, with g = num_qo_heads / num_kv_heads and kv head h / g:
+ *   s_j  = sm_scale * q[i, h] . k[j, h / g]      for the keys query i sees:
+ *          every j < kv_len, or with causal only j <= kv_len - q_len + i (bottom-right aligned)
+ *   out[i, h] = sum_j softmax(s)_j v[j, h / g];  lse[i, h] = log(sum_j exp(s_j))  (natural log)
+ * A row that sees no key (impossible when kv_len >= q_len, kept defined anyway) has out 0 and
+ * lse -inf. A request with q_len 0 writes nothing.
+ *
+ * The launch is a pure function of these device arrays plus the host-side shape fields below, so
+ * it can be captured in a CUDA graph. A Hopper variant (wgmma, TMA) builds its tensor maps in its
+ * launcher from the same pointers and shapes, and a persistent scheduler takes its tile counter
+ * from `workspace`. */
+#ifndef KL_KERNELS_ATTENTION_PREFILL_H
+#define KL_KERNELS_ATTENTION_PREFILL_H
+
+#include <cuda_runtime_api.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lab/core/dtype.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct kl_attention_prefill_params {
+    const void *q;                   /* [total_q, num_qo_heads, head_dim] */
+    const void *k_cache;             /* [num_pages, page_size, num_kv_heads, head_dim] */
+    const void *v_cache;             /* [num_pages, page_size, num_kv_heads, head_dim] */
+    const int32_t *qo_indptr;        /* [batch + 1] device: 0 = qo_indptr[0] <= ... <= qo_indptr[batch] = total_q */
+    const int32_t *kv_indptr;        /* [batch + 1] device: 0 = kv_indptr[0] <= ... (pages per request) */
+    const int32_t *kv_indices;       /* [kv_indptr[batch]] device: page numbers in [0, num_pages), any order */
+    const int32_t *kv_last_page_len; /* [batch] device: 1..page_size for a request with pages */
+    void *out;                       /* [total_q, num_qo_heads, head_dim], dtype */
+    float *lse;                      /* [total_q, num_qo_heads] float32, natural log */
+    void *workspace;                 /* device scratch for variants that need it (may be NULL) */
+    size_t workspace_bytes;
+    int64_t batch;
+    int64_t total_q;
+    int64_t num_qo_heads;            /* a multiple of num_kv_heads */
+    int64_t num_kv_heads;
+    int64_t head_dim;
+    int64_t page_size;
+    int64_t num_pages;
+    int64_t max_q_len;               /* host-side: the largest q_len of any request (sizes the grid, like
+                                        FlashAttention's max_seqlen_q); queries past it are not computed */
+    float sm_scale;                  /* usually 1 / sqrt(head_dim) */
+    bool causal;
+    enum kl_dtype dtype;             /* q, k_cache, v_cache and out: KL_F32, KL_F16 or KL_BF16 */
+};
+
+typedef cudaError_t (*kl_attention_prefill_launch_fn)(const struct kl_attention_prefill_params *p,
+                                                      cudaStream_t stream);
+
+/* Shape and pointer checks every launcher starts with: cudaErrorInvalidValue, with the argument
+ * at fault printed to stderr, or cudaSuccess. A variant that is correct but does not take a
+ * dtype or head_dim (tensor-core variants: fp16/bf16 only) returns cudaErrorNotSupported
+ * without printing; the module reports that problem as a SKIP for that variant. */
+cudaError_t kl_attention_prefill_check_params(const struct kl_attention_prefill_params *p, const char *variant);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

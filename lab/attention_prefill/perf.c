@@ -1,0 +1,246 @@
+/* attention_prefill workloads for `kernlab bench`: Llama-3-8B's attention (32 qo / 8 kv heads,
+ * head_dim 128, bf16) over a paged cache of 16-token pages handed out in a random order (a
+ * fragmented cache), K/V random, never zeros.
+ * FLOP model: 4 x head_dim per unmasked (query, key) pair and qo head (QK^T and P.V, 2 FLOPs per
+ * multiply-add each), counted exactly: a causal prefill of n tokens has n(n+1)/2 pairs.
+ * Byte model: q read once, the K and V rows the requests attend read once, out written once, lse
+ * (float32) written once, the index arrays read once.
+ * Re-check after timing: the float64 reference of the whole causal-8k problem is ~1.1e12 FLOPs of
+ * dgemm (minutes on a few CPU cores, for every variant), so big workloads are re-checked on a sample
+ * of query rows (the first and last query of every request, more at random; 4 heads each) with the
+ * reference's plain-loop form, and the results line says so under "recheck". */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lab/attention_prefill/attention_prefill_module.h"
+#include "perf/bench.h"
+
+enum { CAUSAL = 1, RAGGED = 2 };
+enum { kQoHeads = 32, kKvHeads = 8, kHeadDim = 128 };
+
+/* ragged-b16: q_len = kv_len drawn once, uniformly from 128..4096 (Python's random.Random(20261122));
+ * fixed here so that every variant and the peers (perf/peers/attention_prefill.py) see the same batch. */
+static const int64_t kRagged[16] = {2461, 2196, 1102, 2693, 1703, 2865, 2655, 276,
+                                    383,  2700, 1712, 3421, 199,  829,  1916, 2167};
+
+static const struct kl_workload kworkloads[] = {
+    /* shape: batch, q_len, kv_len, page_size */
+    {"causal-8k", "one 8192-token prompt, causal", {1, 8192, 8192, 16}, CAUSAL},
+    {"causal-b4x2k", "4 prompts of 2048 tokens, causal", {4, 2048, 2048, 16}, CAUSAL},
+    {"extend-b4-q512-kv4k", "4 requests: 512 new tokens over a 3584-token cached prefix", {4, 512, 4096, 16}, CAUSAL},
+    {"ragged-b16", "16 prompts of 199..3421 tokens, causal", {16, 0, 0, 16}, CAUSAL | RAGGED},
+    {"noncausal-4k", "one 4096-token sequence, no mask", {1, 4096, 4096, 16}, 0},
+    {"causal-8k-p1", "causal-8k over 1-token pages (a gather per key)", {1, 8192, 8192, 1}, CAUSAL},
+};
+
+/* Sampled re-check: this many query tokens at most (first/last of each request included), 4 heads each. */
+enum { kSampleTokens = 48, kSampleHeads = 4 };
+/* Below this many reference FLOPs the whole output is re-checked. */
+#define KL_FULL_CHECK_FLOPS 4e9
+
+static void lens(const struct kl_workload *w, int64_t b, int64_t *q, int64_t *kv)
+{
+    if (w->flags & RAGGED) *q = *kv = kRagged[b];
+    else *q = w->shape[1], *kv = w->shape[2];
+}
+
+static double pairs(const struct kl_workload *w)
+{
+    double n = 0;
+    for (int64_t b = 0; b < w->shape[0]; b++) {
+        int64_t q, kv;
+        lens(w, b, &q, &kv);
+        for (int64_t i = 0; i < q; i++) n += (double)kl_attention_prefill_visible(w->flags & CAUSAL, q, kv, i);
+    }
+    return n;
+}
+
+static double flops(const struct kl_workload *w) { return 4.0 * kHeadDim * kQoHeads * pairs(w); }
+
+/* q, out, lse and the index arrays; with or without the whole cache (set_bytes) or only the keys
+ * attended (the model). */
+static double io_bytes(const struct kl_workload *w, bool whole_cache)
+{
+    double total_q = 0, kv_rows = 0, pages = 0;
+    for (int64_t b = 0; b < w->shape[0]; b++) {
+        int64_t q, kv;
+        lens(w, b, &q, &kv);
+        total_q += (double)q;
+        kv_rows += (double)kv;
+        pages += (double)((kv + w->shape[3] - 1) / w->shape[3]);
+    }
+    if (whole_cache) kv_rows = pages * (double)w->shape[3];
+    const double row = (double)kHeadDim * 2; /* bf16 */
+    return total_q * kQoHeads * row * 2 + kv_rows * kKvHeads * row * 2 + total_q * kQoHeads * 4 +
+           4.0 * (2 * (double)(w->shape[0] + 1) + (double)w->shape[0] + pages);
+}
+
+static double bytes(const struct kl_workload *w) { return io_bytes(w, false); }
+static size_t set_bytes(const struct kl_workload *w) { return (size_t)io_bytes(w, true); }
+
+struct state {
+    const struct kl_workload *w;
+    struct kl_attention_prefill_problem *host; /* every set holds these values */
+    int sets;
+    struct kl_attention_prefill_params *k;
+    int64_t *rows, n_rows; /* the sampled re-check's (token * qo_heads + head) rows; NULL: the whole output */
+};
+
+static void teardown(void *p)
+{
+    struct state *s = p;
+    if (!s) return;
+    for (int i = 0; i < s->sets; i++)
+        if (s->k[i].q) kl_attention_prefill_release(&s->k[i]);
+    kl_attention_prefill_problem_free(s->host);
+    free(s->k), free(s->rows), free(s);
+}
+
+/* First and last query of every request (where the mask and the tails are), then random tokens;
+ * for each, the first and last head and two at random. */
+static void choose_rows(struct state *s, uint64_t seed)
+{
+    const struct kl_attention_prefill_shape *sh = &s->host->shape;
+    int64_t *tokens = malloc(sizeof(int64_t) * (size_t)(2 * sh->batch + kSampleTokens)), nt = 0;
+    for (int64_t b = 0; b < sh->batch; b++)
+        if (sh->qo_indptr[b + 1] > sh->qo_indptr[b]) {
+            tokens[nt++] = sh->qo_indptr[b];
+            if (sh->qo_indptr[b + 1] - 1 > sh->qo_indptr[b]) tokens[nt++] = sh->qo_indptr[b + 1] - 1;
+        }
+    struct kl_rng rng;
+    kl_rng_seed(&rng, seed ^ 0x5eedull);
+    while (nt < kSampleTokens && sh->total_q > 0) tokens[nt++] = kl_rng_range(&rng, sh->total_q);
+    s->rows = malloc(sizeof(int64_t) * (size_t)(nt * kSampleHeads + 1));
+    for (int64_t t = 0; t < nt; t++)
+        for (int h = 0; h < kSampleHeads; h++) {
+            int64_t head = h == 0 ? 0 : h == 1 ? sh->num_qo_heads - 1 : kl_rng_range(&rng, sh->num_qo_heads);
+            s->rows[s->n_rows++] = tokens[t] * sh->num_qo_heads + head;
+        }
+    free(tokens);
+}
+
+static void *setup(const struct kl_workload *w, int sets, uint64_t seed, struct kl_err *err)
+{
+    struct state *s = calloc(1, sizeof *s);
+    s->w = w, s->sets = sets;
+    s->k = calloc((size_t)sets, sizeof *s->k);
+    int64_t q_lens[16], kv_lens[16];
+    for (int64_t b = 0; b < w->shape[0]; b++) lens(w, b, &q_lens[b], &kv_lens[b]);
+    struct kl_attention_prefill_spec sp = {.batch = w->shape[0], .q_lens = q_lens, .kv_lens = kv_lens,
+                                           .num_qo_heads = kQoHeads, .num_kv_heads = kKvHeads, .head_dim = kHeadDim,
+                                           .page_size = w->shape[3], .spare_pages = 0, .causal = w->flags & CAUSAL,
+                                           .dtype = KL_BF16, .q_scale = 1.0};
+    s->host = kl_attention_prefill_problem_random(&sp, seed);
+    if (flops(w) > KL_FULL_CHECK_FLOPS) choose_rows(s, seed);
+    for (int i = 0; i < sets; i++)
+        if (kl_attention_prefill_upload(s->host, &s->k[i], err)) {
+            teardown(s);
+            return NULL;
+        }
+    return s;
+}
+
+static int launch(const struct kl_variant *v, void *p, int set, cudaStream_t stream)
+{
+    struct state *s = p;
+    return (int)((kl_attention_prefill_launch_fn)v->launch)(&s->k[set], stream);
+}
+
+/* The chosen rows of got and of the plain-loop reference, compared under got's policies. */
+static int check_rows(struct state *s, const struct kl_outputs *got, struct kl_cmp *out, struct kl_err *err)
+{
+    const struct kl_attention_prefill_shape *sh = &s->host->shape;
+    const int64_t d = sh->head_dim, n = s->n_rows;
+    double *q = kl_tensor_to_f64(&s->host->q), *k = kl_tensor_to_f64(&s->host->k_cache);
+    double *v = kl_tensor_to_f64(&s->host->v_cache);
+    double *want_o = malloc(sizeof(double) * (size_t)(n * d)), *want_l = malloc(sizeof(double) * (size_t)n);
+    double *got_o = malloc(sizeof(double) * (size_t)(n * d)), *got_l = malloc(sizeof(double) * (size_t)n);
+    if (!q || !k || !v || !want_o || !want_l || !got_o || !got_l) {
+        free(q), free(k), free(v), free(want_o), free(want_l), free(got_o), free(got_l);
+        return kl_fail(err, "re-check: out of host memory");
+    }
+    kl_attention_prefill_reference_rows(sh, q, k, v, s->rows, n, want_o, want_l);
+    for (int64_t r = 0; r < n; r++) {
+        memcpy(got_o + r * d, got->o[0].v + s->rows[r] * d, sizeof(double) * (size_t)d);
+        got_l[r] = got->o[1].v[s->rows[r]];
+    }
+    struct kl_cmp c;
+    kl_compare(got_o, want_o, n * d, got->o[0].policy, out);
+    kl_compare(got_l, want_l, n, got->o[1].policy, &c);
+    kl_cmp_merge(out, &c);
+    free(q), free(k), free(v), free(want_o), free(want_l), free(got_o), free(got_l);
+    return 0;
+}
+
+static int check(const struct kl_variant *v, void *p, struct kl_cmp *out, struct kl_err *err)
+{
+    struct state *s = p;
+    struct kl_outputs got = {0}, want = {0};
+    int rc = kl_attention_prefill_download(s->host, &s->k[0], &got, err);
+    if (!rc && s->rows) {
+        rc = check_rows(s, &got, out, err);
+    } else if (!rc && !(rc = kl_attention_prefill_expected(s->host, &want, err))) {
+        struct kl_cmp c;
+        kl_compare(got.o[0].v, want.o[0].v, want.o[0].n, got.o[0].policy, out);
+        kl_compare(got.o[1].v, want.o[1].v, want.o[1].n, got.o[1].policy, &c);
+        kl_cmp_merge(out, &c);
+    }
+    kl_outputs_free(&got), kl_outputs_free(&want);
+    return rc;
+}
+
+/* What the re-check covered, for the results line. */
+static void extra(void *p, cJSON *o)
+{
+    struct state *s = p;
+    const struct kl_attention_prefill_shape *sh = &s->host->shape;
+    char what[256];
+    if (s->rows)
+        snprintf(what, sizeof what,
+                 "sampled: %lld of %lld (query, head) rows against the float64 plain-loop reference (first and last "
+                 "query of every request and random ones, 4 heads each); the full reference is %.2g FLOPs",
+                 (long long)s->n_rows, (long long)(sh->total_q * sh->num_qo_heads), flops(s->w));
+    else
+        snprintf(what, sizeof what, "full: every row against the float64 dgemm reference");
+    cJSON_AddStringToObject(o, "recheck", what);
+}
+
+static cJSON *params(const struct kl_workload *w)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "batch", (double)w->shape[0]);
+    if (w->flags & RAGGED) {
+        cJSON_AddStringToObject(o, "lengths", "q_len = kv_len per request, 16 drawn from 128..4096: 199..3421");
+        cJSON *a = cJSON_AddArrayToObject(o, "q_lens");
+        for (int b = 0; b < 16; b++) cJSON_AddItemToArray(a, cJSON_CreateNumber((double)kRagged[b]));
+    } else {
+        cJSON_AddNumberToObject(o, "q_len", (double)w->shape[1]);
+        cJSON_AddNumberToObject(o, "kv_len", (double)w->shape[2]);
+    }
+    cJSON_AddNumberToObject(o, "num_qo_heads", kQoHeads);
+    cJSON_AddNumberToObject(o, "num_kv_heads", kKvHeads);
+    cJSON_AddNumberToObject(o, "head_dim", kHeadDim);
+    cJSON_AddNumberToObject(o, "page_size", (double)w->shape[3]);
+    cJSON_AddBoolToObject(o, "causal", w->flags & CAUSAL);
+    cJSON_AddStringToObject(o, "dtype", "bf16");
+    cJSON_AddStringToObject(o, "pages", "random order");
+    return o;
+}
+
+const struct kl_perf_ops kl_attention_prefill_perf = {
+    .n_workloads = sizeof kworkloads / sizeof kworkloads[0],
+    .workloads = kworkloads,
+    .metric = KL_METRIC_TC,
+    .bytes = bytes,
+    .flops = flops,
+    .set_bytes = set_bytes,
+    .setup = setup,
+    .launch = launch,
+    .check = check,
+    .teardown = teardown,
+    .params = params,
+    .extra = extra,
+};

@@ -1,0 +1,362 @@
+/* attention_prefill tests. Suite `attention_prefill` runs anywhere (the reference against the
+ * goldens, hand-worked cases, its two forms against each other, malformed cases, the models);
+ * suite `attention_prefill_gpu` runs every variant on the device and skips without one.
+ * Parameterized over variant INDICES (pointers as parameters crash Criterion's workers). */
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+#include <dirent.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "lab/attention_prefill/attention_prefill_module.h"
+#include "lab/core/device.h"
+#include "lab/core/golden.h"
+#include "lab/core/testing.h"
+#include "perf/bench.h"
+
+static const struct kl_module *module(void) { return kl_module_find("attention_prefill"); }
+
+Test(attention_prefill, reference_matches_every_golden_case)
+{
+    int failures = kl_test_goldens("attention_prefill", NULL, stderr);
+    cr_assert(failures >= 0, "no golden cases found under golden/attention_prefill");
+    cr_assert_eq(failures, 0, "%d golden cases failed (lines above)", failures);
+}
+
+/* One page of 2 keys, head_dim 2, sm_scale 1: q = (1, 0), k0 = (1, 0), k1 = (0, 1), v0 = (1, 2), v1 = (3, 4). */
+static void two_keys(int64_t q_len, bool causal, double *out, double *lse)
+{
+    const int32_t qo[2] = {0, (int32_t)q_len}, kv[2] = {0, 1}, idx[1] = {0}, last[1] = {2};
+    const double q[4] = {1, 0, 1, 0}, k[4] = {1, 0, 0, 1}, v[4] = {1, 2, 3, 4};
+    struct kl_attention_prefill_shape s = {.batch = 1, .total_q = q_len, .num_qo_heads = 1, .num_kv_heads = 1,
+                                           .head_dim = 2, .page_size = 2, .num_pages = 1, .qo_indptr = qo,
+                                           .kv_indptr = kv, .kv_indices = idx, .kv_last_page_len = last,
+                                           .sm_scale = 1.0, .causal = causal};
+    cr_assert_eq(kl_attention_prefill_reference(&s, q, k, v, out, lse), 0);
+}
+
+Test(attention_prefill, reference_matches_a_hand_worked_softmax)
+{
+    /* Both queries non-causal, or the last query causal: logits (1, 0), weights (e, 1) / (e + 1). */
+    double out[4], lse[2];
+    const double e = exp(1.0);
+    two_keys(1, true, out, lse);
+    cr_assert_float_eq(out[0], (e * 1 + 3) / (e + 1), 1e-14);
+    cr_assert_float_eq(out[1], (e * 2 + 4) / (e + 1), 1e-14);
+    cr_assert_float_eq(lse[0], log(e + 1), 1e-14);
+    /* Two causal queries over two keys: query 0 sees key 0 only, so its output is v0 and its lse
+     * is its single logit. */
+    two_keys(2, true, out, lse);
+    cr_assert_float_eq(out[0], 1.0, 1e-15);
+    cr_assert_float_eq(out[1], 2.0, 1e-15);
+    cr_assert_float_eq(lse[0], 1.0, 1e-15);
+    cr_assert_float_eq(out[2], (e * 1 + 3) / (e + 1), 1e-14);
+    two_keys(2, false, out, lse);
+    cr_assert_float_eq(out[0], (e * 1 + 3) / (e + 1), 1e-14);
+}
+
+Test(attention_prefill, causal_mask_is_bottom_right_aligned)
+{
+    /* An extend: 3 queries over 10 keys. Query i sees 10 - 3 + i + 1 keys: 8, 9, 10. */
+    cr_assert_eq(kl_attention_prefill_visible(true, 3, 10, 0), 8);
+    cr_assert_eq(kl_attention_prefill_visible(true, 3, 10, 2), 10);
+    cr_assert_eq(kl_attention_prefill_visible(false, 3, 10, 0), 10);
+    cr_assert_eq(kl_attention_prefill_visible(true, 5, 5, 0), 1);
+}
+
+/* Every row of every catalogue problem: the dgemm form and the plain-loop form of the reference
+ * are two implementations of the same function, and must agree to float64 rounding. */
+Test(attention_prefill, reference_blocked_dgemm_and_plain_loops_agree_on_the_catalogue)
+{
+    char label[200];
+    int checked = 0;
+    for (int i = 0;; i++) {
+        struct kl_attention_prefill_problem *p = module()->tensor->make(i, 7, label, sizeof label);
+        if (!p) break;
+        struct kl_outputs o = {0};
+        struct kl_err err;
+        cr_assert_eq(kl_attention_prefill_expected(p, &o, &err), 0, "%s", err.msg);
+        const int64_t n = p->shape.total_q * p->shape.num_qo_heads, d = p->shape.head_dim;
+        int64_t *rows = malloc(sizeof(int64_t) * (size_t)(n + 1));
+        double *out = malloc(sizeof(double) * (size_t)(n * d + 1)), *lse = malloc(sizeof(double) * (size_t)(n + 1));
+        for (int64_t r = 0; r < n; r++) rows[r] = r;
+        double *q = kl_tensor_to_f64(&p->q), *k = kl_tensor_to_f64(&p->k_cache), *v = kl_tensor_to_f64(&p->v_cache);
+        kl_attention_prefill_reference_rows(&p->shape, q, k, v, rows, n, out, lse);
+        for (int64_t r = 0; r < n; r++) {
+            cr_assert(fabs(lse[r] - o.o[1].v[r]) <= 1e-12 * (1 + fabs(lse[r])) || lse[r] == o.o[1].v[r],
+                      "%s: lse[%lld] %.17g vs %.17g", label, (long long)r, lse[r], o.o[1].v[r]);
+            for (int64_t c = 0; c < d; c++)
+                cr_assert(fabs(out[r * d + c] - o.o[0].v[r * d + c]) <= 1e-12, "%s: out[%lld] %.17g vs %.17g", label,
+                          (long long)(r * d + c), out[r * d + c], o.o[0].v[r * d + c]);
+        }
+        free(q), free(k), free(v), free(rows), free(out), free(lse);
+        kl_outputs_free(&o);
+        module()->tensor->free(p);
+        checked++;
+    }
+    cr_assert_gt(checked, 20);
+}
+
+Test(attention_prefill, catalogue_is_valid_and_covers_the_edges)
+{
+    char label[200];
+    bool page1 = false, odd_page = false, empty = false, q1 = false, extend = false, noncausal = false;
+    bool gqa[9] = {false}, dims[3] = {false}, types[3] = {false}, partial = false, large = false;
+    for (int i = 0;; i++) {
+        struct kl_attention_prefill_problem *p = module()->tensor->make(i, 3, label, sizeof label);
+        if (!p) break;
+        const struct kl_attention_prefill_shape *s = &p->shape;
+        struct kl_err err;
+        cr_assert_eq(kl_attention_prefill_validate(p, label, &err), 0, "%s", err.msg);
+        page1 |= s->page_size == 1, odd_page |= s->page_size > 1 && s->page_size % 2 == 1;
+        noncausal |= !s->causal;
+        const int64_t g = s->num_qo_heads / s->num_kv_heads;
+        if (g <= 8) gqa[g] = true;
+        dims[0] |= s->head_dim == 64, dims[1] |= s->head_dim == 128, dims[2] |= s->head_dim == 256;
+        types[0] |= p->dtype == KL_F32, types[1] |= p->dtype == KL_F16, types[2] |= p->dtype == KL_BF16;
+        large |= strstr(label, "large_logits") != NULL;
+        for (int64_t b = 0; b < s->batch; b++) {
+            const int64_t q_len = s->qo_indptr[b + 1] - s->qo_indptr[b], kv_len = kl_attention_prefill_kv_len(s, b);
+            empty |= q_len == 0, q1 |= q_len == 1, extend |= q_len > 1 && q_len < kv_len;
+            partial |= kv_len % s->page_size != 0;
+        }
+        module()->tensor->free(p);
+    }
+    cr_assert(page1 && odd_page && empty && q1 && extend && noncausal && partial && large,
+              "page1 %d odd page %d empty %d q_len 1 %d extend %d noncausal %d partial %d large %d", page1, odd_page,
+              empty, q1, extend, noncausal, partial, large);
+    cr_assert(gqa[1] && gqa[4] && gqa[8], "GQA 1/4/8");
+    cr_assert(dims[0] && dims[1] && dims[2], "head_dim 64/128/256");
+    cr_assert(types[0] && types[1] && types[2], "fp32/fp16/bf16");
+}
+
+Test(attention_prefill, flop_and_byte_models_count_exactly)
+{
+    const struct kl_perf_ops *perf = module()->perf;
+    const struct kl_workload *w8k = NULL, *ext = NULL;
+    for (int i = 0; i < perf->n_workloads; i++) {
+        if (strcmp(perf->workloads[i].name, "causal-8k") == 0) w8k = &perf->workloads[i];
+        if (strcmp(perf->workloads[i].name, "extend-b4-q512-kv4k") == 0) ext = &perf->workloads[i];
+    }
+    cr_assert(w8k && ext);
+    /* causal 8192: 8192 * 8193 / 2 pairs per head, 32 heads, 4 * 128 FLOPs each */
+    cr_assert_float_eq(perf->flops(w8k), 4.0 * 128 * 32 * (8192.0 * 8193 / 2), 1);
+    /* extend: query i of 512 sees 3584 + i + 1 keys */
+    cr_assert_float_eq(perf->flops(ext), 4.0 * 128 * 32 * 4 * (512.0 * 3584 + 512.0 * 513 / 2), 1);
+    /* bytes: q + out (bf16, 32 heads), K + V attended (8 heads), lse f32, indices */
+    double expect = 8192.0 * 32 * 128 * 2 * 2 + 8192.0 * 8 * 128 * 2 * 2 + 8192.0 * 32 * 4 + 4.0 * (2 * 2 + 1 + 512);
+    cr_assert_float_eq(perf->bytes(w8k), expect, 1);
+}
+
+/* ---- malformed cases: one clean FAIL naming the file ---- */
+
+static void copy_file(const char *from, const char *to)
+{
+    FILE *a = fopen(from, "rb"), *b = fopen(to, "wb");
+    cr_assert(a && b, "copy %s -> %s", from, to);
+    char buf[1 << 16];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, a)) > 0) fwrite(buf, 1, n, b);
+    fclose(a), fclose(b);
+}
+
+/* A copy of a golden case in a fresh temporary directory. */
+static void copy_case(const char *name, char *dir, size_t len)
+{
+    char src[1024], tmpl[] = "/tmp/kl_prefill_XXXXXX";
+    cr_assert(mkdtemp(tmpl), "mkdtemp");
+    snprintf(dir, len, "%s/%s", tmpl, name);
+    cr_assert_eq(mkdir(dir, 0755), 0);
+    snprintf(src, sizeof src, KL_SOURCE_DIR "/golden/attention_prefill/%s", name);
+    DIR *d = opendir(src);
+    cr_assert(d, "%s", src);
+    for (struct dirent *e; (e = readdir(d));) {
+        if (e->d_name[0] == '.') continue;
+        char a[1400], b[1400];
+        snprintf(a, sizeof a, "%s/%s", src, e->d_name);
+        snprintf(b, sizeof b, "%s/%s", dir, e->d_name);
+        copy_file(a, b);
+    }
+    closedir(d);
+}
+
+/* Sets element i of an int32 array of the case. */
+static void poke(const char *dir, const char *array, int64_t i, int32_t value)
+{
+    char path[1400];
+    struct kl_tensor t;
+    struct kl_err err;
+    snprintf(path, sizeof path, "%s/%s.npy", dir, array);
+    cr_assert_eq(kl_npy_read(path, &t, &err), 0, "%s", err.msg);
+    ((int32_t *)t.data)[i] = value;
+    cr_assert_eq(kl_npy_write(path, &t, &err), 0, "%s", err.msg);
+    kl_tensor_free(&t);
+}
+
+/* Replaces an array of the case by a float32 one of the given shape (values 0.5, representable everywhere). */
+static void replace(const char *dir, const char *array, int ndim, const int64_t *dims)
+{
+    char path[1400];
+    struct kl_tensor t;
+    struct kl_err err;
+    snprintf(path, sizeof path, "%s/%s.npy", dir, array);
+    kl_tensor_alloc(&t, KL_F32, ndim, dims);
+    for (int64_t i = 0; i < kl_numel(&t); i++) ((float *)t.data)[i] = 0.5f;
+    cr_assert_eq(kl_npy_write(path, &t, &err), 0, "%s", err.msg);
+    kl_tensor_free(&t);
+}
+
+/* Removes the copy made by copy_case (its files, it, and the temporary directory above it). */
+static void remove_case(const char *dir)
+{
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        char path[1400];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (e->d_name[0] != '.') unlink(path);
+    }
+    if (d) closedir(d);
+    rmdir(dir);
+    char parent[1200];
+    snprintf(parent, sizeof parent, "%s", dir);
+    char *slash = strrchr(parent, '/');
+    if (slash) *slash = 0, rmdir(parent);
+}
+
+static void expect_clean_fail(const char *dir, const char *file, const char *words)
+{
+    struct kl_case c;
+    struct kl_err err = {{0}};
+    struct kl_verdict vd;
+    cr_assert_eq(kl_case_open(&c, dir, &err), 0, "%s", err.msg);
+    kl_verify_case(module(), &c, NULL, &vd);
+    kl_case_close(&c);
+    cr_log_info("%s: %s", file, vd.why);
+    cr_expect_eq(vd.status, KL_FAIL, "%s: malformed case passed", dir);
+    char where[1500];
+    snprintf(where, sizeof where, "%s/%s", dir, file);
+    cr_expect(strstr(vd.why, strchr(file, '{') ? dir : where) != NULL, "message does not name %s: %s", where, vd.why);
+    cr_expect(strstr(vd.why, words) != NULL, "message lacks \"%s\": %s", words, vd.why);
+    remove_case(dir);
+}
+
+#define BASE "ragged_empty_requests_page5_gqa8" /* q_lens 3/0/11/0, kv_lens 3/7/19/0, page 5, 9 pages */
+#define INDEX_FILES "{qo_indptr,kv_indptr,kv_indices,kv_last_page_len}.npy"
+
+Test(attention_prefill, malformed_cases_fail_cleanly_naming_the_file)
+{
+    char dir[1200];
+    copy_case(BASE, dir, sizeof dir), poke(dir, "qo_indptr", 1, 5); /* 0 5 3 14 14 */
+    expect_clean_fail(dir, INDEX_FILES, "qo_indptr decreases");
+    copy_case(BASE, dir, sizeof dir), poke(dir, "kv_indptr", 2, 0); /* 0 1 0 7 7 */
+    expect_clean_fail(dir, INDEX_FILES, "kv_indptr decreases");
+    copy_case(BASE, dir, sizeof dir), poke(dir, "kv_last_page_len", 0, 2); /* kv_len 2 < q_len 3 */
+    expect_clean_fail(dir, INDEX_FILES, "q_len 3 > kv_len 2");
+    copy_case(BASE, dir, sizeof dir), poke(dir, "kv_indices", 0, 9); /* the cache has pages 0..8 */
+    expect_clean_fail(dir, INDEX_FILES, "outside the 9 pages");
+    copy_case(BASE, dir, sizeof dir), poke(dir, "kv_last_page_len", 2, 0);
+    expect_clean_fail(dir, INDEX_FILES, "kv_last_page_len[2] = 0");
+    copy_case(BASE, dir, sizeof dir), poke(dir, "kv_last_page_len", 2, 6);
+    expect_clean_fail(dir, INDEX_FILES, "kv_last_page_len[2] = 6");
+    copy_case(BASE, dir, sizeof dir), poke(dir, "qo_indptr", 3, 13), poke(dir, "qo_indptr", 4, 13);
+    expect_clean_fail(dir, INDEX_FILES, "but q has 14 rows");
+    copy_case(BASE, dir, sizeof dir), replace(dir, "v_cache", 4, (int64_t[]){8, 5, 1, 64});
+    expect_clean_fail(dir, "v_cache.npy", "shape");
+    copy_case(BASE, dir, sizeof dir), replace(dir, "k_cache", 4, (int64_t[]){9, 5, 3, 64});
+    replace(dir, "v_cache", 4, (int64_t[]){9, 5, 3, 64});
+    expect_clean_fail(dir, "k_cache.npy", "do not divide");
+    copy_case(BASE, dir, sizeof dir), replace(dir, "kv_indices", 1, (int64_t[]){7});
+    expect_clean_fail(dir, "kv_indices.npy", "expected <i4");
+    copy_case(BASE, dir, sizeof dir), replace(dir, "lse", 2, (int64_t[]){14, 7});
+    expect_clean_fail(dir, "lse.npy", "shape");
+}
+
+/* ---- GPU ---- */
+
+static int indices[64];
+
+static struct criterion_test_params variants(bool mutants)
+{
+    int n = kl_variant_count("attention_prefill", mutants), m = 0;
+    for (int i = 0; i < n; i++)
+        if (kl_variant_at("attention_prefill", i, mutants)->mutant == (int)mutants) indices[m++] = i;
+    return cr_make_param_array(int, indices, (size_t)m);
+}
+
+ParameterizedTestParameters(attention_prefill_gpu, every_variant_matches_the_goldens) { return variants(false); }
+
+ParameterizedTest(int *i, attention_prefill_gpu, every_variant_matches_the_goldens)
+{
+    const struct kl_variant *v = kl_variant_at("attention_prefill", *i, false);
+    cr_log_info("variant %s", v->name);
+    if (kl_test_skip_reason(v)) cr_skip_test("%s: %s", v->name, kl_test_skip_reason(v));
+    int failures = kl_test_goldens("attention_prefill", v, stderr);
+    cr_assert_eq(failures, 0, "%s: %d golden cases failed (lines above)", v->name, failures);
+}
+
+ParameterizedTestParameters(attention_prefill_gpu, every_variant_matches_the_reference_on_fresh_inputs_and_edges)
+{
+    return variants(false);
+}
+
+ParameterizedTest(int *i, attention_prefill_gpu, every_variant_matches_the_reference_on_fresh_inputs_and_edges)
+{
+    const struct kl_variant *v = kl_variant_at("attention_prefill", *i, false);
+    cr_log_info("variant %s", v->name);
+    if (kl_test_skip_reason(v)) cr_skip_test("%s: %s", v->name, kl_test_skip_reason(v));
+    int failures = kl_check_module(module(), v, kl_test_seed(stderr), stderr);
+    cr_assert_eq(failures, 0, "%s: %d problems failed (lines above)", v->name, failures);
+}
+
+ParameterizedTestParameters(attention_prefill_gpu, every_mutant_is_flagged) { return variants(true); }
+
+ParameterizedTest(int *i, attention_prefill_gpu, every_mutant_is_flagged)
+{
+    const struct kl_variant *v = kl_variant_at("attention_prefill", *i, true);
+    cr_log_info("mutant %s", v->name);
+    if (kl_test_skip_reason(v)) cr_skip_test("%s: %s", v->name, kl_test_skip_reason(v));
+    int flagged = kl_test_goldens("attention_prefill", v, stderr) +
+                  kl_check_module(module(), v, kl_test_seed(stderr), stderr);
+    cr_assert_gt(flagged, 0, "mutant %s passed every golden case and the whole check catalogue", v->name);
+}
+
+Test(attention_prefill_gpu, there_are_at_least_five_mutants)
+{
+    cr_assert_geq(kl_variant_count("attention_prefill", true) - kl_variant_count("attention_prefill", false), 5);
+}
+
+Test(attention_prefill_gpu, launchers_reject_bad_shapes_without_launching)
+{
+    if (!kl_have_gpu()) cr_skip_test("no CUDA device");
+    const struct kl_attention_prefill_params good = {
+        .batch = 1, .total_q = 4, .num_qo_heads = 8, .num_kv_heads = 2, .head_dim = 128, .page_size = 16,
+        .num_pages = 1, .max_q_len = 4, .sm_scale = 0.088f, .causal = true, .dtype = KL_BF16};
+    struct {
+        const char *what;
+        struct kl_attention_prefill_params p;
+    } bad[] = {{"qo heads not a multiple of kv heads", good}, {"head_dim 0", good}, {"page_size 0", good},
+               {"max_q_len past total_q", good}, {"null pointers", good}, {"sm_scale NaN", good}};
+    bad[0].p.num_qo_heads = 6, bad[0].p.num_kv_heads = 4;
+    bad[1].p.head_dim = 0;
+    bad[2].p.page_size = 0;
+    bad[3].p.max_q_len = 5;
+    /* bad[4]: the pointers of `good` are all NULL with total_q 4 */
+    bad[5].p.sm_scale = NAN;
+    int dummy[16];
+    for (int k = 0; k < 4; k++) { /* give the others valid-looking pointers so only the named field is wrong */
+        bad[k].p.q = bad[k].p.k_cache = bad[k].p.v_cache = dummy;
+        bad[k].p.qo_indptr = bad[k].p.kv_indptr = bad[k].p.kv_indices = bad[k].p.kv_last_page_len = dummy;
+        bad[k].p.out = dummy, bad[k].p.lse = (float *)dummy;
+    }
+    bad[5].p = bad[0].p, bad[5].p.num_qo_heads = 8, bad[5].p.num_kv_heads = 2, bad[5].p.sm_scale = NAN;
+    for (int i = 0; i < kl_variant_count("attention_prefill", false); i++) {
+        const struct kl_variant *v = kl_variant_at("attention_prefill", i, false);
+        for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++)
+            cr_expect_eq(((kl_attention_prefill_launch_fn)v->launch)(&bad[k].p, 0), cudaErrorInvalidValue,
+                         "%s accepted %s", v->name, bad[k].what);
+    }
+    cr_assert_eq(kl_dev_sync(), 0, "the device is in error after the rejected launches");
+}
