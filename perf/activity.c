@@ -21,26 +21,26 @@ static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *ma
     *max_records = 0;
 }
 
-/* The per-SM limits occupancy is computed from, read once per process (a story hands out ~10^5
- * kernels; four attribute calls for each would cost more than the kernels are worth). */
+/* The per-SM limits occupancy is computed from. Read on the caller's thread before recording starts:
+ * CUPTI may hand buffers over from a thread of its own while API calls are being traced, and a CUDA
+ * call made from inside its callback would be traced in turn. */
 static struct {
-    bool read;
     int max_threads, max_blocks, regs, smem;
-} sm_limits;
+} sm_limits = {2048, 32, 65536, 228 * 1024};
+
+static void read_sm_limits(void)
+{
+    cudaDeviceGetAttribute(&sm_limits.max_threads, cudaDevAttrMaxThreadsPerMultiProcessor, 0);
+    cudaDeviceGetAttribute(&sm_limits.max_blocks, cudaDevAttrMaxBlocksPerMultiprocessor, 0);
+    cudaDeviceGetAttribute(&sm_limits.regs, cudaDevAttrMaxRegistersPerMultiprocessor, 0);
+    cudaDeviceGetAttribute(&sm_limits.smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0);
+}
 
 /* Occupancy a kernel can reach with its resources: the smallest of the per-SM limits on
  * blocks from threads, registers (allocated per warp in units of 256), shared memory (plus
  * the 1 KB the hardware reserves per block) and the block-count limit. */
 static void occupancy(struct kl_kernel_record *r)
 {
-    if (!sm_limits.read) {
-        sm_limits.max_threads = 2048, sm_limits.max_blocks = 32, sm_limits.regs = 65536, sm_limits.smem = 228 * 1024;
-        cudaDeviceGetAttribute(&sm_limits.max_threads, cudaDevAttrMaxThreadsPerMultiProcessor, 0);
-        cudaDeviceGetAttribute(&sm_limits.max_blocks, cudaDevAttrMaxBlocksPerMultiprocessor, 0);
-        cudaDeviceGetAttribute(&sm_limits.regs, cudaDevAttrMaxRegistersPerMultiprocessor, 0);
-        cudaDeviceGetAttribute(&sm_limits.smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0);
-        sm_limits.read = true;
-    }
     const int max_threads = sm_limits.max_threads, max_blocks = sm_limits.max_blocks;
     int threads = r->block[0] * r->block[1] * r->block[2], warps = (threads + 31) / 32;
     if (warps == 0) return;
@@ -127,6 +127,7 @@ int kl_activity_record(void (*launch)(void *ctx), void *ctx, struct kl_kernel_re
 {
     memset(out, 0, sizeof *out);
     if (register_callbacks(out->why, sizeof out->why)) return -1;
+    read_sm_limits();
     cudaDeviceSynchronize();
     if (cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS) {
         snprintf(out->why, sizeof out->why, "CUPTI kernel activity is not available");
@@ -157,6 +158,7 @@ static bool kind_wanted(const struct kl_activity_sink *s, CUpti_ActivityKind k)
 int kl_activity_start(const struct kl_activity_sink *s, char *why, size_t len)
 {
     if (register_callbacks(why, len)) return -1;
+    read_sm_limits();
     cudaError_t e = cudaDeviceSynchronize();
     if (e != cudaSuccess) return snprintf(why, len, "no CUDA device: %s", cudaGetErrorString(e)), -1;
     sink = s;

@@ -44,8 +44,10 @@ struct kl_kernel_records {
 
 /* Records the kernels that launch(ctx) runs (once). Returns 0, or -1 with out->why. */
 int kl_activity_record(void (*launch)(void *ctx), void *ctx, struct kl_kernel_records *out);
-/* What kl_activity_start hands out, as CUPTI returns its buffers: in batches, not in time order.
- * The record and its name live only for the call. */
+/* What kl_activity_start hands out, as CUPTI returns its buffers: in batches, not in time order,
+ * possibly from a thread of CUPTI's own while the run goes on (so the functions must not call CUDA,
+ * and must guard what the run's thread also touches). The record and its name live only for the
+ * call. */
 struct kl_activity_sink {
     void *user;
     void (*kernel)(void *user, const struct kl_kernel_record *k);

@@ -74,12 +74,16 @@ double kl_story_bf16_rounding_var(double v)
 
 /* ---- the two story kernels ---- */
 
-static double silu(double g) { return g / (1 + exp(-g)); }
+static double silu(double g)
+{
+    return g / (1 + exp(-g));
+}
 
 void kl_story_silu_mul_reference(const double *gu, int64_t n, int64_t mlp, double *out)
 {
     for (int64_t t = 0; t < n; t++)
-        for (int64_t i = 0; i < mlp; i++) out[t * mlp + i] = silu(gu[t * 2 * mlp + i]) * gu[t * 2 * mlp + mlp + i];
+        for (int64_t i = 0; i < mlp; i++)
+            out[t * mlp + i] = silu(gu[t * 2 * mlp + i]) * gu[t * 2 * mlp + mlp + i];
 }
 
 void kl_story_argmax_reference(const double *logits, int64_t batch, int64_t vocab, int32_t *ids)
@@ -115,7 +119,8 @@ struct kl_story_ref_seq *kl_story_ref_seq_new(const struct kl_story_dims *d, int
 void kl_story_ref_seq_free(struct kl_story_ref_seq *s, const struct kl_story_dims *d)
 {
     if (!s) return;
-    for (int l = 0; l < d->layers; l++) free(s->k[l]), free(s->v[l]), free(s->kvar[l]), free(s->vvar[l]);
+    for (int l = 0; l < d->layers; l++)
+        free(s->k[l]), free(s->v[l]), free(s->kvar[l]), free(s->vvar[l]);
     free(s);
 }
 
@@ -135,7 +140,10 @@ struct pass {
     int n, c; /* new tokens, tokens cached before them */
 };
 
-static bool exact(const struct pass *p) { return p->mode == KL_STORY_REF_EXACT; }
+static bool exact(const struct pass *p)
+{
+    return p->mode == KL_STORY_REF_EXACT;
+}
 
 static int act_alloc(struct act *a, size_t n, bool with_var)
 {
@@ -144,7 +152,10 @@ static int act_alloc(struct act *a, size_t n, bool with_var)
     return a->x && (a->w || !with_var) ? 0 : -1;
 }
 
-static void act_free(struct act *a) { free(a->x), free(a->w); }
+static void act_free(struct act *a)
+{
+    free(a->x), free(a->w);
+}
 
 /* out = rmsnorm(x [+ res]) * g over rows of h; with res, res_out = x + res (stored). */
 static void norm(const struct pass *p, const struct act *x, const struct act *res, const double *g, struct act *out,
@@ -168,7 +179,8 @@ static void norm(const struct pass *p, const struct act *x, const struct act *re
                 ms += s[i] * s[i];
             }
             ms = ms / h + eps;
-            for (int i = 0; i < h; i++) a += s[i] * s[i] * sw[i];
+            for (int i = 0; i < h; i++)
+                a += s[i] * s[i] * sw[i];
             for (int i = 0; i < h; i++) {
                 const double c = s[i] * s[i] / (h * ms); /* x_i^2 / (n r^2) */
                 const double v = sw[i] * (1 - c) * (1 - c) + c / (h * ms) * (a - s[i] * s[i] * sw[i]);
@@ -189,7 +201,8 @@ static void norm(const struct pass *p, const struct act *x, const struct act *re
             ms += sf[i] * sf[i];
         }
         const float r = 1.f / sqrtf(ms / (float)h + (float)eps);
-        for (int i = 0; i < h; i++) out->x[(size_t)t * h + i] = round_bf16(sf[i] * r * (float)g[i]);
+        for (int i = 0; i < h; i++)
+            out->x[(size_t)t * h + i] = round_bf16(sf[i] * r * (float)g[i]);
     }
 }
 
@@ -214,7 +227,8 @@ static void gemm(const struct pass *p, const double *W, int rows, int cols, cons
                 y->w[(size_t)t * rows + r] = var + cols * 0x1p-48 / 3 * mag + (f32_out ? 0 : 2 * RB(acc));
             } else {
                 float acc = 0;
-                for (int j = 0; j < cols; j++) acc += (float)wr[j] * (float)xt[j];
+                for (int j = 0; j < cols; j++)
+                    acc += (float)wr[j] * (float)xt[j];
                 *yv = f32_out ? acc : round_bf16(acc);
             }
         }
@@ -224,11 +238,12 @@ static void gemm(const struct pass *p, const double *W, int rows, int cols, cons
 /* In place on x [n, heads, head_dim] at positions c .. c + n - 1 (NeoX halves, full rotary dim). */
 static void rope(const struct pass *p, struct act *x, int heads)
 {
-    const int D = p->d->head_dim, half = D / 2, n = p->n, shift = p->faults & KL_STORY_FAULT_ROPE_SHIFT ||
-                                                                  (p->faults & KL_STORY_FAULT_DECODE_POS && n == 1);
+    const int D = p->d->head_dim, half = D / 2, n = p->n,
+              shift = p->faults & KL_STORY_FAULT_ROPE_SHIFT || (p->faults & KL_STORY_FAULT_DECODE_POS && n == 1);
     if (exact(p)) {
         int64_t pos[n];
-        for (int t = 0; t < n; t++) pos[t] = p->c + t;
+        for (int t = 0; t < n; t++)
+            pos[t] = p->c + t;
         for (int t = 0; t < n; t++) /* variances first: they need the rotation, not the values */
             for (int h = 0; h < heads; h++)
                 for (int i = 0; i < half; i++) {
@@ -238,7 +253,8 @@ static void rope(const struct pass *p, struct act *x, int heads)
                     w[i] = c * c * a + s * s * b, w[i + half] = c * c * b + s * s * a;
                 }
         kl_rope_reference(x->x, pos, p->wt->cos_sin, n, heads, D, D, p->d->max_pos, true);
-        for (size_t i = 0; i < (size_t)n * heads * D; i++) x->w[i] += RB(x->x[i]);
+        for (size_t i = 0; i < (size_t)n * heads * D; i++)
+            x->w[i] += RB(x->x[i]);
         return;
     }
     for (int t = 0; t < n; t++) {
@@ -266,27 +282,33 @@ static void attention_var(const struct pass *p, int layer, const double *q, cons
     for (int j = 0; j < visible; j++) {
         const double *k = K + ((size_t)j * KV + kvh) * D;
         double s = 0;
-        for (int e = 0; e < D; e++) s += q[e] * k[e];
+        for (int e = 0; e < D; e++)
+            s += q[e] * k[e];
         pr[j] = s * scale;
         m = fmax(m, pr[j]);
     }
-    for (int j = 0; j < visible; j++) l += (pr[j] = exp(pr[j] - m));
-    for (int d = 0; d < D; d++) ow[d] = 0;
+    for (int j = 0; j < visible; j++)
+        l += (pr[j] = exp(pr[j] - m));
+    for (int d = 0; d < D; d++)
+        ow[d] = 0;
     for (int j = 0; j < visible; j++) {
         const double pj = pr[j] / l;
         const double *k = K + ((size_t)j * KV + kvh) * D, *v = V + ((size_t)j * KV + kvh) * D;
         const double *kw = Kw + ((size_t)j * KV + kvh) * D, *vw = Vw + ((size_t)j * KV + kvh) * D;
         double qk = 0; /* sum_e q_e^2 var_kje */
-        for (int e = 0; e < D; e++) qk += q[e] * q[e] * kw[e];
+        for (int e = 0; e < D; e++)
+            qk += q[e] * q[e] * kw[e];
         for (int d = 0; d < D; d++) {
             const double dv = v[d] - o[d];
             ow[d] += pj * pj * (vw[d] + scale * scale * dv * dv * qk + u * u / 3 * v[d] * v[d]);
-            for (int e = 0; e < D; e++) C[(size_t)d * D + e] += pj * dv * k[e];
+            for (int e = 0; e < D; e++)
+                C[(size_t)d * D + e] += pj * dv * k[e];
         }
     }
     for (int d = 0; d < D; d++) {
         double qv = 0;
-        for (int e = 0; e < D; e++) qv += qw[e] * C[(size_t)d * D + e] * C[(size_t)d * D + e];
+        for (int e = 0; e < D; e++)
+            qv += qw[e] * C[(size_t)d * D + e] * C[(size_t)d * D + e];
         ow[d] += scale * scale * qv + RB(o[d]);
     }
     free(pr), free(C);
@@ -303,19 +325,23 @@ static void attention_bf16(const struct pass *p, int layer, const double *q, int
         const int jj = p->faults & KL_STORY_FAULT_WRONG_PAGE && j >= 16 && j < 32 ? j - 16 : j;
         const double *k = p->s->k[layer] + ((size_t)jj * KV + kvh) * D;
         float s = 0;
-        for (int e = 0; e < D; e++) s += (float)q[e] * (float)k[e];
+        for (int e = 0; e < D; e++)
+            s += (float)q[e] * (float)k[e];
         pr[j] = s * scale;
         m = fmaxf(m, pr[j]);
     }
-    for (int d = 0; d < D; d++) acc[d] = 0;
+    for (int d = 0; d < D; d++)
+        acc[d] = 0;
     for (int j = 0; j < visible; j++) {
         const int jj = p->faults & KL_STORY_FAULT_WRONG_PAGE && j >= 16 && j < 32 ? j - 16 : j;
         const float e = expf(pr[j] - m), pt = p->faults & KL_STORY_FAULT_NO_P_ROUNDING ? e : (float)round_bf16(e);
         l += e; /* the sum from unrounded P, as the kernels keep it */
         const double *v = p->s->v[layer] + ((size_t)jj * KV + kvh) * D;
-        for (int d = 0; d < D; d++) acc[d] += pt * (float)v[d];
+        for (int d = 0; d < D; d++)
+            acc[d] += pt * (float)v[d];
     }
-    for (int d = 0; d < D; d++) o[d] = round_bf16(acc[d] / l);
+    for (int d = 0; d < D; d++)
+        o[d] = round_bf16(acc[d] / l);
     free(pr);
 }
 
@@ -329,7 +355,8 @@ static int attention(const struct pass *p, int layer, const struct act *q, struc
         int32_t *indices = malloc(sizeof(int32_t) * (size_t)pages), indptr[2] = {0, pages}, qo[2] = {0, n};
         int32_t last = kv_len - (pages - 1) * 16;
         if (!indices) return -1;
-        for (int i = 0; i < pages; i++) indices[i] = i;
+        for (int i = 0; i < pages; i++)
+            indices[i] = i;
         const double sm_scale = 1 / sqrt((double)D);
         int rc = 0;
         if (n == 1) { /* a decode step: the decode reference */
@@ -337,10 +364,19 @@ static int attention(const struct pass *p, int layer, const struct act *q, struc
             kl_attention_decode_reference(q->x, p->s->k[layer], p->s->v[layer], indptr, indices, &last, 1, QH,
                                           d->kv_heads, D, 16, sm_scale, out->x, lse);
         } else {
-            const struct kl_attention_prefill_shape sh = {
-                .batch = 1, .total_q = n, .num_qo_heads = QH, .num_kv_heads = d->kv_heads, .head_dim = D,
-                .page_size = 16, .num_pages = pages, .qo_indptr = qo, .kv_indptr = indptr, .kv_indices = indices,
-                .kv_last_page_len = &last, .sm_scale = sm_scale, .causal = true};
+            const struct kl_attention_prefill_shape sh = {.batch = 1,
+                                                          .total_q = n,
+                                                          .num_qo_heads = QH,
+                                                          .num_kv_heads = d->kv_heads,
+                                                          .head_dim = D,
+                                                          .page_size = 16,
+                                                          .num_pages = pages,
+                                                          .qo_indptr = qo,
+                                                          .kv_indptr = indptr,
+                                                          .kv_indices = indices,
+                                                          .kv_last_page_len = &last,
+                                                          .sm_scale = sm_scale,
+                                                          .causal = true};
             double *lse = malloc(sizeof(double) * (size_t)n * QH);
             rc = lse ? kl_attention_prefill_reference(&sh, q->x, p->s->k[layer], p->s->v[layer], out->x, lse) : -1;
             free(lse);
@@ -400,8 +436,8 @@ int kl_story_ref_forward(const struct kl_story_dims *d, const struct kl_story_re
                          int faults, double *logits, double *logits_var)
 {
     if (n < 1 || s->len + n > s->capacity || s->len + n > d->max_pos || d->layers > KL_STORY_MAX_LAYERS) return -1;
-    const struct pass p = {.d = d, .wt = w, .s = s, .mode = mode, .faults = mode == KL_STORY_REF_EXACT ? 0 : faults,
-                           .n = n, .c = s->len};
+    const struct pass p = {
+        .d = d, .wt = w, .s = s, .mode = mode, .faults = mode == KL_STORY_REF_EXACT ? 0 : faults, .n = n, .c = s->len};
     const size_t H = (size_t)d->hidden, QD = (size_t)d->qo_heads * d->head_dim, KD = (size_t)d->kv_heads * d->head_dim;
     const size_t M = (size_t)d->mlp, N = (size_t)n;
     const bool var = mode == KL_STORY_REF_EXACT;
@@ -414,15 +450,19 @@ int kl_story_ref_forward(const struct kl_story_dims *d, const struct kl_story_re
              act_alloc(&gu, N * 2 * M, var) | act_alloc(&a, N * M, var) | act_alloc(&mo, N * H, var) |
              act_alloc(&lg, (size_t)d->vocab, var);
     for (int t = 0; !rc && t < n; t++) { /* embedding: a copy of exact bf16 rows, variance 0 */
-        if (tokens[t] < 0 || tokens[t] >= d->vocab) rc = -1;
-        else memcpy(x.x + t * H, w->embed + (size_t)tokens[t] * H, H * sizeof(double));
+        if (tokens[t] < 0 || tokens[t] >= d->vocab)
+            rc = -1;
+        else
+            memcpy(x.x + t * H, w->embed + (size_t)tokens[t] * H, H * sizeof(double));
     }
     const struct act *resid = &x; /* layer 0's residual is the embedding itself */
     int next = 0;
     for (int l = 0; !rc && l < d->layers; l++) {
         const struct kl_story_ref_layer *L = &w->layer[l];
-        if (l == 0) norm(&p, &x, NULL, L->attn_norm, &h, NULL);
-        else norm(&p, &mo, resid, L->attn_norm, &h, &res[next]), resid = &res[next], next ^= 1;
+        if (l == 0)
+            norm(&p, &x, NULL, L->attn_norm, &h, NULL);
+        else
+            norm(&p, &mo, resid, L->attn_norm, &h, &res[next]), resid = &res[next], next ^= 1;
         gemm(&p, L->wq, (int)QD, (int)H, &h, &q, false);
         gemm(&p, L->wk, (int)KD, (int)H, &h, &k, false);
         gemm(&p, L->wv, (int)KD, (int)H, &h, &v, false);
@@ -445,12 +485,15 @@ int kl_story_ref_forward(const struct kl_story_dims *d, const struct kl_story_re
         gemm(&last, w->lm_head, d->vocab, (int)H, &hl, &lg, true);
         memcpy(logits, lg.x, sizeof(double) * (size_t)d->vocab);
         if (logits_var) {
-            if (var) memcpy(logits_var, lg.w, sizeof(double) * (size_t)d->vocab);
-            else memset(logits_var, 0, sizeof(double) * (size_t)d->vocab);
+            if (var)
+                memcpy(logits_var, lg.w, sizeof(double) * (size_t)d->vocab);
+            else
+                memset(logits_var, 0, sizeof(double) * (size_t)d->vocab);
         }
         s->len += n;
     }
     struct act *all[] = {&x, &res[0], &res[1], &h, &q, &k, &v, &att, &o, &gu, &a, &mo, &lg};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) act_free(all[i]);
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        act_free(all[i]);
     return rc ? -1 : 0;
 }

@@ -15,7 +15,8 @@ int kl_story_pages_init(struct kl_story_pages *p, int capacity)
     if (!p->free || !p->used) return kl_story_pages_release(p), -1;
     p->capacity = capacity;
     /* highest first on the stack, so the first pages handed out are 0, 1, 2, ... */
-    for (int i = 0; i < capacity; i++) p->free[i] = capacity - 1 - i;
+    for (int i = 0; i < capacity; i++)
+        p->free[i] = capacity - 1 - i;
     p->n_free = capacity;
     return 0;
 }
@@ -60,7 +61,8 @@ static uint64_t mix(uint64_t h)
 static uint64_t chain(uint64_t parent, const int32_t *tokens, int page_size)
 {
     uint64_t h = mix(parent ^ 0x9E3779B97F4A7C15ull);
-    for (int i = 0; i < page_size; i++) h = mix(h ^ (uint32_t)tokens[i]) + (uint64_t)i;
+    for (int i = 0; i < page_size; i++)
+        h = mix(h ^ (uint32_t)tokens[i]) + (uint64_t)i;
     return h | 1; /* never 0 */
 }
 
@@ -70,7 +72,8 @@ static struct kl_story_page_entry *find(const struct kl_story_cache *c, uint64_t
     for (size_t i = h & (c->map_cap - 1);; i = (i + 1) & (c->map_cap - 1)) {
         struct kl_story_page_entry *e = &c->map[i];
         if (!e->tokens) return NULL;
-        if (e->hash == h && e->parent == parent && memcmp(e->tokens, tokens, sizeof(int32_t) * (size_t)c->page_size) == 0)
+        if (e->hash == h && e->parent == parent &&
+            memcmp(e->tokens, tokens, sizeof(int32_t) * (size_t)c->page_size) == 0)
             return e;
     }
 }
@@ -78,7 +81,8 @@ static struct kl_story_page_entry *find(const struct kl_story_cache *c, uint64_t
 static struct kl_story_page_entry *slot_for(struct kl_story_page_entry *map, size_t cap, uint64_t h)
 {
     size_t i = h & (cap - 1);
-    while (map[i].tokens) i = (i + 1) & (cap - 1);
+    while (map[i].tokens)
+        i = (i + 1) & (cap - 1);
     return &map[i];
 }
 
@@ -86,7 +90,8 @@ static struct kl_story_page_entry *slot_for(struct kl_story_page_entry *map, siz
 static int rehash(struct kl_story_cache *c, size_t want)
 {
     size_t cap = 64;
-    while (cap < 2 * want) cap *= 2;
+    while (cap < 2 * want)
+        cap *= 2;
     struct kl_story_page_entry *map = calloc(cap, sizeof *map);
     if (!map) return -1;
     size_t used = 0;
@@ -130,7 +135,8 @@ int kl_story_cache_init(struct kl_story_cache *c, int page_size, int pages)
 
 void kl_story_cache_release(struct kl_story_cache *c)
 {
-    for (size_t i = 0; i < c->map_cap; i++) free(c->map[i].tokens);
+    for (size_t i = 0; i < c->map_cap; i++)
+        free(c->map[i].tokens);
     free(c->map);
     if (c->tree) kl_radix_free(c->tree);
     kl_story_pages_release(&c->pages);
@@ -171,7 +177,10 @@ size_t kl_story_cache_insert(struct kl_story_cache *c, const int32_t *key, size_
     return before;
 }
 
-long kl_story_cache_lock(struct kl_story_cache *c, const int32_t *key, size_t n) { return kl_radix_lock(c->tree, key, n); }
+long kl_story_cache_lock(struct kl_story_cache *c, const int32_t *key, size_t n)
+{
+    return kl_radix_lock(c->tree, key, n);
+}
 long kl_story_cache_unlock(struct kl_story_cache *c, const int32_t *key, size_t n)
 {
     return kl_radix_unlock(c->tree, key, n);
@@ -196,7 +205,8 @@ size_t kl_story_cache_evict(struct kl_story_cache *c, size_t tokens)
 {
     const size_t freed = kl_radix_evict(c->tree, tokens);
     if (!freed) return 0;
-    for (size_t i = 0; i < c->map_cap; i++) c->map[i].live = false;
+    for (size_t i = 0; i < c->map_cap; i++)
+        c->map[i].live = false;
     kl_radix_visit(c->tree, mark_path, c);
     for (size_t i = 0; i < c->map_cap; i++)
         if (c->map[i].tokens && !c->map[i].live) kl_story_pages_free(&c->pages, &c->map[i].page, 1);
@@ -204,7 +214,10 @@ size_t kl_story_cache_evict(struct kl_story_cache *c, size_t tokens)
     return freed;
 }
 
-size_t kl_story_cache_pages_held(const struct kl_story_cache *c) { return c->map_used; }
+size_t kl_story_cache_pages_held(const struct kl_story_cache *c)
+{
+    return c->map_used;
+}
 
 int kl_story_cache_validate(const struct kl_story_cache *c, char *msg, size_t len)
 {
@@ -212,7 +225,8 @@ int kl_story_cache_validate(const struct kl_story_cache *c, char *msg, size_t le
     kl_radix_size(c->tree, &total, &evictable);
     if (total != c->map_used * (size_t)c->page_size)
         return snprintf(msg, len, "the tree holds %zu tokens, the page map %zu pages of %d", total, c->map_used,
-                        c->page_size), -1;
+                        c->page_size),
+               -1;
     uint8_t *seen = calloc((size_t)(c->pages.capacity > 0 ? c->pages.capacity : 1), 1);
     if (!seen) return snprintf(msg, len, "out of memory"), -1;
     int rc = 0;

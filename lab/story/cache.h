@@ -60,8 +60,7 @@ size_t kl_story_cache_match(struct kl_story_cache *c, const int32_t *key, size_t
 /* Caches key[0 .. n) whose K/V sit in pages[0 .. n / page_size) (whole pages only). Pages of the
  * key that were cached already (under other page numbers: the same tokens computed twice) are
  * returned to the free list; *freed counts them. Returns the tokens that were cached before. */
-size_t kl_story_cache_insert(struct kl_story_cache *c, const int32_t *key, size_t n, const int32_t *pages,
-                             int *freed);
+size_t kl_story_cache_insert(struct kl_story_cache *c, const int32_t *key, size_t n, const int32_t *pages, int *freed);
 /* Lock counts on the tree path of key: a locked prefix is never evicted while a request uses it. */
 long kl_story_cache_lock(struct kl_story_cache *c, const int32_t *key, size_t n);
 long kl_story_cache_unlock(struct kl_story_cache *c, const int32_t *key, size_t n);

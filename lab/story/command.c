@@ -102,7 +102,8 @@ int kl_cmd_story(int argc, char **argv)
             char *end;
             errno = 0;
             seed = strtoull(val, &end, 10);
-            if (errno || end == val || *end || val[0] == '-') return usage_error("--seed '%s' is not a number >= 0", val);
+            if (errno || end == val || *end || val[0] == '-')
+                return usage_error("--seed '%s' is not a number >= 0", val);
         } else if (strcmp(a, "--layers") == 0) {
             if (parse_int(val, 1, 32, &layers)) return usage_error("--layers '%s': a number from 1 to 32", val);
         } else if (strcmp(a, "--prompt") == 0) {
@@ -124,12 +125,22 @@ int kl_cmd_story(int argc, char **argv)
     const int cc = kl_device_cc(why, sizeof why);
     if (!cc) return fprintf(stderr, "kernlab story: needs a CUDA device (%s)\n", why), 1;
     if (cc < 80)
-        return fprintf(stderr, "kernlab story: needs a CUDA device of compute capability 8.0 or newer (bf16 tensor "
-                               "cores); this one is sm_%d\n", cc), 1;
+        return fprintf(stderr,
+                       "kernlab story: needs a CUDA device of compute capability 8.0 or newer (bf16 tensor "
+                       "cores); this one is sm_%d\n",
+                       cc),
+               1;
 
-    struct kl_story_options o = {.model = tiny ? kl_story_tiny : kl_story_llama8b, .prompt = (int)prompt,
-                                 .shared = (int)shared, .steps = (int)steps, .seed = seed, .trace = true,
-                                 .counters = true, .graph = true, .control = true, .progress = stderr};
+    struct kl_story_options o = {.model = tiny ? kl_story_tiny : kl_story_llama8b,
+                                 .prompt = (int)prompt,
+                                 .shared = (int)shared,
+                                 .steps = (int)steps,
+                                 .seed = seed,
+                                 .trace = true,
+                                 .counters = true,
+                                 .graph = true,
+                                 .control = true,
+                                 .progress = stderr};
     size_t free_b = 0, total_b = 0;
     if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess)
         return fprintf(stderr, "kernlab story: needs a CUDA device (cudaMemGetInfo failed)\n"), 1;
@@ -138,7 +149,8 @@ int kl_cmd_story(int argc, char **argv)
     if (layers == 0) layers = mem.layers_fit;
     if (layers < 1 || layers > mem.layers_fit)
         return fprintf(stderr, "kernlab story: %ld layer%s do not fit in the %.1f GB free on this device (%d do)\n",
-                       layers ? layers : 1, layers == 1 ? "" : "s", (double)free_b / 1e9, mem.layers_fit), 1;
+                       layers ? layers : 1, layers == 1 ? "" : "s", (double)free_b / 1e9, mem.layers_fit),
+               1;
     o.model.layers = (int)layers;
 
     if (mkdir(out, 0755) && errno != EEXIST)

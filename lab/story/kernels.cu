@@ -42,10 +42,10 @@ extern "C" cudaError_t kl_story_silu_mul(const void *gu, void *out, int64_t n, i
     const dim3 grid((unsigned)((per_row + threads - 1) / threads), (unsigned)n);
     if (vec)
         silu_mul_kernel<8><<<grid, threads, 0, stream>>>(static_cast<const __nv_bfloat16 *>(gu),
-                                                          static_cast<__nv_bfloat16 *>(out), mlp);
+                                                         static_cast<__nv_bfloat16 *>(out), mlp);
     else
         silu_mul_kernel<1><<<grid, threads, 0, stream>>>(static_cast<const __nv_bfloat16 *>(gu),
-                                                          static_cast<__nv_bfloat16 *>(out), mlp);
+                                                         static_cast<__nv_bfloat16 *>(out), mlp);
     return cudaGetLastError();
 }
 
@@ -76,8 +76,8 @@ __device__ __forceinline__ vi warp_best(vi x)
 
 /* One block of 1024 threads per row: each thread scans a strided share (coalesced), then the
  * warps reduce with shuffles and warp 0 reduces the 32 warp results. */
-static __global__ void __launch_bounds__(1024) argmax_kernel(const float *__restrict__ logits, int64_t vocab,
-                                                             int32_t *ids)
+static __global__ void __launch_bounds__(1024)
+    argmax_kernel(const float *__restrict__ logits, int64_t vocab, int32_t *ids)
 {
     __shared__ vi part[32];
     const float *row = logits + blockIdx.x * vocab;

@@ -27,21 +27,35 @@
 #include "lab/story/weights.h"
 #include "reference/rope.h"
 
-const struct kl_story_config kl_story_llama8b = {.name = "Llama-3.1-8B-shaped", .layers = 32, .hidden = 4096,
-                                                 .qo_heads = 32, .kv_heads = 8, .head_dim = 128, .mlp = 14336,
-                                                 .vocab = 128256, .rope_theta = 500000, .eps = 1e-5f};
-const struct kl_story_config kl_story_tiny = {.name = "tiny", .layers = 2, .hidden = 256, .qo_heads = 4,
-                                              .kv_heads = 2, .head_dim = 64, .mlp = 512, .vocab = 512,
-                                              .rope_theta = 10000, .eps = 1e-5f};
+const struct kl_story_config kl_story_llama8b = {.name = "Llama-3.1-8B-shaped",
+                                                 .layers = 32,
+                                                 .hidden = 4096,
+                                                 .qo_heads = 32,
+                                                 .kv_heads = 8,
+                                                 .head_dim = 128,
+                                                 .mlp = 14336,
+                                                 .vocab = 128256,
+                                                 .rope_theta = 500000,
+                                                 .eps = 1e-5f};
+const struct kl_story_config kl_story_tiny = {.name = "tiny",
+                                              .layers = 2,
+                                              .hidden = 256,
+                                              .qo_heads = 4,
+                                              .kv_heads = 2,
+                                              .head_dim = 64,
+                                              .mlp = 512,
+                                              .vocab = 512,
+                                              .rope_theta = 10000,
+                                              .eps = 1e-5f};
 
-const char *const kl_story_op_names[KL_OP_COUNT] = {
-    "embed", "rms_norm", "qkv_gemm", "rope", "kv_store", "attention", "o_gemm",
-    "add_rms_norm", "gate_up_gemm", "silu_mul", "down_gemm", "lm_head", "argmax"};
-const char *const kl_story_kind_names[KL_KIND_COUNT] = {"embed", "norm", "gemm", "rope", "kv_store", "attention",
-                                                        "activation", "sampling"};
+const char *const kl_story_op_names[KL_OP_COUNT] = {"embed",     "rms_norm", "qkv_gemm",     "rope",         "kv_store",
+                                                    "attention", "o_gemm",   "add_rms_norm", "gate_up_gemm", "silu_mul",
+                                                    "down_gemm", "lm_head",  "argmax"};
+const char *const kl_story_kind_names[KL_KIND_COUNT] = {"embed",    "norm",      "gemm",       "rope",
+                                                        "kv_store", "attention", "activation", "sampling"};
 const int kl_story_op_kind[KL_OP_COUNT] = {
-    KL_KIND_EMBED, KL_KIND_NORM, KL_KIND_GEMM, KL_KIND_ROPE, KL_KIND_KV_STORE, KL_KIND_ATTENTION, KL_KIND_GEMM,
-    KL_KIND_NORM, KL_KIND_GEMM, KL_KIND_ACTIVATION, KL_KIND_GEMM, KL_KIND_GEMM, KL_KIND_SAMPLING};
+    KL_KIND_EMBED, KL_KIND_NORM, KL_KIND_GEMM,       KL_KIND_ROPE, KL_KIND_KV_STORE, KL_KIND_ATTENTION, KL_KIND_GEMM,
+    KL_KIND_NORM,  KL_KIND_GEMM, KL_KIND_ACTIVATION, KL_KIND_GEMM, KL_KIND_GEMM,     KL_KIND_SAMPLING};
 
 /* ---- sizes ---- */
 
@@ -90,11 +104,18 @@ float kl_story_weight_half_width(const struct kl_story_config *c, int tensor)
 {
     const float q = (float)(c->qo_heads * c->head_dim);
     switch (tensor) {
-    case KL_W_ATTN_NORM: case KL_W_MLP_NORM: case KL_W_FINAL_NORM: return 0.2f;
-    case KL_W_O: return sqrtf(3.f / q);
-    case KL_W_DOWN: return sqrtf(3.f / (float)c->mlp);
-    case KL_W_EMBED: return 1.7320508f;
-    default: return sqrtf(3.f / (float)c->hidden); /* q, k, v, gate/up, LM head: fan_in = hidden */
+    case KL_W_ATTN_NORM:
+    case KL_W_MLP_NORM:
+    case KL_W_FINAL_NORM:
+        return 0.2f;
+    case KL_W_O:
+        return sqrtf(3.f / q);
+    case KL_W_DOWN:
+        return sqrtf(3.f / (float)c->mlp);
+    case KL_W_EMBED:
+        return 1.7320508f;
+    default:
+        return sqrtf(3.f / (float)c->hidden); /* q, k, v, gate/up, LM head: fan_in = hidden */
     }
 }
 
@@ -160,7 +181,8 @@ struct kl_story_model *kl_story_model_new(const struct kl_story_config *cfg, int
         kl_fail(err, "cudaStreamCreate: %s", cudaGetErrorString(e));
         goto fail;
     }
-    if (cublasCreate(&m->blas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(m->blas, m->stream) != CUBLAS_STATUS_SUCCESS) {
+    if (cublasCreate(&m->blas) != CUBLAS_STATUS_SUCCESS ||
+        cublasSetStream(m->blas, m->stream) != CUBLAS_STATUS_SUCCESS) {
         kl_fail(err, "cuBLAS could not be initialised");
         goto fail;
     }
@@ -168,7 +190,8 @@ struct kl_story_model *kl_story_model_new(const struct kl_story_config *cfg, int
     const struct kl_story_config *c = cfg;
     const size_t H = (size_t)c->hidden, Q = (size_t)c->qo_heads * c->head_dim, KV = (size_t)c->kv_heads * c->head_dim;
     const size_t M = (size_t)c->mlp, V = (size_t)c->vocab, T = (size_t)max_tokens;
-    if (weight(m, &m->embed, V * H, seed, 0, KL_W_EMBED, err) || weight(m, &m->lm_head, V * H, seed, 0, KL_W_LM_HEAD, err) ||
+    if (weight(m, &m->embed, V * H, seed, 0, KL_W_EMBED, err) ||
+        weight(m, &m->lm_head, V * H, seed, 0, KL_W_LM_HEAD, err) ||
         weight(m, &m->final_norm, H, seed, 0, KL_W_FINAL_NORM, err))
         goto fail;
     for (int l = 0; l < c->layers; l++) {
@@ -176,8 +199,7 @@ struct kl_story_model *kl_story_model_new(const struct kl_story_config *cfg, int
         const int base = l * KL_STORY_TENSORS_PER_LAYER;
         void *wk = NULL;
         if (weight(m, &L->attn_norm, H, seed, base, KL_W_ATTN_NORM, err) ||
-            weight(m, &L->wq, Q * H, seed, base, KL_W_Q, err) ||
-            alloc_dev(&L->wkv, 2 * KV * H * 2, err, "weights") ||
+            weight(m, &L->wq, Q * H, seed, base, KL_W_Q, err) || alloc_dev(&L->wkv, 2 * KV * H * 2, err, "weights") ||
             weight(m, &L->wo, H * Q, seed, base, KL_W_O, err) ||
             weight(m, &L->mlp_norm, H, seed, base, KL_W_MLP_NORM, err) ||
             weight(m, &L->w_gate_up, 2 * M * H, seed, base, KL_W_GATE_UP, err) ||
@@ -194,7 +216,8 @@ struct kl_story_model *kl_story_model_new(const struct kl_story_config *cfg, int
             goto fail;
         }
         const size_t cache = (size_t)kv_pages * KL_STORY_PAGE_SIZE * KV * 2;
-        if (alloc_dev(&m->k_cache[l], cache, err, "the KV cache") || alloc_dev(&m->v_cache[l], cache, err, "the KV cache"))
+        if (alloc_dev(&m->k_cache[l], cache, err, "the KV cache") ||
+            alloc_dev(&m->v_cache[l], cache, err, "the KV cache"))
             goto fail;
     }
 
@@ -224,10 +247,14 @@ struct kl_story_model *kl_story_model_new(const struct kl_story_config *cfg, int
     free(table);
 
     /* workspaces: zeroed once; the attention variants leave them zeroed (their headers) */
-    struct kl_attention_decode_params dp = {.batch = max_batch, .num_qo_heads = c->qo_heads,
-                                            .num_kv_heads = c->kv_heads, .head_dim = c->head_dim,
-                                            .page_size = KL_STORY_PAGE_SIZE, .num_pages = kv_pages,
-                                            .max_kv_len = decode_kv_bound, .dtype = KL_BF16};
+    struct kl_attention_decode_params dp = {.batch = max_batch,
+                                            .num_qo_heads = c->qo_heads,
+                                            .num_kv_heads = c->kv_heads,
+                                            .head_dim = c->head_dim,
+                                            .page_size = KL_STORY_PAGE_SIZE,
+                                            .num_pages = kv_pages,
+                                            .max_kv_len = decode_kv_bound,
+                                            .dtype = KL_BF16};
     m->decode_ws_bytes = kl_attention_decode_workspace_bytes(&dp, kl_attention_decode_sms());
     m->prefill_ws_bytes = KL_PREFILL_WORKSPACE;
     if (e != cudaSuccess || alloc_dev(&m->decode_ws, m->decode_ws_bytes, err, "workspaces") ||
@@ -263,9 +290,11 @@ void kl_story_model_free(struct kl_story_model *m)
         if (m->k_cache) cudaFree(m->k_cache[l]);
         if (m->v_cache) cudaFree(m->v_cache[l]);
     }
-    void *bufs[] = {m->x, m->res[0], m->res[1], m->hn, m->q, m->k, m->attn, m->o, m->gu, m->act, m->mo,
-                    m->lse, m->logits, m->next_ids, m->cos_sin, m->decode_ws, m->prefill_ws, m->blas_ws};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
+    void *bufs[] = {m->x,      m->res[0],   m->res[1],  m->hn,        m->q,          m->k,
+                    m->attn,   m->o,        m->gu,      m->act,       m->mo,         m->lse,
+                    m->logits, m->next_ids, m->cos_sin, m->decode_ws, m->prefill_ws, m->blas_ws};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        cudaFree(bufs[i]);
     if (m->blas) cublasDestroy(m->blas);
     if (m->stream) cudaStreamDestroy(m->stream);
     free(m->layer), free(m->k_cache), free(m->v_cache);
@@ -284,9 +313,9 @@ static cudaError_t gemm_launch(struct kl_story_model *m, const struct kl_story_g
                          (int)g->k, g->x, CUDA_R_16BF, (int)g->k, &zero, g->y, out, (int)g->n, CUBLAS_COMPUTE_32F,
                          CUBLAS_GEMM_DEFAULT);
     else /* the same x for every matrix of the batch: its stride is 0 */
-        s = cublasGemmStridedBatchedEx(m->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)g->n, (int)g->m, (int)g->k, &one,
-                                       g->w, CUDA_R_16BF, (int)g->k, g->stride_w, g->x, CUDA_R_16BF, (int)g->k, 0,
-                                       &zero, g->y, out, (int)g->n, g->stride_y, g->batch, CUBLAS_COMPUTE_32F,
+        s = cublasGemmStridedBatchedEx(m->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)g->n, (int)g->m, (int)g->k, &one, g->w,
+                                       CUDA_R_16BF, (int)g->k, g->stride_w, g->x, CUDA_R_16BF, (int)g->k, 0, &zero,
+                                       g->y, out, (int)g->n, g->stride_y, g->batch, CUBLAS_COMPUTE_32F,
                                        CUBLAS_GEMM_DEFAULT);
     if (s != CUBLAS_STATUS_SUCCESS) {
         fprintf(stderr, "kernlab story: cuBLAS GEMM %lldx%lldx%lld failed: %s\n", (long long)g->m, (long long)g->n,
@@ -300,13 +329,20 @@ cudaError_t kl_story_op_launch(struct kl_story_model *m, const struct kl_story_o
 {
     cudaStream_t s = m->stream;
     switch (op->how) {
-    case KL_LAUNCH_INDEX: return ((kl_index_launch_fn)m->v_index->launch)(&op->u.index, s);
-    case KL_LAUNCH_RMSNORM: return ((kl_rmsnorm_launch_fn)m->v_rmsnorm->launch)(&op->u.norm, s);
-    case KL_LAUNCH_ROPE: return ((kl_rope_launch_fn)m->v_rope->launch)(&op->u.rope, s);
-    case KL_LAUNCH_STORE: return ((kl_store_launch_fn)m->v_store->launch)(&op->u.store, s);
-    case KL_LAUNCH_PREFILL: return ((kl_attention_prefill_launch_fn)m->v_prefill->launch)(&op->u.prefill, s);
-    case KL_LAUNCH_DECODE: return ((kl_attention_decode_launch_fn)m->v_decode->launch)(&op->u.decode, s);
-    case KL_LAUNCH_SILU_MUL: return kl_story_silu_mul(op->u.silu.gu, op->u.silu.out, op->u.silu.n, op->u.silu.mlp, s);
+    case KL_LAUNCH_INDEX:
+        return ((kl_index_launch_fn)m->v_index->launch)(&op->u.index, s);
+    case KL_LAUNCH_RMSNORM:
+        return ((kl_rmsnorm_launch_fn)m->v_rmsnorm->launch)(&op->u.norm, s);
+    case KL_LAUNCH_ROPE:
+        return ((kl_rope_launch_fn)m->v_rope->launch)(&op->u.rope, s);
+    case KL_LAUNCH_STORE:
+        return ((kl_store_launch_fn)m->v_store->launch)(&op->u.store, s);
+    case KL_LAUNCH_PREFILL:
+        return ((kl_attention_prefill_launch_fn)m->v_prefill->launch)(&op->u.prefill, s);
+    case KL_LAUNCH_DECODE:
+        return ((kl_attention_decode_launch_fn)m->v_decode->launch)(&op->u.decode, s);
+    case KL_LAUNCH_SILU_MUL:
+        return kl_story_silu_mul(op->u.silu.gu, op->u.silu.out, op->u.silu.n, op->u.silu.mlp, s);
     case KL_LAUNCH_ARGMAX:
         return kl_story_argmax(op->u.argmax.logits, op->u.argmax.batch, op->u.argmax.vocab, op->u.argmax.ids, s);
     case KL_LAUNCH_GEMM:
@@ -327,7 +363,8 @@ static cudaError_t run(struct kl_story_model *m, struct kl_story_op *op)
     cudaError_t e = m->dry ? cudaSuccess : kl_story_op_launch(m, op);
     if (m->hook) m->hook(m->hook_ctx, op, 0);
     if (e != cudaSuccess)
-        fprintf(stderr, "kernlab story: %s (layer %d): %s\n", kl_story_op_names[op->name], op->layer, cudaGetErrorString(e));
+        fprintf(stderr, "kernlab story: %s (layer %d): %s\n", kl_story_op_names[op->name], op->layer,
+                cudaGetErrorString(e));
     return e;
 }
 
@@ -359,9 +396,15 @@ static struct kl_story_op norm_op(struct kl_story_model *m, int layer, const voi
                                   const void *weight, void *res_out, int64_t T)
 {
     struct kl_story_op op = op_new(residual ? KL_OP_ADD_RMS_NORM : KL_OP_RMS_NORM, layer, KL_LAUNCH_RMSNORM);
-    op.u.norm = (struct kl_rmsnorm_params){.x = x, .residual = residual, .weight = weight, .out = m->hn,
-                                           .residual_out = residual ? res_out : NULL, .num_tokens = T,
-                                           .hidden = m->cfg.hidden, .eps = m->cfg.eps, .dtype = KL_BF16};
+    op.u.norm = (struct kl_rmsnorm_params){.x = x,
+                                           .residual = residual,
+                                           .weight = weight,
+                                           .out = m->hn,
+                                           .residual_out = residual ? res_out : NULL,
+                                           .num_tokens = T,
+                                           .hidden = m->cfg.hidden,
+                                           .eps = m->cfg.eps,
+                                           .dtype = KL_BF16};
     op.bytes = 2.0 * T * m->cfg.hidden * (residual ? 4 : 2) + 2.0 * m->cfg.hidden;
     op.flops = 4.0 * T * m->cfg.hidden;
     snprintf(op.shape, sizeof op.shape, "%lld x %d%s", (long long)T, m->cfg.hidden, residual ? " (+ residual)" : "");
@@ -376,24 +419,52 @@ static struct kl_story_op attention_op(struct kl_story_model *m, const struct kl
     const float sm_scale = 1.f / sqrtf((float)c->head_dim);
     const double kv_row = 2.0 * c->kv_heads * c->head_dim * 2; /* K and V of one token */
     if (b->decode) {
-        op.u.decode = (struct kl_attention_decode_params){
-            .q = m->q, .k_cache = m->k_cache[l], .v_cache = m->v_cache[l], .kv_indptr = b->kv_indptr,
-            .kv_indices = b->kv_indices, .kv_last_page_len = b->kv_last_page_len, .out = m->attn, .lse = m->lse,
-            .batch = b->batch, .num_qo_heads = c->qo_heads, .num_kv_heads = c->kv_heads, .head_dim = c->head_dim,
-            .page_size = KL_STORY_PAGE_SIZE, .num_pages = m->kv_pages, .max_kv_len = m->decode_kv_bound,
-            .sm_scale = sm_scale, .dtype = KL_BF16, .workspace = m->decode_ws, .workspace_bytes = m->decode_ws_bytes};
+        op.u.decode = (struct kl_attention_decode_params){.q = m->q,
+                                                          .k_cache = m->k_cache[l],
+                                                          .v_cache = m->v_cache[l],
+                                                          .kv_indptr = b->kv_indptr,
+                                                          .kv_indices = b->kv_indices,
+                                                          .kv_last_page_len = b->kv_last_page_len,
+                                                          .out = m->attn,
+                                                          .lse = m->lse,
+                                                          .batch = b->batch,
+                                                          .num_qo_heads = c->qo_heads,
+                                                          .num_kv_heads = c->kv_heads,
+                                                          .head_dim = c->head_dim,
+                                                          .page_size = KL_STORY_PAGE_SIZE,
+                                                          .num_pages = m->kv_pages,
+                                                          .max_kv_len = m->decode_kv_bound,
+                                                          .sm_scale = sm_scale,
+                                                          .dtype = KL_BF16,
+                                                          .workspace = m->decode_ws,
+                                                          .workspace_bytes = m->decode_ws_bytes};
         /* every request attends max_kv_len keys at most: the model counts the bound's bytes */
         op.bytes = b->batch * (b->max_kv_len * kv_row + 4.0 * c->qo_heads * c->head_dim);
         op.flops = 4.0 * c->head_dim * c->qo_heads * b->batch * b->max_kv_len;
         snprintf(op.shape, sizeof op.shape, "batch %lld, kv <= %lld", (long long)b->batch, (long long)b->max_kv_len);
     } else {
-        op.u.prefill = (struct kl_attention_prefill_params){
-            .q = m->q, .k_cache = m->k_cache[l], .v_cache = m->v_cache[l], .qo_indptr = b->qo_indptr,
-            .kv_indptr = b->kv_indptr, .kv_indices = b->kv_indices, .kv_last_page_len = b->kv_last_page_len,
-            .out = m->attn, .lse = m->lse, .workspace = m->prefill_ws, .workspace_bytes = m->prefill_ws_bytes,
-            .batch = b->batch, .total_q = b->tokens, .num_qo_heads = c->qo_heads, .num_kv_heads = c->kv_heads,
-            .head_dim = c->head_dim, .page_size = KL_STORY_PAGE_SIZE, .num_pages = m->kv_pages,
-            .max_q_len = b->max_q_len, .sm_scale = sm_scale, .causal = true, .dtype = KL_BF16};
+        op.u.prefill = (struct kl_attention_prefill_params){.q = m->q,
+                                                            .k_cache = m->k_cache[l],
+                                                            .v_cache = m->v_cache[l],
+                                                            .qo_indptr = b->qo_indptr,
+                                                            .kv_indptr = b->kv_indptr,
+                                                            .kv_indices = b->kv_indices,
+                                                            .kv_last_page_len = b->kv_last_page_len,
+                                                            .out = m->attn,
+                                                            .lse = m->lse,
+                                                            .workspace = m->prefill_ws,
+                                                            .workspace_bytes = m->prefill_ws_bytes,
+                                                            .batch = b->batch,
+                                                            .total_q = b->tokens,
+                                                            .num_qo_heads = c->qo_heads,
+                                                            .num_kv_heads = c->kv_heads,
+                                                            .head_dim = c->head_dim,
+                                                            .page_size = KL_STORY_PAGE_SIZE,
+                                                            .num_pages = m->kv_pages,
+                                                            .max_q_len = b->max_q_len,
+                                                            .sm_scale = sm_scale,
+                                                            .causal = true,
+                                                            .dtype = KL_BF16};
         /* one request: q_len queries over kv_len keys, query i sees kv_len - q_len + i + 1 */
         const double q = (double)b->tokens, kv = (double)b->max_kv_len, pairs = q * (kv - q) + q * (q + 1) / 2;
         op.flops = 4.0 * c->head_dim * c->qo_heads * pairs;
@@ -419,8 +490,14 @@ cudaError_t kl_story_forward(struct kl_story_model *m, const struct kl_story_bat
     } while (0)
 
     struct kl_story_op op = op_new(KL_OP_EMBED, -1, KL_LAUNCH_INDEX);
-    op.u.index = (struct kl_index_params){.table = m->embed, .ids = b->ids, .out = m->x, .num_tokens = T,
-                                          .vocab = c->vocab, .hidden = H, .vocab_start = 0, .dtype = KL_BF16};
+    op.u.index = (struct kl_index_params){.table = m->embed,
+                                          .ids = b->ids,
+                                          .out = m->x,
+                                          .num_tokens = T,
+                                          .vocab = c->vocab,
+                                          .hidden = H,
+                                          .vocab_start = 0,
+                                          .dtype = KL_BF16};
     op.bytes = 2.0 * 2 * T * H;
     snprintf(op.shape, sizeof op.shape, "%lld rows of %lld", (long long)T, (long long)H);
     RUN(op);
@@ -448,20 +525,34 @@ cudaError_t kl_story_forward(struct kl_story_model *m, const struct kl_story_bat
         RUN(op);
 
         op = op_new(KL_OP_ROPE, l, KL_LAUNCH_ROPE);
-        op.u.rope = (struct kl_rope_params){.q = m->q, .k = m->k, .positions = b->positions, .cos_sin_cache = m->cos_sin,
-                                            .num_tokens = T, .num_q_heads = c->qo_heads, .num_kv_heads = c->kv_heads,
-                                            .head_dim = c->head_dim, .rotary_dim = c->head_dim, .max_pos = m->max_pos,
-                                            .is_neox = true, .dtype = KL_BF16};
+        op.u.rope = (struct kl_rope_params){.q = m->q,
+                                            .k = m->k,
+                                            .positions = b->positions,
+                                            .cos_sin_cache = m->cos_sin,
+                                            .num_tokens = T,
+                                            .num_q_heads = c->qo_heads,
+                                            .num_kv_heads = c->kv_heads,
+                                            .head_dim = c->head_dim,
+                                            .rotary_dim = c->head_dim,
+                                            .max_pos = m->max_pos,
+                                            .is_neox = true,
+                                            .dtype = KL_BF16};
         op.bytes = 2.0 * 2 * T * (Q + KV) + 4.0 * T * c->head_dim;
         op.flops = 3.0 * T * (Q + KV);
         snprintf(op.shape, sizeof op.shape, "%lld tokens, %d + %d heads", (long long)T, c->qo_heads, c->kv_heads);
         RUN(op);
 
         op = op_new(KL_OP_KV_STORE, l, KL_LAUNCH_STORE);
-        op.u.store = (struct kl_store_params){.k = m->k, .v = m->v, .slots = b->slots, .k_cache = m->k_cache[l],
-                                              .v_cache = m->v_cache[l], .num_tokens = T, .num_kv_heads = c->kv_heads,
+        op.u.store = (struct kl_store_params){.k = m->k,
+                                              .v = m->v,
+                                              .slots = b->slots,
+                                              .k_cache = m->k_cache[l],
+                                              .v_cache = m->v_cache[l],
+                                              .num_tokens = T,
+                                              .num_kv_heads = c->kv_heads,
                                               .head_dim = c->head_dim,
-                                              .num_slots = m->kv_pages * KL_STORY_PAGE_SIZE, .dtype = KL_BF16};
+                                              .num_slots = m->kv_pages * KL_STORY_PAGE_SIZE,
+                                              .dtype = KL_BF16};
         op.bytes = 2.0 * 2 * 2 * T * KV + 8.0 * T;
         snprintf(op.shape, sizeof op.shape, "%lld tokens x 2 x %lld", (long long)T, (long long)KV);
         RUN(op);
@@ -503,7 +594,8 @@ cudaError_t kl_story_forward(struct kl_story_model *m, const struct kl_story_bat
      * decode step, the last row of a prefill). */
     op = op_new(KL_OP_LM_HEAD, -1, KL_LAUNCH_GEMM);
     op.u.gemm.count = 1;
-    op.u.gemm.g[0] = gemm_of(m->lm_head, (const char *)m->hn + (T - b->batch) * H * 2, m->logits, b->batch, c->vocab, H);
+    op.u.gemm.g[0] =
+        gemm_of(m->lm_head, (const char *)m->hn + (T - b->batch) * H * 2, m->logits, b->batch, c->vocab, H);
     op.u.gemm.g[0].f32_out = true;
     gemm_model(&op);
     snprintf(op.shape, sizeof op.shape, "%lld x %lld -> %d (float32)", (long long)b->batch, (long long)H, c->vocab);

@@ -31,16 +31,34 @@ extern "C" {
  * attention, at the start of every layer but the first (adding the previous layer's MLP output,
  * so no separate residual-add kernel is needed), and as the final norm (layer -1). */
 enum kl_story_op_name {
-    KL_OP_EMBED, KL_OP_RMS_NORM, KL_OP_QKV_GEMM, KL_OP_ROPE, KL_OP_KV_STORE, KL_OP_ATTENTION, KL_OP_O_GEMM,
-    KL_OP_ADD_RMS_NORM, KL_OP_GATE_UP_GEMM, KL_OP_SILU_MUL, KL_OP_DOWN_GEMM, KL_OP_LM_HEAD, KL_OP_ARGMAX,
+    KL_OP_EMBED,
+    KL_OP_RMS_NORM,
+    KL_OP_QKV_GEMM,
+    KL_OP_ROPE,
+    KL_OP_KV_STORE,
+    KL_OP_ATTENTION,
+    KL_OP_O_GEMM,
+    KL_OP_ADD_RMS_NORM,
+    KL_OP_GATE_UP_GEMM,
+    KL_OP_SILU_MUL,
+    KL_OP_DOWN_GEMM,
+    KL_OP_LM_HEAD,
+    KL_OP_ARGMAX,
     KL_OP_COUNT
 };
 extern const char *const kl_story_op_names[KL_OP_COUNT];
 
 /* What kind of work an op is, for the per-phase shares. */
 enum kl_story_kind {
-    KL_KIND_EMBED, KL_KIND_NORM, KL_KIND_GEMM, KL_KIND_ROPE, KL_KIND_KV_STORE, KL_KIND_ATTENTION,
-    KL_KIND_ACTIVATION, KL_KIND_SAMPLING, KL_KIND_COUNT
+    KL_KIND_EMBED,
+    KL_KIND_NORM,
+    KL_KIND_GEMM,
+    KL_KIND_ROPE,
+    KL_KIND_KV_STORE,
+    KL_KIND_ATTENTION,
+    KL_KIND_ACTIVATION,
+    KL_KIND_SAMPLING,
+    KL_KIND_COUNT
 };
 extern const char *const kl_story_kind_names[KL_KIND_COUNT];
 extern const int kl_story_op_kind[KL_OP_COUNT];
@@ -57,8 +75,15 @@ struct kl_story_gemm {
 };
 
 enum kl_story_launch {
-    KL_LAUNCH_INDEX, KL_LAUNCH_RMSNORM, KL_LAUNCH_GEMM, KL_LAUNCH_ROPE, KL_LAUNCH_STORE, KL_LAUNCH_PREFILL,
-    KL_LAUNCH_DECODE, KL_LAUNCH_SILU_MUL, KL_LAUNCH_ARGMAX
+    KL_LAUNCH_INDEX,
+    KL_LAUNCH_RMSNORM,
+    KL_LAUNCH_GEMM,
+    KL_LAUNCH_ROPE,
+    KL_LAUNCH_STORE,
+    KL_LAUNCH_PREFILL,
+    KL_LAUNCH_DECODE,
+    KL_LAUNCH_SILU_MUL,
+    KL_LAUNCH_ARGMAX
 };
 
 struct kl_story_op {
@@ -98,11 +123,11 @@ struct kl_story_op {
 struct kl_story_batch {
     bool decode;
     int64_t tokens, batch, max_q_len, max_kv_len;
-    int32_t *ids;                    /* [tokens] */
-    int64_t *positions, *slots;      /* [tokens] */
-    int32_t *qo_indptr, *kv_indptr;  /* [batch + 1] */
-    int32_t *kv_indices;             /* [pages of the batch] */
-    int32_t *kv_last_page_len;       /* [batch] */
+    int32_t *ids;                   /* [tokens] */
+    int64_t *positions, *slots;     /* [tokens] */
+    int32_t *qo_indptr, *kv_indptr; /* [batch + 1] */
+    int32_t *kv_indices;            /* [pages of the batch] */
+    int32_t *kv_last_page_len;      /* [batch] */
 };
 
 struct kl_story_model {
@@ -116,7 +141,7 @@ struct kl_story_model {
     void *embed, *lm_head, *final_norm;
     struct kl_story_layer_weights {
         void *attn_norm, *wq, *wkv, *wo, *mlp_norm, *w_gate_up, *w_down; /* wkv: K's [kv_dim, hidden] then V's */
-    } *layer;
+    } * layer;
     /* the paged KV cache: per layer [kv_pages, page_size, kv_heads, head_dim] */
     void **k_cache, **v_cache;
     float *cos_sin; /* [max_pos, head_dim] */

@@ -64,7 +64,10 @@ static const char *op_name(const struct doc *d, int op)
     const cJSON *v = cJSON_GetArrayItem(d->ops, op);
     return cJSON_IsString(v) ? v->valuestring : "?";
 }
-static int op_kind(const struct doc *d, int op) { return (int)at(d->op_kind, op); }
+static int op_kind(const struct doc *d, int op)
+{
+    return (int)at(d->op_kind, op);
+}
 static int op_index(const struct doc *d, const char *name)
 {
     for (int i = 0; i < d->n_ops; i++)
@@ -87,25 +90,39 @@ static double counter(const struct doc *d, const char *ph, int op, const char *n
     return p ? num(get(p, "counters"), name) : NAN;
 }
 
-/* "void kl::foo_v2<__nv_bfloat16, 8>(...)" -> "foo_v2"; cuBLAS's C names stay whole. */
+/* "void kl::foo_v2<__nv_bfloat16, 8>(...)" -> "foo_v2"; cuBLAS's C names stay whole; a generic
+ * wrapper ("cutlass::Kernel2<cutlass_80_tensorop_..._tn_align8>") is named by its first argument. */
 static void short_kernel(const char *full, char *out, size_t len)
 {
     char clean[512];
     size_t o = 0;
     for (const char *c = full; *c && o + 1 < sizeof clean;) { /* drop "(anonymous namespace)::" */
-        if (strncmp(c, "(anonymous namespace)::", 23) == 0) c += 23;
-        else clean[o++] = *c++;
+        if (strncmp(c, "(anonymous namespace)::", 23) == 0)
+            c += 23;
+        else
+            clean[o++] = *c++;
     }
     clean[o] = 0;
     const char *s = strncmp(clean, "void ", 5) == 0 ? clean + 5 : clean;
-    size_t n = strcspn(s, "(<");
-    const char *q = s;
-    for (const char *c = s; c < s + n; c++)
-        if (c[0] == ':' && c[1] == ':') q = c + 2;
-    n -= (size_t)(q - s);
-    if (n > 72) snprintf(out, len, "%.69s...", q);
-    else snprintf(out, len, "%.*s", (int)n, q);
+    for (int pass = 0; pass < 2; pass++) {
+        size_t n = strcspn(s, "(<,>");
+        const char *q = s;
+        for (const char *c = s; c < s + n; c++)
+            if (c[0] == ':' && c[1] == ':') q = c + 2;
+        n -= (size_t)(q - s);
+        const bool wrapper = (strncmp(q, "Kernel", 6) == 0 || strncmp(q, "device_kernel", 13) == 0) && q[n] == '<';
+        if (pass == 0 && wrapper) {
+            s = q + n + 1;
+            continue;
+        }
+        if (n > 72)
+            snprintf(out, len, "%.69s...", q);
+        else
+            snprintf(out, len, "%.*s", (int)n, q);
+        return;
+    }
 }
+
 static const char *kernel_name(const struct doc *d, int k, char *buf, size_t len)
 {
     const cJSON *v = cJSON_GetArrayItem(d->kernels, k);
@@ -117,27 +134,36 @@ static const char *kernel_name(const struct doc *d, int k, char *buf, size_t len
 
 static const char *fmt(char *buf, size_t len, const char *f, double v)
 {
-    if (!isfinite(v)) snprintf(buf, len, "-");
-    else snprintf(buf, len, f, v);
+    if (!isfinite(v))
+        snprintf(buf, len, "-");
+    else
+        snprintf(buf, len, f, v);
     return buf;
 }
 #define F(f, v) fmt((char[48]){0}, 48, f, v)
 
 static const char *ms(char *buf, size_t len, double us)
 {
-    if (!isfinite(us)) snprintf(buf, len, "-");
-    else if (us >= 1000) snprintf(buf, len, "%.2f ms", us / 1000);
-    else if (us >= 100) snprintf(buf, len, "%.3f ms", us / 1000);
-    else snprintf(buf, len, "%.1f us", us);
+    if (!isfinite(us))
+        snprintf(buf, len, "-");
+    else if (us >= 1000)
+        snprintf(buf, len, "%.2f ms", us / 1000);
+    else if (us >= 100)
+        snprintf(buf, len, "%.3f ms", us / 1000);
+    else
+        snprintf(buf, len, "%.1f us", us);
     return buf;
 }
 #define MS(v) ms((char[32]){0}, 32, v)
 
 static const char *gb(char *buf, size_t len, double bytes)
 {
-    if (bytes >= 1e9) snprintf(buf, len, "%.2f GB", bytes / 1e9);
-    else if (bytes >= 1e6) snprintf(buf, len, "%.1f MB", bytes / 1e6);
-    else snprintf(buf, len, "%.0f KB", bytes / 1e3);
+    if (bytes >= 1e9)
+        snprintf(buf, len, "%.2f GB", bytes / 1e9);
+    else if (bytes >= 1e6)
+        snprintf(buf, len, "%.1f MB", bytes / 1e6);
+    else
+        snprintf(buf, len, "%.0f KB", bytes / 1e3);
     return buf;
 }
 #define GB(v) gb((char[32]){0}, 32, v)
@@ -147,16 +173,15 @@ static const char *hw(const struct doc *d, const char *ph, int op, char *buf, si
 {
     const cJSON *p = profile(d, ph, op);
     const cJSON *c = p ? get(p, "counters") : NULL;
-    const double dram = num(c, "dram_throughput_pct"), sm = num(c, "sm_throughput_pct"),
-                 tc = num(c, "tensor_pipe_pct");
+    const double dram = num(c, "dram_throughput_pct"), sm = num(c, "sm_throughput_pct"), tc = num(c, "tensor_pipe_pct");
     if (!c || !isfinite(dram)) {
         snprintf(buf, len, "(no counters)");
         return buf;
     }
-    const char *tag = dram >= 50 && dram >= sm   ? "memory-bound"
-                      : sm >= 50 && tc >= 30     ? "tensor-bound"
-                      : sm >= 50                 ? "compute-bound"
-                                                 : "neither roof: too little work to fill the GPU";
+    const char *tag = dram >= 50 && dram >= sm ? "memory-bound"
+                      : sm >= 50 && tc >= 30   ? "tensor-bound"
+                      : sm >= 50               ? "compute-bound"
+                                               : "neither roof: too little work to fill the GPU";
     snprintf(buf, len, "HBM %.0f%%, SM %.0f%%, TC %.0f%% (%s)", dram, sm, tc, tag);
     return buf;
 }
@@ -167,15 +192,18 @@ static const char *hw(const struct doc *d, const char *ph, int op, char *buf, si
 /* Per-op time of a phase: by_op summed over its steps (or the phase itself). */
 static void phase_by_op(const struct doc *d, const cJSON *p, double *by_op, int *steps)
 {
-    for (int i = 0; i < d->n_ops; i++) by_op[i] = 0;
+    for (int i = 0; i < d->n_ops; i++)
+        by_op[i] = 0;
     const cJSON *st = get(p, "steps");
     *steps = 0;
     if (st) {
         for (const cJSON *s = st->child; s; s = s->next, ++*steps)
-            for (int i = 0; i < d->n_ops; i++) by_op[i] += at(get(s, "by_op"), i);
+            for (int i = 0; i < d->n_ops; i++)
+                by_op[i] += at(get(s, "by_op"), i);
     } else if (p) {
         *steps = 1;
-        for (int i = 0; i < d->n_ops; i++) by_op[i] = at(get(p, "by_op"), i);
+        for (int i = 0; i < d->n_ops; i++)
+            by_op[i] = at(get(p, "by_op"), i);
     }
 }
 
@@ -210,9 +238,9 @@ static double steps_median(const cJSON *p, const char *field)
     double *v = malloc(sizeof(double) * (size_t)(n ? n : 1));
     int k = 0;
     for (const cJSON *s = st ? st->child : NULL; v && s; s = s->next)
-        v[k++] = strcmp(field, "span") == 0 ? num(s, "t1_us") - num(s, "t0_us")
+        v[k++] = strcmp(field, "span") == 0     ? num(s, "t1_us") - num(s, "t0_us")
                  : strcmp(field, "period") == 0 ? (s->next ? num(s->next, "t0_us") - num(s, "t0_us") : NAN)
-                                                 : num(s, field);
+                                                : num(s, field);
     int m = 0; /* drop NaN (the last step has no period) */
     for (int i = 0; v && i < k; i++)
         if (isfinite(v[i])) v[m++] = v[i];
@@ -221,7 +249,10 @@ static double steps_median(const cJSON *p, const char *field)
     return r;
 }
 
-static double span(const cJSON *p) { return num(p, "t1_us") - num(p, "t0_us"); }
+static double span(const cJSON *p)
+{
+    return num(p, "t1_us") - num(p, "t0_us");
+}
 
 /* ---- the timeline ---- */
 
@@ -263,7 +294,8 @@ static void tell_detail(FILE *f, const struct doc *d, const char *ph, const cJSO
         if (at(e, 1) > max_layer) max_layer = (int)at(e, 1);
     double *lt0 = calloc((size_t)max_layer + 2, sizeof(double)), *lt1 = calloc((size_t)max_layer + 2, sizeof(double));
     double *lus = calloc((size_t)max_layer + 2, sizeof(double));
-    for (int l = 0; lt0 && lt1 && lus && l <= max_layer; l++) lt0[l] = INFINITY, lt1[l] = -INFINITY;
+    for (int l = 0; lt0 && lt1 && lus && l <= max_layer; l++)
+        lt0[l] = INFINITY, lt1[l] = -INFINITY;
     for (const cJSON *e = detail ? detail->child : NULL; lt0 && lt1 && lus && e; e = e->next) {
         const int l = (int)at(e, 1);
         if (l < 0) continue;
@@ -302,7 +334,10 @@ static void tell_detail(FILE *f, const struct doc *d, const char *ph, const cJSO
     free(lt0), free(lt1), free(lus);
 }
 
-static const cJSON *event_at(const cJSON *events, int i) { return cJSON_GetArrayItem(events, i); }
+static const cJSON *event_at(const cJSON *events, int i)
+{
+    return cJSON_GetArrayItem(events, i);
+}
 
 /* Host events up to time t (from *next on), as "CPU:" lines. */
 static void tell_events(FILE *f, const cJSON *events, int *next, double t, bool with_time)
@@ -376,13 +411,16 @@ static void section_timeline(FILE *f, const struct doc *d)
 
 static void section_phases(FILE *f, const struct doc *d)
 {
-    fprintf(f, "## Per-phase summaries\n\nTime per kind of op as a share of the phase's kernel time; tensor-pipe (TC) and "
-               "HBM are each op's profiled figure weighted by the op's time in the phase. Decode figures are per step "
-               "(the median over the steps), its shares over all steps.\n\n");
+    fprintf(f,
+            "## Per-phase summaries\n\nTime per kind of op as a share of the phase's kernel time; tensor-pipe (TC) and "
+            "HBM are each op's profiled figure weighted by the op's time in the phase. Decode figures are per step "
+            "(the median over the steps), its shares over all steps.\n\n");
     fprintf(f, "| phase | new tokens | GPU time | kernels | ");
-    for (int k = 0; k < d->n_kinds; k++) fprintf(f, "%s | ", str(cJSON_GetArrayItem(d->kinds, k), "", "?"));
+    for (int k = 0; k < d->n_kinds; k++)
+        fprintf(f, "%s | ", str(cJSON_GetArrayItem(d->kinds, k), "", "?"));
     fprintf(f, "TC | HBM | hotspot |\n|---|---|---|---|");
-    for (int k = 0; k < d->n_kinds; k++) fprintf(f, "---|");
+    for (int k = 0; k < d->n_kinds; k++)
+        fprintf(f, "---|");
     fprintf(f, "---|---|---|\n");
     static const char *const order[] = {"prefill", "extend", "decode", "decode_graph", "control"};
     for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
@@ -399,10 +437,10 @@ static void section_phases(FILE *f, const struct doc *d)
         const bool stepped = get(p, "steps") != NULL;
         const double gpu = stepped ? steps_median(p, "span") : span(p);
         const double kernels = stepped ? steps_median(p, "kernels") : num(p, "kernels");
-        fprintf(f, "| %s | %s | %s%s | %s | ", order[i],
-                stepped ? "2 per step" : F("%.0f", num(p, "q_tokens")), MS(gpu), stepped ? " per step" : "",
-                F("%.0f", kernels));
-        for (int k = 0; k < d->n_kinds; k++) fprintf(f, "%s | ", F("%.1f%%", total > 0 ? 100 * by_kind[k] / total : NAN));
+        fprintf(f, "| %s | %s | %s%s | %s | ", order[i], stepped ? "2 per step" : F("%.0f", num(p, "q_tokens")),
+                MS(gpu), stepped ? " per step" : "", F("%.0f", kernels));
+        for (int k = 0; k < d->n_kinds; k++)
+            fprintf(f, "%s | ", F("%.1f%%", total > 0 ? 100 * by_kind[k] / total : NAN));
         fprintf(f, "%s | %s | %s (%s) |\n", F("%.0f%%", weighted(d, order[i], by_op, "tensor_pipe_pct")),
                 F("%.0f%%", weighted(d, order[i], by_op, "dram_throughput_pct")), op_name(d, hot),
                 F("%.0f%%", total > 0 ? 100 * by_op[hot] / total : NAN));
@@ -425,34 +463,45 @@ static void section_transition(FILE *f, const struct doc *d)
     if (l) kernel_name(d, (int)num(l, "kernel"), kp, sizeof kp);
     l = da ? cJSON_GetArrayItem(get(da, "launches"), 0) : NULL;
     if (l) kernel_name(d, (int)num(l, "kernel"), kd, sizeof kd);
-    fprintf(f, "## The transition: prefill -> decode\n\nThe same weights and the same kinds of kernels, but the work "
-               "per weight byte collapses: a prefill GEMM multiplies %s tokens by each weight it reads, a decode GEMM 2.\n\n",
-            F("%.0f", num(pre, "q_tokens")));
+    fprintf(
+        f,
+        "## The transition: prefill -> decode\n\nThe same weights and the same kinds of kernels, but the work "
+        "per weight byte collapses: a prefill GEMM multiplies %s tokens by each weight it reads, a decode GEMM 2.\n\n",
+        F("%.0f", num(pre, "q_tokens")));
     fprintf(f, "| | prefill | decode | change |\n|---|---|---|---|\n");
     const double tp = weighted(d, "prefill", bp, "tensor_pipe_pct"), td = weighted(d, "decode", bd, "tensor_pipe_pct");
-    const double hp = weighted(d, "prefill", bp, "dram_throughput_pct"), hd = weighted(d, "decode", bd, "dram_throughput_pct");
-    fprintf(f, "| tensor pipe (time-weighted) | %s | %s | %s points |\n", F("%.0f%%", tp), F("%.0f%%", td), F("%+.0f", td - tp));
-    fprintf(f, "| HBM throughput (time-weighted) | %s | %s | %s points |\n", F("%.0f%%", hp), F("%.0f%%", hd), F("%+.0f", hd - hp));
+    const double hp = weighted(d, "prefill", bp, "dram_throughput_pct"),
+                 hd = weighted(d, "decode", bd, "dram_throughput_pct");
+    fprintf(f, "| tensor pipe (time-weighted) | %s | %s | %s points |\n", F("%.0f%%", tp), F("%.0f%%", td),
+            F("%+.0f", td - tp));
+    fprintf(f, "| HBM throughput (time-weighted) | %s | %s | %s points |\n", F("%.0f%%", hp), F("%.0f%%", hd),
+            F("%+.0f", hd - hp));
     fprintf(f, "| attention kernel | `%s` | `%s` | attention_prefill's kernel -> attention_decode's |\n", kp, kd);
-    fprintf(f, "| attention: TC / HBM | %s / %s | %s / %s | |\n", F("%.0f%%", counter(d, "prefill", att, "tensor_pipe_pct")),
+    fprintf(f, "| attention: TC / HBM | %s / %s | %s / %s | |\n",
+            F("%.0f%%", counter(d, "prefill", att, "tensor_pipe_pct")),
             F("%.0f%%", counter(d, "prefill", att, "dram_throughput_pct")),
             F("%.0f%%", counter(d, "decode", att, "tensor_pipe_pct")),
             F("%.0f%%", counter(d, "decode", att, "dram_throughput_pct")));
-    fprintf(f, "| qkv_gemm: TC / HBM | %s / %s | %s / %s | |\n", F("%.0f%%", counter(d, "prefill", qkv, "tensor_pipe_pct")),
+    fprintf(f, "| qkv_gemm: TC / HBM | %s / %s | %s / %s | |\n",
+            F("%.0f%%", counter(d, "prefill", qkv, "tensor_pipe_pct")),
             F("%.0f%%", counter(d, "prefill", qkv, "dram_throughput_pct")),
             F("%.0f%%", counter(d, "decode", qkv, "tensor_pipe_pct")),
             F("%.0f%%", counter(d, "decode", qkv, "dram_throughput_pct")));
-    fprintf(f, "| gate_up_gemm: TC / HBM | %s / %s | %s / %s | |\n", F("%.0f%%", counter(d, "prefill", up, "tensor_pipe_pct")),
+    fprintf(f, "| gate_up_gemm: TC / HBM | %s / %s | %s / %s | |\n",
+            F("%.0f%%", counter(d, "prefill", up, "tensor_pipe_pct")),
             F("%.0f%%", counter(d, "prefill", up, "dram_throughput_pct")),
             F("%.0f%%", counter(d, "decode", up, "tensor_pipe_pct")),
             F("%.0f%%", counter(d, "decode", up, "dram_throughput_pct")));
     const double tok_pre = num(pre, "q_tokens") / span(pre) * 1e6, tok_dec = 2 / steps_median(dec, "period") * 1e6;
-    fprintf(f, "| tokens per second | %s (prompt) | %s (generated, 2 requests) | |\n\n", F("%.0f", tok_pre), F("%.0f", tok_dec));
-    fprintf(f, "Why: a GEMM of M tokens reads its weight matrix once and does 2M FLOPs per weight element. At M = %s "
-               "that is far above the ridge point of the GPU, so the tensor pipe is the limit; at M = 2 every weight "
-               "byte feeds 2 FLOPs and the same kernels wait on HBM. Attention goes the same way: the prefill kernel "
-               "reuses each K/V tile for a whole tile of queries, the decode kernel reads the whole KV cache for one "
-               "query per request.\n\n", F("%.0f", num(pre, "q_tokens")));
+    fprintf(f, "| tokens per second | %s (prompt) | %s (generated, 2 requests) | |\n\n", F("%.0f", tok_pre),
+            F("%.0f", tok_dec));
+    fprintf(f,
+            "Why: a GEMM of M tokens reads its weight matrix once and does 2M FLOPs per weight element. At M = %s "
+            "that is far above the ridge point of the GPU, so the tensor pipe is the limit; at M = 2 every weight "
+            "byte feeds 2 FLOPs and the same kernels wait on HBM. Attention goes the same way: the prefill kernel "
+            "reuses each K/V tile for a whole tile of queries, the decode kernel reads the whole KV cache for one "
+            "query per request.\n\n",
+            F("%.0f", num(pre, "q_tokens")));
 }
 
 static void section_decode_trend(FILE *f, const struct doc *d)
@@ -470,10 +519,11 @@ static void section_decode_trend(FILE *f, const struct doc *d)
     const double den = n * sxx - sx * sx;
     const double slope = den != 0 ? (n * sxy - sx * sy) / den : NAN, icpt = (sy - slope * sx) / n;
     const double aslope = den != 0 ? (n * sxa - sx * sa) / den : NAN;
-    fprintf(f, "## Decode: time per step against the KV length\n\nEvery step adds one key per request to what attention "
-               "reads, while the weights read per step stay the same. Over the %d steps the step's GPU time grows by "
-               "%s per 1000 tokens of context (least squares: %s + %s x kv/1000), of which attention accounts for %s per "
-               "1000 tokens: the inter-token latency grows with the context, and attention is why.\n\n",
+    fprintf(f,
+            "## Decode: time per step against the KV length\n\nEvery step adds one key per request to what attention "
+            "reads, while the weights read per step stay the same. Over the %d steps the step's GPU time grows by "
+            "%s per 1000 tokens of context (least squares: %s + %s x kv/1000), of which attention accounts for %s per "
+            "1000 tokens: the inter-token latency grows with the context, and attention is why.\n\n",
             n, MS(slope * 1000), MS(icpt), MS(slope * 1000), MS(aslope * 1000));
     fprintf(f, "| step | KV per request | step (first kernel to last) | attention | period (start to next start) |\n"
                "|---|---|---|---|---|\n");
@@ -496,27 +546,30 @@ static void section_radix(FILE *f, const struct doc *d)
     const double miss = span(pre), hit = span(ext), scratch = ctl ? span(ctl) : NAN;
     const double q = num(ext, "q_tokens"), kv = at(get(ext, "kv_len"), 0);
     const double pairs_full = kv * (kv + 1) / 2, pairs_ext = q * (kv - q) + q * (q + 1) / 2;
-    fprintf(f, "## The radix hit\n\nRequest 2 shares its first %s tokens with request 1. The radix tree (the lab's own, "
-               "[radix.md](radix.md); pages of %s tokens) matched %s tokens = %s pages in %s us on the CPU, and request 2 "
-               "prefilled only its last %s tokens: an extend, whose queries attend the %s cached keys and their own "
-               "(bottom-right causal).\n\n",
-            F("%.0f", num(d->root, "run.shared")), F("%.0f", num(rx, "page_size")), F("%.0f", num(rx, "matched_tokens")),
-            F("%.0f", num(rx, "matched_pages")), F("%.1f", num(rx, "match_us")), F("%.0f", q),
-            F("%.0f", num(rx, "matched_tokens")));
+    fprintf(f,
+            "## The radix hit\n\nRequest 2 shares its first %s tokens with request 1. The radix tree (the lab's own, "
+            "[radix.md](radix.md); pages of %s tokens) matched %s tokens = %s pages in %s us on the CPU, and request 2 "
+            "prefilled only its last %s tokens: an extend, whose queries attend the %s cached keys and their own "
+            "(bottom-right causal).\n\n",
+            F("%.0f", num(d->root, "run.shared")), F("%.0f", num(rx, "page_size")),
+            F("%.0f", num(rx, "matched_tokens")), F("%.0f", num(rx, "matched_pages")), F("%.1f", num(rx, "match_us")),
+            F("%.0f", q), F("%.0f", num(rx, "matched_tokens")));
     fprintf(f, "| | tokens computed | GPU time | attention pairs |\n|---|---|---|---|\n");
     fprintf(f, "| request 1, miss (prefill) | %s | %s | %s |\n", F("%.0f", num(pre, "q_tokens")), MS(miss),
             F("%.3g", pairs_full));
     fprintf(f, "| request 2, hit (extend) | %s | %s | %s |\n", F("%.0f", q), MS(hit), F("%.3g", pairs_ext));
-    if (ctl) fprintf(f, "| request 2 from scratch (control) | %s | %s | %s |\n", F("%.0f", num(ctl, "q_tokens")),
-                     MS(scratch), F("%.3g", pairs_full));
+    if (ctl)
+        fprintf(f, "| request 2 from scratch (control) | %s | %s | %s |\n", F("%.0f", num(ctl, "q_tokens")),
+                MS(scratch), F("%.3g", pairs_full));
     fprintf(f, "\n");
     if (ctl)
-        fprintf(f, "The hit saved %s of GPU time (%s of the prefill from scratch) and %s%% of the attention work. The "
-                   "cache is only an optimisation: the first-token logits of the hit and of the control differ by at "
-                   "most %s (relative L2 %s), and both pick %s token.\n\n",
-                MS(scratch - hit), F("%.0f%%", 100 * (scratch - hit) / scratch), F("%.0f", 100 * (1 - pairs_ext / pairs_full)),
-                F("%.3g", num(rx, "logits_max_abs_diff")), F("%.2g", num(rx, "logits_rel_l2")),
-                cJSON_IsTrue(get(rx, "same_token")) ? "the same" : "a DIFFERENT");
+        fprintf(f,
+                "The hit saved %s of GPU time (%s of the prefill from scratch) and %s%% of the attention work. The "
+                "cache is only an optimisation: the first-token logits of the hit and of the control differ by at "
+                "most %s (relative L2 %s), and both pick %s token.\n\n",
+                MS(scratch - hit), F("%.0f%%", 100 * (scratch - hit) / scratch),
+                F("%.0f", 100 * (1 - pairs_ext / pairs_full)), F("%.3g", num(rx, "logits_max_abs_diff")),
+                F("%.2g", num(rx, "logits_rel_l2")), cJSON_IsTrue(get(rx, "same_token")) ? "the same" : "a DIFFERENT");
     fprintf(f, "At the end the tree holds %s tokens in %s nodes (%s evictable once both requests finished).\n\n",
             F("%.0f", num(rx, "tree.total")), F("%.0f", num(rx, "tree.nodes")), F("%.0f", num(rx, "tree.evictable")));
 }
@@ -535,7 +588,8 @@ static void section_gaps(FILE *f, const struct doc *d)
         if (!get(p, "steps")) {
             fprintf(f, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", order[i], F("%.0f", num(p, "kernels")),
                     F("%.0f", num(p, "gaps.count")), MS(num(p, "gaps.sum_us")), MS(num(p, "gaps.median_us")),
-                    MS(num(p, "gaps.max_us")), F("%.0f", num(p, "gaps.overlapped")), MS(num(p, "host_us")), MS(span(p)));
+                    MS(num(p, "gaps.max_us")), F("%.0f", num(p, "gaps.overlapped")), MS(num(p, "host_us")),
+                    MS(span(p)));
             continue;
         }
         fprintf(f, "| %s (per step, median) | %s | %s | %s | %s | %s | %s | %s | %s |\n", order[i],
@@ -557,9 +611,10 @@ static void section_gaps(FILE *f, const struct doc *d)
     if (dec && gr) {
         const double pe = steps_median(dec, "period"), pg = steps_median(gr, "period");
         const double se = steps_median(dec, "span"), sg = steps_median(gr, "span");
-        fprintf(f, "The same %d steps replayed as one captured CUDA graph per step: a step takes %s from its first kernel "
-                   "to its last (eager %s) and %s from one step's start to the next (eager %s): the graph saves %s per "
-                   "step (%s), and the host issues a step with one call in %s. Tokens: %s.\n\n",
+        fprintf(f,
+                "The same %d steps replayed as one captured CUDA graph per step: a step takes %s from its first kernel "
+                "to its last (eager %s) and %s from one step's start to the next (eager %s): the graph saves %s per "
+                "step (%s), and the host issues a step with one call in %s. Tokens: %s.\n\n",
                 cJSON_GetArraySize(get(gr, "steps")), MS(sg), MS(se), MS(pg), MS(pe), MS(pe - pg),
                 F("%.1f%%", 100 * (pe - pg) / pe), MS(steps_median(gr, "host_us")),
                 cJSON_IsTrue(get(d->root, "tokens.graph_identical")) ? "identical to the eager run, bit for bit"
@@ -569,12 +624,14 @@ static void section_gaps(FILE *f, const struct doc *d)
 
 static void section_kernels(FILE *f, const struct doc *d)
 {
-    fprintf(f, "## Every distinct kernel, profiled once\n\nOne instance of each op of each phase, replayed alone under the "
-               "Range Profiler (cold L2, as Nsight Compute does; one replay per counter pass). Time is the instance "
-               "in the run; achieved is the FLOP rate or the bandwidth of its byte model at that time; occupancy is "
-               "theoretical (resources) / achieved (counters).\n\n");
-    fprintf(f, "| phase | op | shape | kernel | grid x block | regs | occupancy | time | achieved | HBM | SM | TC | L2 hit "
-               "| top stalls |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    fprintf(
+        f, "## Every distinct kernel, profiled once\n\nOne instance of each op of each phase, replayed alone under the "
+           "Range Profiler (cold L2, as Nsight Compute does; one replay per counter pass). Time is the instance "
+           "in the run; achieved is the FLOP rate or the bandwidth of its byte model at that time; occupancy is "
+           "theoretical (resources) / achieved (counters).\n\n");
+    fprintf(
+        f, "| phase | op | shape | kernel | grid x block | regs | occupancy | time | achieved | HBM | SM | TC | L2 hit "
+           "| top stalls |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (const cJSON *p = d->profiles ? d->profiles->child : NULL; p; p = p->next) {
         const cJSON *c = get(p, "counters"), *l = cJSON_GetArrayItem(get(p, "launches"), 0);
         char name[96] = "-", grid[64] = "-", stalls[160] = "";
@@ -592,8 +649,10 @@ static void section_kernels(FILE *f, const struct doc *d)
                                     k ? ", " : "", s->string, s->valuedouble);
         const double us = num(p, "us"), flops = num(p, "flops"), bytes = num(p, "bytes");
         char ach[48];
-        if (flops / bytes > 10) snprintf(ach, sizeof ach, "%.0f TFLOP/s", flops / us * 1e-6);
-        else snprintf(ach, sizeof ach, "%.0f GB/s", bytes / us * 1e-3);
+        if (flops / bytes > 10)
+            snprintf(ach, sizeof ach, "%.0f TFLOP/s", flops / us * 1e-6);
+        else
+            snprintf(ach, sizeof ach, "%.0f GB/s", bytes / us * 1e-3);
         fprintf(f, "| %s | %s | %s | `%s` | %s | %s | %s / %s | %s | %s | %s | %s | %s | %s | %s |\n",
                 str(p, "phase", "?"), op_name(d, (int)num(p, "op")), str(p, "shape", ""), name, grid,
                 F("%.0f", l ? num(l, "registers") : NAN), F("%.0f%%", l ? num(l, "theoretical_occupancy_pct") : NAN),
@@ -602,56 +661,65 @@ static void section_kernels(FILE *f, const struct doc *d)
                 F("%.0f%%", num(c, "tensor_pipe_pct")), F("%.0f%%", num(c, "l2_hit_rate_pct")),
                 stalls[0] ? stalls : str(c, "why", "-"));
     }
-    fprintf(f, "\nStall names are Nsight Compute's: long_scoreboard waits on global memory, barrier on __syncthreads, "
-               "math_pipe_throttle on a busy pipe, wait on fixed-latency dependencies, gmma on Hopper's warpgroup MMA.\n\n");
+    fprintf(
+        f,
+        "\nStall names are Nsight Compute's: long_scoreboard waits on global memory, barrier on __syncthreads, "
+        "math_pipe_throttle on a busy pipe, wait on fixed-latency dependencies, gmma on Hopper's warpgroup MMA.\n\n");
 }
 
 static void section_rest(FILE *f, const struct doc *d)
 {
-    fprintf(f, "## The trace\n\n[story-trace.json](story-trace.json) is the same run in Chrome's trace-event format: open it "
-               "in [ui.perfetto.dev](https://ui.perfetto.dev) or chrome://tracing. Tracks: phases, decode steps and "
-               "layers as enclosing slices; every kernel as a slice on its stream's track (kernels that a PDL launch "
-               "started under their predecessor go on a second track of that stream, so every track nests); the host's "
-               "scheduler events as instants; HBM and tensor-pipe figures of each op as counter tracks. To keep it a "
-               "reasonable size it has every kernel of the prefill, the extend and the first and last decode step of "
-               "both decode runs, and one slice per other step.\n\n");
-    fprintf(f, "## How the story is checked\n\n`ctest -L gpu` runs the same decoder in a tiny configuration (2 layers, "
-               "hidden 256, 4/2 heads, head_dim 64, vocab 512) on the GPU and as a float64 forward pass built from the "
-               "lab's references (reference/story.c), and compares the logits of every step. The tolerance is derived, "
-               "not tuned: every activation the GPU stores between kernels is rounded to bf16 (variance ulp^2/12), GEMMs "
-               "accumulate in float32, attention rounds P to bf16 (the model of lab/core/compare.c); these variances are "
-               "propagated to first order through every op to a sigma per logit, and each logit must be within 12 sigma "
-               "(6 for a 1e-9 tail, times 2 for what the model leaves out), the step's error norm within 3 times "
-               "the predicted norm. A CPU emulation of the bf16 pipeline stays under 4.3 sigma; an attention that drops "
-               "its newest key, a page-table slip, or a decode position off by one land at 50 to 100 sigma and fail. "
-               "Greedy tokens must agree wherever the top two logits are further apart than their bounds, and request "
-               "2's logits after the radix hit must equal those of prefilling it from scratch within the same "
-               "bound.\n\n");
+    fprintf(
+        f,
+        "## The trace\n\n[story-trace.json](story-trace.json) is the same run in Chrome's trace-event format: open it "
+        "in [ui.perfetto.dev](https://ui.perfetto.dev) or chrome://tracing. Tracks: phases, decode steps and "
+        "layers as enclosing slices; every kernel as a slice on its stream's track (kernels that a PDL launch "
+        "started under their predecessor go on a second track of that stream, so every track nests); the host's "
+        "scheduler events as instants; HBM and tensor-pipe figures of each op as counter tracks. To keep it a "
+        "reasonable size it has every kernel of the prefill, the extend and the first and last decode step of "
+        "both decode runs, and one slice per other step.\n\n");
+    fprintf(f,
+            "## How the story is checked\n\n`ctest -L gpu` runs the same decoder in a tiny configuration (2 layers, "
+            "hidden 256, 4/2 heads, head_dim 64, vocab 512) on the GPU and as a float64 forward pass built from the "
+            "lab's references (reference/story.c), and compares the logits of every step. The tolerance is derived, "
+            "not tuned: every activation the GPU stores between kernels is rounded to bf16 (variance ulp^2/12), GEMMs "
+            "accumulate in float32, attention rounds P to bf16 (the model of lab/core/compare.c); these variances are "
+            "propagated to first order through every op to a sigma per logit, and each logit must be within 12 sigma "
+            "(6 for a 1e-9 tail, times 2 for what the model leaves out), the step's error norm within 3 times "
+            "the predicted norm. A CPU emulation of the bf16 pipeline stays under 4.3 sigma; an attention that drops "
+            "its newest key, a page-table slip, or a decode position off by one land at 50 to 100 sigma and fail. "
+            "Greedy tokens must agree wherever the top two logits are further apart than their bounds, and request "
+            "2's logits after the radix hit must equal those of prefilling it from scratch within the same "
+            "bound.\n\n");
     const cJSON *r = d->root;
-    fprintf(f, "## Reproduce\n\n```\ncmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release && cmake --build build\n"
-               "build/kernlab story --layers %s --prompt %s --shared %s --steps %s --seed %s%s --out /tmp/story\n"
-               "cp /tmp/story/story.json reports/data/ && build/kernlab report --results reports/data --out reports\n```\n",
-            F("%.0f", num(r, "model.layers")), F("%.0f", num(r, "run.prompt")), F("%.0f", num(r, "run.shared")),
-            F("%.0f", num(r, "run.steps")), F("%.0f", num(r, "model.seed")),
-            strcmp(str(r, "model.name", ""), "tiny") == 0 ? " --tiny" : "");
+    fprintf(
+        f,
+        "## Reproduce\n\n```\ncmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release && cmake --build build\n"
+        "build/kernlab story --layers %s --prompt %s --shared %s --steps %s --seed %s%s --out /tmp/story\n"
+        "cp /tmp/story/story.json reports/data/ && build/kernlab report --results reports/data --out reports\n```\n",
+        F("%.0f", num(r, "model.layers")), F("%.0f", num(r, "run.prompt")), F("%.0f", num(r, "run.shared")),
+        F("%.0f", num(r, "run.steps")), F("%.0f", num(r, "model.seed")),
+        strcmp(str(r, "model.name", ""), "tiny") == 0 ? " --tiny" : "");
 }
 
 static void section_intro(FILE *f, const struct doc *d)
 {
     const cJSON *r = d->root;
     fprintf(f, "# The execution story: one forward pass, prefill to decode, radix miss to hit\n\n");
-    fprintf(f, "> Generated by `kernlab report` from reports/data/story.json: %s, %s, commit %s. Every number below comes "
-               "from that one run of `kernlab story`.\n\n",
+    fprintf(f,
+            "> Generated by `kernlab report` from reports/data/story.json: %s, %s, commit %s. Every number below comes "
+            "from that one run of `kernlab story`.\n\n",
             str(r, "device.name", "?"), str(r, "date", "?"), str(r, "commit", "?"));
-    fprintf(f, "The last step of the learning path puts the lab's kernels together. A %s decoder (%s layers, hidden %s, "
-               "%s query / %s KV heads of %s, MLP %s, vocabulary %s, bf16, random weights from seed %s: %s generated on "
-               "the device) serves two requests: request 1 sends a %s-token prompt, request 2 a prompt whose first %s "
-               "tokens are request 1's; both then generate %s tokens together.\n\n",
+    fprintf(f,
+            "The last step of the learning path puts the lab's kernels together. A %s decoder (%s layers, hidden %s, "
+            "%s query / %s KV heads of %s, MLP %s, vocabulary %s, bf16, random weights from seed %s: %s generated on "
+            "the device) serves two requests: request 1 sends a %s-token prompt, request 2 a prompt whose first %s "
+            "tokens are request 1's; both then generate %s tokens together.\n\n",
             str(r, "model.name", "?"), F("%.0f", num(r, "model.layers")), F("%.0f", num(r, "model.hidden")),
-            F("%.0f", num(r, "model.qo_heads")), F("%.0f", num(r, "model.kv_heads")), F("%.0f", num(r, "model.head_dim")),
-            F("%.0f", num(r, "model.mlp")), F("%.0f", num(r, "model.vocab")), F("%.0f", num(r, "model.seed")),
-            GB(num(r, "memory.weights_bytes")), F("%.0f", num(r, "run.prompt")), F("%.0f", num(r, "run.shared")),
-            F("%.0f", num(r, "run.steps")));
+            F("%.0f", num(r, "model.qo_heads")), F("%.0f", num(r, "model.kv_heads")),
+            F("%.0f", num(r, "model.head_dim")), F("%.0f", num(r, "model.mlp")), F("%.0f", num(r, "model.vocab")),
+            F("%.0f", num(r, "model.seed")), GB(num(r, "memory.weights_bytes")), F("%.0f", num(r, "run.prompt")),
+            F("%.0f", num(r, "run.shared")), F("%.0f", num(r, "run.steps")));
     fprintf(f, "| what | how |\n|---|---|\n");
     fprintf(f, "| embedding | [index](index.md) `%s` |\n", str(r, "variants.index", "?"));
     fprintf(f, "| RMSNorm, fused add + RMSNorm | [rmsnorm](rmsnorm.md) `%s` |\n", str(r, "variants.rmsnorm", "?"));
@@ -659,22 +727,28 @@ static void section_intro(FILE *f, const struct doc *d)
     fprintf(f, "| K/V into the paged cache | [store](store.md) `%s` |\n", str(r, "variants.store", "?"));
     fprintf(f, "| prefill and extend attention | [attention_prefill](attention_prefill.md) `%s` |\n",
             str(r, "variants.attention_prefill", "?"));
-    fprintf(f, "| decode attention | [attention_decode](attention_decode.md) `%s` |\n", str(r, "variants.attention_decode", "?"));
+    fprintf(f, "| decode attention | [attention_decode](attention_decode.md) `%s` |\n",
+            str(r, "variants.attention_decode", "?"));
     fprintf(f, "| q/k/v, o, gate/up, down, LM head | %s |\n", str(r, "variants.gemm", "?"));
     fprintf(f, "| SiLU x mul, greedy argmax | the story's own (lab/story/kernels.cu) |\n");
-    fprintf(f, "| prefix cache | [radix](radix.md) tree, pages of %s from a free list |\n", F("%.0f", num(r, "model.page_size")));
-    fprintf(f, "| memory | weights %s, KV cache %s (%s pages), activations %s; %s free before the run (%s layers would fit) |\n",
+    fprintf(f, "| prefix cache | [radix](radix.md) tree, pages of %s from a free list |\n",
+            F("%.0f", num(r, "model.page_size")));
+    fprintf(f,
+            "| memory | weights %s, KV cache %s (%s pages), activations %s; %s free before the run (%s layers would "
+            "fit) |\n",
             GB(num(r, "memory.weights_bytes")), GB(num(r, "memory.kv_bytes")), F("%.0f", num(r, "memory.kv_pages")),
-            GB(num(r, "memory.activation_bytes")), GB(num(r, "memory.free_bytes")), F("%.0f", num(r, "memory.layers_fit")));
+            GB(num(r, "memory.activation_bytes")), GB(num(r, "memory.free_bytes")),
+            F("%.0f", num(r, "memory.layers_fit")));
     fprintf(f, "| device | %s, sm_%s, %s SMs, L2 %s; clocks SM %s MHz, memory %s MHz at the start |\n\n",
             str(r, "device.name", "?"), F("%.0f", num(r, "device.cc")), F("%.0f", num(r, "device.sms")),
             GB(num(r, "device.l2_bytes")), F("%.0f", num(r, "device.sm_clock_mhz")),
             F("%.0f", num(r, "device.mem_clock_mhz")));
-    fprintf(f, "Each layer is rms_norm (or add_rms_norm: the previous block's output added to the residual stream and "
-               "normalised in one kernel, so no separate residual add runs) -> qkv_gemm -> rope -> kv_store -> attention "
-               "-> o_gemm -> add_rms_norm -> gate_up_gemm -> silu_mul -> down_gemm; the LM head runs on each request's "
-               "last token only (float32 logits), then greedy argmax. qkv_gemm is two cuBLAS calls (Q, then K and V as a "
-               "batch of two) because the lab's rope, store and attention take q, k and v as contiguous tensors.\n\n");
+    fprintf(f,
+            "Each layer is rms_norm (or add_rms_norm: the previous block's output added to the residual stream and "
+            "normalised in one kernel, so no separate residual add runs) -> qkv_gemm -> rope -> kv_store -> attention "
+            "-> o_gemm -> add_rms_norm -> gate_up_gemm -> silu_mul -> down_gemm; the LM head runs on each request's "
+            "last token only (float32 logits), then greedy argmax. qkv_gemm is two cuBLAS calls (Q, then K and V as a "
+            "batch of two) because the lab's rope, store and attention take q, k and v as contiguous tensors.\n\n");
 }
 
 static int write_md(const struct doc *d, const char *path)
@@ -719,9 +793,12 @@ static const char *esc(const char *s, char *buf, size_t len)
 {
     size_t o = 0;
     for (; *s && o + 7 < len; s++) {
-        if (*s == '"' || *s == '\\') buf[o++] = '\\', buf[o++] = *s;
-        else if ((unsigned char)*s < 0x20) o += (size_t)snprintf(buf + o, len - o, "\\u%04x", *s);
-        else buf[o++] = *s;
+        if (*s == '"' || *s == '\\')
+            buf[o++] = '\\', buf[o++] = *s;
+        else if ((unsigned char)*s < 0x20)
+            o += (size_t)snprintf(buf + o, len - o, "\\u%04x", *s);
+        else
+            buf[o++] = *s;
     }
     buf[o] = 0;
     return buf;
@@ -735,7 +812,8 @@ enum { PID_GPU = 1, PID_HOST = 2, TID_PHASE = 1, TID_STEP = 2, TID_LAYER = 3, TI
 static int stream_tid(struct trace *t, int stream, double start, double end)
 {
     int i = 0;
-    while (i < t->n_streams && t->streams[i] != stream) i++;
+    while (i < t->n_streams && t->streams[i] != stream)
+        i++;
     if (i == t->n_streams && i < 64) {
         t->streams[t->n_streams++] = stream;
         for (int lane = 0; lane < KL_LANES; lane++)
@@ -744,7 +822,8 @@ static int stream_tid(struct trace *t, int stream, double start, double end)
     }
     if (i >= 64) i = 63;
     int lane = 0;
-    while (lane < KL_LANES - 1 && start < t->stream_end[i][lane]) lane++;
+    while (lane < KL_LANES - 1 && start < t->stream_end[i][lane])
+        lane++;
     t->stream_end[i][lane] = fmax(t->stream_end[i][lane], end);
     return TID_STREAM + KL_LANES * i + lane;
 }
@@ -784,8 +863,9 @@ static void trace_detail(struct trace *t, const struct doc *d, const char *ph, c
         for (const cJSON *k = cJSON_GetArrayItem(e, 2) ? cJSON_GetArrayItem(e, 2)->child : NULL; k; k = k->next) {
             char name[96], args[256];
             kernel_name(d, (int)at(k, 0), name, sizeof name);
-            snprintf(args, sizeof args, "\"op\":\"%s\",\"layer\":%d,\"grid\":[%.0f,%.0f,%.0f],\"block\":[%.0f,%.0f,%.0f]",
-                     op_name(d, op), l, at(k, 3), at(k, 4), at(k, 5), at(k, 6), at(k, 7), at(k, 8));
+            snprintf(args, sizeof args,
+                     "\"op\":\"%s\",\"layer\":%d,\"grid\":[%.0f,%.0f,%.0f],\"block\":[%.0f,%.0f,%.0f]", op_name(d, op),
+                     l, at(k, 3), at(k, 4), at(k, 5), at(k, 6), at(k, 7), at(k, 8));
             const double ts = at(k, 1), du = at(k, 2);
             slice(t, stream_tid(t, (int)at(k, 9), ts, ts + du), name, op_name(d, op), ts, du, args);
         }
@@ -801,25 +881,30 @@ static int write_trace(const struct doc *d, const char *path)
 {
     struct trace t = {.f = fopen(path, "w"), .first = true};
     if (!t.f) return fprintf(stderr, "kernlab: %s: %s\n", path, strerror(errno)), -1;
-    fprintf(t.f, "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"device\":\"%s\",\"commit\":\"%s\",\"date\":\"%s\"},"
-                 "\"traceEvents\":[", ESC(str(d->root, "device.name", "?")), ESC(str(d->root, "commit", "?")),
-            ESC(str(d->root, "date", "?")));
+    fprintf(t.f,
+            "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"device\":\"%s\",\"commit\":\"%s\",\"date\":\"%s\"},"
+            "\"traceEvents\":[",
+            ESC(str(d->root, "device.name", "?")), ESC(str(d->root, "commit", "?")), ESC(str(d->root, "date", "?")));
     ev(&t, "{\"ph\":\"M\",\"pid\":%d,\"name\":\"process_name\",\"args\":{\"name\":\"GPU: %s\"}}", PID_GPU,
        ESC(str(d->root, "device.name", "?")));
     ev(&t, "{\"ph\":\"M\",\"pid\":%d,\"name\":\"process_name\",\"args\":{\"name\":\"host: the scheduler\"}}", PID_HOST);
-    ev(&t, "{\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"name\":\"thread_name\",\"args\":{\"name\":\"phases\"}}", PID_GPU, TID_PHASE);
-    ev(&t, "{\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"name\":\"thread_name\",\"args\":{\"name\":\"decode steps\"}}", PID_GPU,
-       TID_STEP);
-    ev(&t, "{\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"name\":\"thread_name\",\"args\":{\"name\":\"layers\"}}", PID_GPU, TID_LAYER);
+    ev(&t, "{\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"name\":\"thread_name\",\"args\":{\"name\":\"phases\"}}", PID_GPU,
+       TID_PHASE);
+    ev(&t, "{\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"name\":\"thread_name\",\"args\":{\"name\":\"decode steps\"}}",
+       PID_GPU, TID_STEP);
+    ev(&t, "{\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"name\":\"thread_name\",\"args\":{\"name\":\"layers\"}}", PID_GPU,
+       TID_LAYER);
     for (const cJSON *e = get(d->root, "events") ? get(d->root, "events")->child : NULL; e; e = e->next)
-        ev(&t, "{\"ph\":\"i\",\"s\":\"p\",\"pid\":%d,\"tid\":1,\"name\":\"%s\",\"ts\":%.3f,\"args\":{\"detail\":\"%s\"}}",
+        ev(&t,
+           "{\"ph\":\"i\",\"s\":\"p\",\"pid\":%d,\"tid\":1,\"name\":\"%s\",\"ts\":%.3f,\"args\":{\"detail\":\"%s\"}}",
            PID_HOST, ESC(str(e, "what", "")), num(e, "t_us"), ESC(str(e, "detail", "")));
     for (const cJSON *p = d->phases ? d->phases->child : NULL; p; p = p->next) {
         const char *ph = str(p, "name", "?");
         const cJSON *steps = get(p, "steps");
         if (!steps) {
             slice(&t, TID_PHASE, str(p, "title", ph), "phase", num(p, "t0_us"), span(p), NULL);
-            if (get(p, "detail")) trace_detail(&t, d, ph, get(p, "detail"));
+            if (get(p, "detail"))
+                trace_detail(&t, d, ph, get(p, "detail"));
             else { /* a summary: one slice on the stream track */
                 char n[96];
                 snprintf(n, sizeof n, "%s: %.0f kernels (summary)", ph, num(p, "kernels"));
@@ -828,9 +913,11 @@ static int write_trace(const struct doc *d, const char *path)
             continue;
         }
         const cJSON *first = steps->child, *last = first;
-        while (last && last->next) last = last->next;
-        if (first) slice(&t, TID_PHASE, str(p, "title", ph), "phase", num(first, "t0_us"),
-                         num(last, "t1_us") - num(first, "t0_us"), NULL);
+        while (last && last->next)
+            last = last->next;
+        if (first)
+            slice(&t, TID_PHASE, str(p, "title", ph), "phase", num(first, "t0_us"),
+                  num(last, "t1_us") - num(first, "t0_us"), NULL);
         for (const cJSON *s = first; s; s = s->next) {
             char n[64], key[16], args[128];
             snprintf(n, sizeof n, "step %.0f", num(s, "step"));
@@ -838,7 +925,8 @@ static int write_trace(const struct doc *d, const char *path)
             slice(&t, TID_STEP, n, ph, num(s, "t0_us"), span(s), args);
             snprintf(key, sizeof key, "%.0f", num(s, "step"));
             const cJSON *det = get(get(p, "detail_steps"), key);
-            if (det) trace_detail(&t, d, ph, det);
+            if (det)
+                trace_detail(&t, d, ph, det);
             else {
                 snprintf(n, sizeof n, "%s step %.0f: %.0f kernels (summary)", ph, num(s, "step"), num(s, "kernels"));
                 slice(&t, TID_STREAM - 1, n, ph, num(s, "t0_us"), span(s), NULL);
@@ -855,8 +943,13 @@ static int write_trace(const struct doc *d, const char *path)
 
 int kl_story_report(const cJSON *root, const char *out_dir)
 {
-    struct doc d = {.root = root, .ops = get(root, "ops"), .kinds = get(root, "kinds"), .op_kind = get(root, "op_kind"),
-                    .kernels = get(root, "kernels"), .profiles = get(root, "profiles"), .phases = get(root, "phases")};
+    struct doc d = {.root = root,
+                    .ops = get(root, "ops"),
+                    .kinds = get(root, "kinds"),
+                    .op_kind = get(root, "op_kind"),
+                    .kernels = get(root, "kernels"),
+                    .profiles = get(root, "profiles"),
+                    .phases = get(root, "phases")};
     if (strcmp(str(root, "format", ""), "kernlab-story-1") != 0 || !d.ops || !d.phases)
         return fprintf(stderr, "kernlab: story.json: not a kernlab-story-1 document\n"), -1;
     d.n_ops = cJSON_GetArraySize(d.ops), d.n_kinds = cJSON_GetArraySize(d.kinds);

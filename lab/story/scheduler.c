@@ -35,7 +35,10 @@
 
 /* ---- metadata images (host, tested without a GPU) ---- */
 
-static size_t up8(size_t x) { return (x + 7) & ~(size_t)7; }
+static size_t up8(size_t x)
+{
+    return (x + 7) & ~(size_t)7;
+}
 
 void kl_story_meta_layout(int64_t tokens, int64_t batch, int64_t pages, struct kl_story_meta *m)
 {
@@ -72,7 +75,8 @@ int64_t kl_story_meta_build(struct kl_story_req *const *reqs, const int *q_len, 
             pos[t] = at;
             slots[t] = (int64_t)r->pages[at / page_size] * page_size + at % page_size;
         }
-        for (int i = 0; i < pages; i++) idx[p++] = r->pages[i];
+        for (int i = 0; i < pages; i++)
+            idx[p++] = r->pages[i];
         qo[b + 1] = (int32_t)t, kvp[b + 1] = (int32_t)p;
         last[b] = kv_len ? (kv_len - 1) % page_size + 1 : 0;
         if (kv_len > longest) longest = kv_len;
@@ -130,7 +134,7 @@ static double host_us(void)
 #define CUDA_TRY(expr)                                                                                                 \
     do {                                                                                                               \
         cudaError_t e_ = (expr);                                                                                       \
-        if (e_ != cudaSuccess) return kl_fail(st->err, "%s: %s", #expr, cudaGetErrorString(e_));                      \
+        if (e_ != cudaSuccess) return kl_fail(st->err, "%s: %s", #expr, cudaGetErrorString(e_));                       \
     } while (0)
 
 static int batch_alloc(struct story *st, struct dev_batch *d, int64_t tokens, int64_t batch, int64_t pages, int images,
@@ -142,12 +146,14 @@ static int batch_alloc(struct story *st, struct dev_batch *d, int64_t tokens, in
     CUDA_TRY(cudaMallocHost((void **)&d->host, d->lay.bytes * (size_t)images));
     CUDA_TRY(cudaMalloc((void **)&d->dev, d->lay.bytes));
     CUDA_TRY(cudaMemset(d->dev, 0, d->lay.bytes));
-    d->b = (struct kl_story_batch){
-        .decode = decode, .ids = decode ? st->m->next_ids : (int32_t *)(d->dev + d->lay.ids),
-        .positions = (int64_t *)(d->dev + d->lay.positions), .slots = (int64_t *)(d->dev + d->lay.slots),
-        .qo_indptr = (int32_t *)(d->dev + d->lay.qo_indptr), .kv_indptr = (int32_t *)(d->dev + d->lay.kv_indptr),
-        .kv_indices = (int32_t *)(d->dev + d->lay.kv_indices),
-        .kv_last_page_len = (int32_t *)(d->dev + d->lay.kv_last_page_len)};
+    d->b = (struct kl_story_batch){.decode = decode,
+                                   .ids = decode ? st->m->next_ids : (int32_t *)(d->dev + d->lay.ids),
+                                   .positions = (int64_t *)(d->dev + d->lay.positions),
+                                   .slots = (int64_t *)(d->dev + d->lay.slots),
+                                   .qo_indptr = (int32_t *)(d->dev + d->lay.qo_indptr),
+                                   .kv_indptr = (int32_t *)(d->dev + d->lay.kv_indptr),
+                                   .kv_indices = (int32_t *)(d->dev + d->lay.kv_indices),
+                                   .kv_last_page_len = (int32_t *)(d->dev + d->lay.kv_last_page_len)};
     return 0;
 }
 
@@ -175,7 +181,8 @@ static int req_cover(struct story *st, struct kl_story_req *r, int tokens)
     const int need = (tokens + KL_STORY_PAGE_SIZE - 1) / KL_STORY_PAGE_SIZE - r->n_pages;
     if (need <= 0) return 0;
     if (r->n_pages + need > r->cap_pages || kl_story_pages_alloc(&st->cache.pages, need, r->pages + r->n_pages))
-        return kl_fail(st->err, "request %d: out of KV pages (%d free, %d needed)", r->id, st->cache.pages.n_free, need);
+        return kl_fail(st->err, "request %d: out of KV pages (%d free, %d needed)", r->id, st->cache.pages.n_free,
+                       need);
     r->n_pages += need;
     return 0;
 }
@@ -229,8 +236,7 @@ static int serve_prompt(struct story *st, struct kl_story_req *r, struct dev_bat
                              st->m->stream));
     CUDA_TRY(cudaStreamSynchronize(st->m->stream));
     r->cached = r->prompt_len;
-    kl_story_timeline_event(tl, "first token", "request %d picks token %d", r->id,
-                            st->tokens_host[r->id - 1]);
+    kl_story_timeline_event(tl, "first token", "request %d picks token %d", r->id, st->tokens_host[r->id - 1]);
 
     /* the prompt's pages join the cache; the request keeps them locked while it runs */
     t = host_us();
@@ -272,8 +278,8 @@ static int plan_decode(struct story *st)
     /* the host's token lists are filled from the device once decoding is done */
     both[0]->cached -= st->o->steps, both[1]->cached -= st->o->steps;
     both[0]->len = both[0]->prompt_len, both[1]->len = both[1]->prompt_len;
-    kl_story_timeline_event(&st->tl, "decode plan", "%d steps of 2 tokens; %d pages taken as pages fill",
-                            st->o->steps, new_pages);
+    kl_story_timeline_event(&st->tl, "decode plan", "%d steps of 2 tokens; %d pages taken as pages fill", st->o->steps,
+                            new_pages);
     return 0;
 }
 
@@ -338,7 +344,8 @@ static int capture_decode(struct story *st, cudaGraphExec_t *exec)
 static void finish(struct story *st, struct kl_story_req *r)
 {
     const int steps = st->o->steps, ps = KL_STORY_PAGE_SIZE;
-    for (int s = 0; s < steps; s++) r->tokens[r->len++] = st->tokens_host[2 * s + (r->id - 1)];
+    for (int s = 0; s < steps; s++)
+        r->tokens[r->len++] = st->tokens_host[2 * s + (r->id - 1)];
     r->cached = r->len; /* every fed token has its K/V; the last pick has none yet */
     int freed = 0;
     const size_t present = kl_story_cache_insert(&st->cache, r->tokens, (size_t)r->len, r->pages, &freed);
@@ -416,8 +423,10 @@ cJSON *kl_story_document(const struct kl_story_doc_info *in, const struct kl_sto
     cJSON_AddNumberToObject(rj, "shared", o->shared);
     cJSON_AddNumberToObject(rj, "steps", o->steps);
     cJSON *vj = cJSON_AddObjectToObject(doc, "variants");
-    static const char *const modules[6] = {"index", "rmsnorm", "rope", "store", "attention_prefill", "attention_decode"};
-    for (int i = 0; i < 6; i++) cJSON_AddStringToObject(vj, modules[i], in->variants[i]);
+    static const char *const modules[6] = {"index", "rmsnorm",           "rope",
+                                           "store", "attention_prefill", "attention_decode"};
+    for (int i = 0; i < 6; i++)
+        cJSON_AddStringToObject(vj, modules[i], in->variants[i]);
     cJSON_AddStringToObject(vj, "gemm", in->gemm);
     cJSON *memj = cJSON_AddObjectToObject(doc, "memory");
     cJSON_AddNumberToObject(memj, "weights_bytes", in->weights_bytes);
@@ -449,7 +458,8 @@ cJSON *kl_story_document(const struct kl_story_doc_info *in, const struct kl_sto
     cJSON *tj = cJSON_AddObjectToObject(doc, "tokens");
     for (int b = 0; b < 2; b++) {
         cJSON *a = cJSON_AddArrayToObject(tj, b ? "request2" : "request1");
-        for (int s = 0; s <= o->steps; s++) cJSON_AddItemToArray(a, cJSON_CreateNumber(in->tokens[2 * s + b]));
+        for (int s = 0; s <= o->steps; s++)
+            cJSON_AddItemToArray(a, cJSON_CreateNumber(in->tokens[2 * s + b]));
     }
     if (in->graph) cJSON_AddBoolToObject(tj, "graph_identical", in->graph_identical);
     return doc;
@@ -459,11 +469,20 @@ cJSON *kl_story_document(const struct kl_story_doc_info *in, const struct kl_sto
 static cJSON *document(struct story *st, const struct kl_story_memory *mem, double weights_ms, size_t free_before)
 {
     const struct kl_story_options *o = st->o;
-    struct kl_story_doc_info in = {.commit = kl_build_commit(), .o = o, .model = &st->m->cfg, .mem = *mem,
-                                   .weights_bytes = st->m->weights_bytes, .free_bytes = (double)free_before,
-                                   .weights_ms = weights_ms, .matched = (double)st->matched, .match_us = st->match_us,
-                                   .insert_us = st->insert_us, .control = o->control, .tokens = st->tokens_host,
-                                   .graph = o->graph, .graph_identical = st->r->graph_identical};
+    struct kl_story_doc_info in = {.commit = kl_build_commit(),
+                                   .o = o,
+                                   .model = &st->m->cfg,
+                                   .mem = *mem,
+                                   .weights_bytes = st->m->weights_bytes,
+                                   .free_bytes = (double)free_before,
+                                   .weights_ms = weights_ms,
+                                   .matched = (double)st->matched,
+                                   .match_us = st->match_us,
+                                   .insert_us = st->insert_us,
+                                   .control = o->control,
+                                   .tokens = st->tokens_host,
+                                   .graph = o->graph,
+                                   .graph_identical = st->r->graph_identical};
     char today[32], gemm[128];
     in.date = kl_today(today, sizeof today);
     struct kl_device_info d;
@@ -475,9 +494,10 @@ static cJSON *document(struct story *st, const struct kl_story_memory *mem, doub
     in.device.name = d.name, in.device.cc = d.cc, in.device.sms = d.sms, in.device.l2_bytes = (double)d.l2_bytes;
     in.device.memory_bytes = (double)total_b;
     in.device.sm_mhz = clk.valid ? clk.sm_mhz : 0, in.device.mem_mhz = clk.valid ? clk.mem_mhz : 0;
-    const struct kl_variant *v[6] = {st->m->v_index, st->m->v_rmsnorm, st->m->v_rope, st->m->v_store, st->m->v_prefill,
-                                     st->m->v_decode};
-    for (int i = 0; i < 6; i++) in.variants[i] = v[i]->name;
+    const struct kl_variant *v[6] = {st->m->v_index, st->m->v_rmsnorm, st->m->v_rope,
+                                     st->m->v_store, st->m->v_prefill, st->m->v_decode};
+    for (int i = 0; i < 6; i++)
+        in.variants[i] = v[i]->name;
     int blas = 0;
     cublasGetVersion(st->m->blas, &blas);
     snprintf(gemm, sizeof gemm, "cuBLAS %d.%d.%d cublasGemmEx, bf16 in, float32 accumulate", blas / 10000,
@@ -511,8 +531,10 @@ static void prompts(const struct kl_story_options *o, int vocab, int32_t *p1, in
 {
     struct kl_rng rng;
     kl_rng_seed(&rng, o->seed ^ 0x57A7E5EEDull);
-    for (int i = 0; i < o->prompt; i++) p1[i] = (int32_t)kl_rng_range(&rng, vocab);
-    for (int i = 0; i < o->prompt; i++) p2[i] = i < o->shared ? p1[i] : (int32_t)kl_rng_range(&rng, vocab);
+    for (int i = 0; i < o->prompt; i++)
+        p1[i] = (int32_t)kl_rng_range(&rng, vocab);
+    for (int i = 0; i < o->prompt; i++)
+        p2[i] = i < o->shared ? p1[i] : (int32_t)kl_rng_range(&rng, vocab);
 }
 
 static int keep_results(struct story *st)
@@ -525,7 +547,8 @@ static int keep_results(struct story *st)
         r->logits_first[b] = malloc(sizeof(float) * (size_t)V);
         r->prompt[b] = malloc(sizeof(int32_t) * (size_t)st->req[b].prompt_len);
         if (!r->tokens[b] || !r->logits_first[b] || !r->prompt[b]) return kl_fail(st->err, "out of host memory");
-        for (int s = 0; s <= steps; s++) r->tokens[b][s] = st->tokens_host[2 * s + b];
+        for (int s = 0; s <= steps; s++)
+            r->tokens[b][s] = st->tokens_host[2 * s + b];
         memcpy(r->logits_first[b], st->logits_host + (size_t)b * V, sizeof(float) * (size_t)V);
         memcpy(r->prompt[b], st->req[b].tokens, sizeof(int32_t) * (size_t)st->req[b].prompt_len);
         r->prompt_len[b] = st->req[b].prompt_len;
@@ -603,8 +626,9 @@ static int story_body(struct story *st, size_t free_before, const struct kl_stor
         if (rc) return -1;
         st->r->graph_identical =
             memcmp(st->tokens_host, st->tokens_host + 2 * (1 + o->steps), sizeof(int32_t) * 2 * (1 + o->steps)) == 0 &&
-            (!o->keep_logits || memcmp(st->logits_host + 3 * (size_t)V, st->logits_host + 3 * (size_t)V + 2 * (size_t)o->steps * V,
-                                       sizeof(float) * 2 * (size_t)o->steps * V) == 0);
+            (!o->keep_logits ||
+             memcmp(st->logits_host + 3 * (size_t)V, st->logits_host + 3 * (size_t)V + 2 * (size_t)o->steps * V,
+                    sizeof(float) * 2 * (size_t)o->steps * V) == 0);
         kl_story_timeline_event(&st->tl, "graph decode done", "tokens %s the eager run's",
                                 st->r->graph_identical ? "identical to" : "DIFFERENT from");
     }
@@ -640,8 +664,8 @@ int kl_story_run(const struct kl_story_options *o, struct kl_story_result *r, st
     kl_story_memory_plan(o, (double)free_b, &mem);
     if (mem.layers_fit < o->model.layers)
         return kl_fail(err, "%d layers do not fit: %.1f GB free holds %d (weights %.1f GB, KV %.2f GB at %d layers)",
-                       o->model.layers, (double)free_b / 1e9, mem.layers_fit, mem.weights_bytes / 1e9, mem.kv_bytes / 1e9,
-                       o->model.layers);
+                       o->model.layers, (double)free_b / 1e9, mem.layers_fit, mem.weights_bytes / 1e9,
+                       mem.kv_bytes / 1e9, o->model.layers);
     struct story st = {.o = o, .r = r, .err = err};
     kl_story_timeline_init(&st.tl);
     const int rc = story_body(&st, free_b, &mem);
@@ -649,7 +673,8 @@ int kl_story_run(const struct kl_story_options *o, struct kl_story_result *r, st
     kl_story_timeline_release(&st.tl);
     batch_free(&st.prefill), batch_free(&st.extend), batch_free(&st.decode), batch_free(&st.control);
     cudaFreeHost(st.tokens_host), cudaFreeHost(st.logits_host);
-    for (int b = 0; b < 2; b++) free(st.req[b].tokens), free(st.req[b].pages);
+    for (int b = 0; b < 2; b++)
+        free(st.req[b].tokens), free(st.req[b].pages);
     if (st.cache.tree) kl_story_cache_release(&st.cache);
     kl_story_model_free(st.m);
     if (rc) kl_story_result_free(r);
@@ -659,7 +684,8 @@ int kl_story_run(const struct kl_story_options *o, struct kl_story_result *r, st
 void kl_story_result_free(struct kl_story_result *r)
 {
     cJSON_Delete(r->doc);
-    for (int b = 0; b < 2; b++) free(r->prompt[b]), free(r->tokens[b]), free(r->logits_first[b]);
+    for (int b = 0; b < 2; b++)
+        free(r->prompt[b]), free(r->tokens[b]), free(r->logits_first[b]);
     free(r->logits_scratch), free(r->logits_decode), free(r->logits_graph);
     memset(r, 0, sizeof *r);
 }

@@ -20,9 +20,9 @@ struct cJSON;
  * pages (in token order) that hold them. */
 struct kl_story_req {
     int id;
-    int32_t *tokens;  /* prompt, then generated tokens as they are fed back */
-    int len, cap;     /* tokens known; capacity */
-    int cached;       /* tokens whose K/V are in the pages (the prefix the next forward starts from) */
+    int32_t *tokens; /* prompt, then generated tokens as they are fed back */
+    int len, cap;    /* tokens known; capacity */
+    int cached;      /* tokens whose K/V are in the pages (the prefix the next forward starts from) */
     int32_t *pages;
     int n_pages, cap_pages;
     int prompt_len, matched; /* the radix hit, in tokens */

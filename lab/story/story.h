@@ -83,16 +83,16 @@ struct kl_story_options {
 
 /* What a run leaves for its caller. Logits are float32 [vocab] rows. */
 struct kl_story_result {
-    struct cJSON *doc;          /* the results document (story.json); with trace only */
+    struct cJSON *doc; /* the results document (story.json); with trace only */
     int vocab, steps;
-    int32_t *prompt[2];         /* the two requests' prompts */
+    int32_t *prompt[2]; /* the two requests' prompts */
     int prompt_len[2];
-    int32_t *tokens[2];         /* generated: [0] from the prefill, [s] from decode step s (steps + 1) */
-    float *logits_first[2];     /* request 1's prefill and request 2's extend (the radix hit) */
-    float *logits_scratch;      /* request 2 prefilled from scratch (control) */
-    float *logits_decode;       /* [steps][2][vocab] */
-    float *logits_graph;        /* [steps][2][vocab], with graph */
-    bool graph_identical;       /* the graph's tokens and logits equal the eager run's bit for bit */
+    int32_t *tokens[2];     /* generated: [0] from the prefill, [s] from decode step s (steps + 1) */
+    float *logits_first[2]; /* request 1's prefill and request 2's extend (the radix hit) */
+    float *logits_scratch;  /* request 2 prefilled from scratch (control) */
+    float *logits_decode;   /* [steps][2][vocab] */
+    float *logits_graph;    /* [steps][2][vocab], with graph */
+    bool graph_identical;   /* the graph's tokens and logits equal the eager run's bit for bit */
 };
 
 /* The layer count that fits `free_bytes` (at most cfg's layers), the bytes it needs, and the parts. */

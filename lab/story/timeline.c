@@ -3,6 +3,7 @@
 
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +31,8 @@ void kl_story_timeline_init(struct kl_story_timeline *t)
 
 void kl_story_timeline_release(struct kl_story_timeline *t)
 {
-    for (int i = 0; i < t->n_names; i++) free(t->names[i]);
+    for (int i = 0; i < t->n_names; i++)
+        free(t->names[i]);
     free(t->names), free(t->seg), free(t->ops), free(t->k), free(t->copies), free(t->ev), free(t->api);
     memset(t, 0, sizeof *t);
 }
@@ -52,17 +54,29 @@ static int intern(struct kl_story_timeline *t, const char *name)
     return t->n_names++;
 }
 
+/* CUPTI may deliver buffers from its own thread: one lock over the records it fills (the run's
+ * thread reads them only after kl_activity_stop). */
+static pthread_mutex_t sink_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static void on_kernel(void *user, const struct kl_kernel_record *r)
 {
     struct kl_story_timeline *t = user;
+    pthread_mutex_lock(&sink_lock);
     t->k = grow(t->k, &t->cap_k, t->n_k, sizeof *t->k);
     struct kl_story_kernel *k = &t->k[t->n_k++];
-    *k = (struct kl_story_kernel){.start = r->start_ns, .end = r->end_ns, .correlation = r->correlation,
-                                  .stream = r->stream, .name = intern(t, r->name), .op = -1,
-                                  .registers = r->registers, .smem = r->static_smem + r->dynamic_smem,
-                                  .local_bytes = r->local_bytes, .occupancy = (float)r->theoretical_occupancy_pct};
+    *k = (struct kl_story_kernel){.start = r->start_ns,
+                                  .end = r->end_ns,
+                                  .correlation = r->correlation,
+                                  .stream = r->stream,
+                                  .name = intern(t, r->name),
+                                  .op = -1,
+                                  .registers = r->registers,
+                                  .smem = r->static_smem + r->dynamic_smem,
+                                  .local_bytes = r->local_bytes,
+                                  .occupancy = (float)r->theoretical_occupancy_pct};
     memcpy(k->grid, r->grid, sizeof k->grid);
     memcpy(k->block, r->block, sizeof k->block);
+    pthread_mutex_unlock(&sink_lock);
 }
 
 static void api_put(struct kl_story_timeline *t, uint32_t key, uint64_t start)
@@ -74,14 +88,16 @@ static void api_put(struct kl_story_timeline *t, uint32_t key, uint64_t start)
         for (size_t i = 0; i < t->api_cap; i++)
             if (t->api[i].key) {
                 size_t j = t->api[i].key * 2654435761u & (cap - 1);
-                while (a[j].key) j = (j + 1) & (cap - 1);
+                while (a[j].key)
+                    j = (j + 1) & (cap - 1);
                 a[j] = t->api[i];
             }
         free(t->api);
         t->api = a, t->api_cap = cap;
     }
     size_t j = key * 2654435761u & (t->api_cap - 1);
-    while (t->api[j].key && t->api[j].key != key) j = (j + 1) & (t->api_cap - 1);
+    while (t->api[j].key && t->api[j].key != key)
+        j = (j + 1) & (t->api_cap - 1);
     if (!t->api[j].key) t->api_used++;
     /* a runtime call and the driver call it makes may share an id: keep the earlier (outer) start */
     if (!t->api[j].key || start < t->api[j].start) t->api[j].start = start;
@@ -98,17 +114,26 @@ static bool api_get(const struct kl_story_timeline *t, uint32_t key, uint64_t *s
 
 static void on_api(void *user, uint32_t correlation, uint64_t start, uint64_t end)
 {
-    if (correlation) api_put(user, correlation, start);
+    if (!correlation) return;
+    pthread_mutex_lock(&sink_lock);
+    api_put(user, correlation, start);
+    pthread_mutex_unlock(&sink_lock);
 }
 
 static void on_copy(void *user, uint32_t correlation, uint32_t stream, uint64_t start, uint64_t end, uint64_t bytes,
                     int kind)
 {
     struct kl_story_timeline *t = user;
+    pthread_mutex_lock(&sink_lock);
     t->copies = grow(t->copies, &t->cap_copies, t->n_copies, sizeof *t->copies);
-    t->copies[t->n_copies++] = (struct kl_story_copy){.start = start, .end = end, .bytes = bytes,
-                                                      .correlation = correlation, .stream = stream, .kind = kind,
+    t->copies[t->n_copies++] = (struct kl_story_copy){.start = start,
+                                                      .end = end,
+                                                      .bytes = bytes,
+                                                      .correlation = correlation,
+                                                      .stream = stream,
+                                                      .kind = kind,
                                                       .segment = -1};
+    pthread_mutex_unlock(&sink_lock);
 }
 
 struct kl_activity_sink kl_story_timeline_sink(struct kl_story_timeline *t)
@@ -134,10 +159,16 @@ int kl_story_timeline_segment(struct kl_story_timeline *t, enum kl_story_phase p
     kl_story_timeline_end_segment(t);
     t->seg = grow(t->seg, &t->cap_seg, t->n_seg, sizeof *t->seg);
     struct kl_story_segment *s = &t->seg[t->n_seg];
-    *s = (struct kl_story_segment){.phase = phase, .step = step, .requests = requests, .q_tokens = q_tokens,
-                                   .t_begin = kl_story_now(t), .first_op = t->n_ops, .end_op = t->n_ops,
+    *s = (struct kl_story_segment){.phase = phase,
+                                   .step = step,
+                                   .requests = requests,
+                                   .q_tokens = q_tokens,
+                                   .t_begin = kl_story_now(t),
+                                   .first_op = t->n_ops,
+                                   .end_op = t->n_ops,
                                    .detail = detail};
-    for (int b = 0; b < requests && b < 2; b++) s->kv_len[b] = kv_len[b];
+    for (int b = 0; b < requests && b < 2; b++)
+        s->kv_len[b] = kv_len[b];
     return t->cur_segment = t->n_seg++;
 }
 
@@ -162,8 +193,8 @@ void kl_story_timeline_event(struct kl_story_timeline *t, const char *what, cons
 static void op_begin(struct kl_story_timeline *t, int name, int layer)
 {
     t->ops = grow(t->ops, &t->cap_ops, t->n_ops, sizeof *t->ops);
-    t->ops[t->n_ops] = (struct kl_story_op_rec){.name = (int16_t)name, .layer = (int16_t)layer,
-                                                .segment = t->cur_segment, .t0 = kl_story_now(t)};
+    t->ops[t->n_ops] = (struct kl_story_op_rec){
+        .name = (int16_t)name, .layer = (int16_t)layer, .segment = t->cur_segment, .t0 = kl_story_now(t)};
 }
 
 void kl_story_timeline_hook(void *ctx, const struct kl_story_op *op, int begin)
@@ -179,8 +210,10 @@ void kl_story_timeline_hook(void *ctx, const struct kl_story_op *op, int begin)
     const enum kl_story_phase ph = t->seg[t->cur_segment].phase;
     if (ph == KL_PHASE_PREFILL || ph == KL_PHASE_EXTEND || ph == KL_PHASE_DECODE) {
         int i = 0;
-        while (i < t->n_prof && !(t->prof[i].phase == ph && t->prof[i].op.name == op->name)) i++;
-        if (i == t->n_prof) t->prof[t->n_prof++] = (struct kl_story_profile){.phase = ph, .op = *op, .first_op = t->n_ops};
+        while (i < t->n_prof && !(t->prof[i].phase == ph && t->prof[i].op.name == op->name))
+            i++;
+        if (i == t->n_prof)
+            t->prof[t->n_prof++] = (struct kl_story_profile){.phase = ph, .op = *op, .first_op = t->n_ops};
     }
     t->n_ops++;
 }
@@ -209,8 +242,10 @@ static int op_at(const struct kl_story_timeline *t, uint64_t s)
     int lo = 0, hi = t->n_ops - 1, found = -1;
     while (lo <= hi) {
         const int mid = (lo + hi) / 2;
-        if (t->ops[mid].t0 <= s) found = mid, lo = mid + 1;
-        else hi = mid - 1;
+        if (t->ops[mid].t0 <= s)
+            found = mid, lo = mid + 1;
+        else
+            hi = mid - 1;
     }
     return found >= 0 && s <= t->ops[found].t1 ? found : -1;
 }
@@ -274,12 +309,14 @@ void kl_story_timeline_profile(struct kl_story_timeline *t, struct kl_story_mode
         if (progress)
             fprintf(progress, "story: counters %d/%d: %s %s (layer %d)\n", i + 1, t->n_prof,
                     kl_story_phase_names[p->phase], kl_story_op_names[p->op.name], p->op.layer);
-        if (kl_counters_collect(replay_launch, &r, &p->counters, &err) == 0 && p->counters.valid) p->measured = true;
+        if (kl_counters_collect(replay_launch, &r, &p->counters, &err) == 0 && p->counters.valid)
+            p->measured = true;
         else if (!p->counters.why[0])
             snprintf(p->counters.why, sizeof p->counters.why, "collection failed: %.200s", err.msg);
         if (!p->measured && progress) fprintf(progress, "story: counters: %s\n", p->counters.why);
         if (!p->measured && strstr(p->counters.why, "not available")) { /* the same answer for every op: stop asking */
-            for (int j = i + 1; j < t->n_prof; j++) t->prof[j].counters = p->counters;
+            for (int j = i + 1; j < t->n_prof; j++)
+                t->prof[j].counters = p->counters;
             break;
         }
     }
@@ -293,7 +330,10 @@ static double us_of(const struct kl_story_timeline *t, uint64_t ns)
 {
     return round(((double)ns - (double)t->t_zero) * 1e-3 * 1000) / 1000;
 }
-static double r3(double v) { return round(v * 1000) / 1000; }
+static double r3(double v)
+{
+    return round(v * 1000) / 1000;
+}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -332,14 +372,15 @@ static int *graph_op_names(const struct kl_story_timeline *t, const int *ki, int
 
 static cJSON *kernel_json(const struct kl_story_timeline *t, const struct kl_story_kernel *k)
 {
-    const double v[10] = {k->name, us_of(t, k->start), r3((double)(k->end - k->start) * 1e-3), k->grid[0], k->grid[1],
-                          k->grid[2], k->block[0], k->block[1], k->block[2], k->stream};
+    const double v[10] = {k->name,     us_of(t, k->start), r3((double)(k->end - k->start) * 1e-3),
+                          k->grid[0],  k->grid[1],         k->grid[2],
+                          k->block[0], k->block[1],        k->block[2],
+                          k->stream};
     return cJSON_CreateDoubleArray(v, 10);
 }
 
 /* Summary fields of a segment (its kernels ki[0..n)), with its ops' names per kernel in names[]. */
-static void segment_summary(const struct kl_story_timeline *t, int g, const int *ki, int n, const int *names,
-                            cJSON *o)
+static void segment_summary(const struct kl_story_timeline *t, int g, const int *ki, int n, const int *names, cJSON *o)
 {
     const struct kl_story_segment *s = &t->seg[g];
     double by_op[KL_OP_COUNT] = {0}, kernel_us = 0, gap_sum = 0, gap_max = 0;
@@ -352,8 +393,10 @@ static void segment_summary(const struct kl_story_timeline *t, int g, const int 
         if (names && names[i] >= 0) by_op[names[i]] += d;
         if (i > 0) {
             const double gap = ((double)k->start - (double)t->k[ki[i - 1]].end) * 1e-3;
-            if (gap < 0) overlapped++; /* a PDL kernel started under its predecessor */
-            else gap_sum += gap, gap_max = fmax(gap_max, gap);
+            if (gap < 0)
+                overlapped++; /* a PDL kernel started under its predecessor */
+            else
+                gap_sum += gap, gap_max = fmax(gap_max, gap);
             if (gaps) gaps[ng++] = gap > 0 ? gap : 0;
         }
     }
@@ -372,13 +415,15 @@ static void segment_summary(const struct kl_story_timeline *t, int g, const int 
     cJSON_AddNumberToObject(gj, "overlapped", overlapped);
     free(gaps);
     double rounded[KL_OP_COUNT];
-    for (int i = 0; i < KL_OP_COUNT; i++) rounded[i] = r3(by_op[i]);
+    for (int i = 0; i < KL_OP_COUNT; i++)
+        rounded[i] = r3(by_op[i]);
     cJSON_AddItemToObject(o, "by_op", cJSON_CreateDoubleArray(rounded, KL_OP_COUNT));
     double copy_us = 0, copy_bytes = 0;
     int copies = 0;
     for (int i = 0; i < t->n_copies; i++)
         if (t->copies[i].segment == g)
-            copies++, copy_bytes += (double)t->copies[i].bytes, copy_us += (double)(t->copies[i].end - t->copies[i].start) * 1e-3;
+            copies++, copy_bytes += (double)t->copies[i].bytes,
+                copy_us += (double)(t->copies[i].end - t->copies[i].start) * 1e-3;
     cJSON *cj = cJSON_AddObjectToObject(o, "copies");
     cJSON_AddNumberToObject(cj, "count", copies);
     cJSON_AddNumberToObject(cj, "bytes", copy_bytes);
@@ -436,7 +481,8 @@ void kl_story_timeline_json(const struct kl_story_timeline *t, cJSON *doc, int s
     cJSON_AddItemToObject(doc, "op_kind", cJSON_CreateIntArray(kl_story_op_kind, KL_OP_COUNT));
     cJSON_AddItemToObject(doc, "kernels", cJSON_CreateStringArray((const char *const *)t->names, t->n_names));
     int unattributed = 0;
-    for (int i = 0; i < t->n_k; i++) unattributed += t->k[i].op < 0;
+    for (int i = 0; i < t->n_k; i++)
+        unattributed += t->k[i].op < 0;
     cJSON *rec = cJSON_AddObjectToObject(doc, "recording");
     cJSON_AddNumberToObject(rec, "kernels", t->n_k);
     cJSON_AddNumberToObject(rec, "unattributed", unattributed);
@@ -477,7 +523,8 @@ void kl_story_timeline_json(const struct kl_story_timeline *t, cJSON *doc, int s
                 names = graph_op_names(t, ki, n, eager_first, n_eager_first);
             else if (n) {
                 names = malloc(sizeof(int) * (size_t)n);
-                for (int i = 0; names && i < n; i++) names[i] = t->ops[t->k[ki[i]].op].name;
+                for (int i = 0; names && i < n; i++)
+                    names[i] = t->ops[t->k[ki[i]].op].name;
             }
             cJSON *o = s->step ? cJSON_CreateObject() : pj;
             if (s->step) {
@@ -498,8 +545,10 @@ void kl_story_timeline_json(const struct kl_story_timeline *t, cJSON *doc, int s
                     cJSON_AddItemToObject(pj, "detail", d);
                 }
             }
-            if (ph == KL_PHASE_DECODE && s->step == 1) eager_first = ki, n_eager_first = n;
-            else free(ki);
+            if (ph == KL_PHASE_DECODE && s->step == 1)
+                eager_first = ki, n_eager_first = n;
+            else
+                free(ki);
             free(names);
         }
     }

@@ -27,8 +27,14 @@ struct cJSON;
 
 /* Phase classes, in story order. The ops of these are profiled (control and the graph replay
  * launch the same kernels on the same shapes as prefill and decode). */
-enum kl_story_phase { KL_PHASE_PREFILL, KL_PHASE_EXTEND, KL_PHASE_DECODE, KL_PHASE_DECODE_GRAPH, KL_PHASE_CONTROL,
-                      KL_PHASE_COUNT };
+enum kl_story_phase {
+    KL_PHASE_PREFILL,
+    KL_PHASE_EXTEND,
+    KL_PHASE_DECODE,
+    KL_PHASE_DECODE_GRAPH,
+    KL_PHASE_CONTROL,
+    KL_PHASE_COUNT
+};
 extern const char *const kl_story_phase_names[KL_PHASE_COUNT];
 
 struct kl_story_segment {
@@ -39,11 +45,11 @@ struct kl_story_segment {
     int64_t kv_len[2]; /* keys each request attends (the longest request's for a prefill) */
     uint64_t t_begin;  /* host time the scheduler began the segment (metadata upload first) */
     int first_op, end_op;
-    bool detail;       /* every kernel goes into the results (else a summary) */
+    bool detail; /* every kernel goes into the results (else a summary) */
 };
 
 struct kl_story_op_rec {
-    int16_t name;  /* enum kl_story_op_name; -1: a graph launch */
+    int16_t name; /* enum kl_story_op_name; -1: a graph launch */
     int16_t layer;
     int32_t segment;
     uint64_t t0, t1; /* host interval around the launches */
@@ -81,7 +87,7 @@ struct kl_story_profile {
 };
 
 struct kl_story_timeline {
-    bool on;    /* CUPTI is streaming */
+    bool on;                 /* CUPTI is streaming */
     uint64_t (*clock)(void); /* the tests' clock; NULL: CUPTI's (0 while it is off) */
     char why[256];
     uint64_t t_zero; /* request 1's arrival */
@@ -98,7 +104,10 @@ struct kl_story_timeline {
     int n_ev, cap_ev;
     char **names; /* distinct kernel names */
     int n_names, cap_names;
-    struct { uint32_t key; uint64_t start; } *api; /* correlation -> API start, open addressing */
+    struct {
+        uint32_t key;
+        uint64_t start;
+    } * api; /* correlation -> API start, open addressing */
     size_t api_cap, api_used;
     struct kl_story_profile prof[KL_PHASE_COUNT * KL_OP_COUNT];
     int n_prof;

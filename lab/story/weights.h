@@ -5,9 +5,9 @@
  * (seed, tensor, i) / 2^24, rounded once to bf16. Every step is an exact or a single IEEE
  * rounding in float32 (the device spells them __fmul_rn/__fadd_rn so nvcc cannot fuse them into
  * an FMA; the host goes through exact double operations), so host and device agree bit for bit.
- * Uniform values, not normal ones: what the story
- * needs is the right scale (linear layers have half_width sqrt(3 / fan_in), unit output
- * variance for unit input variance) and no zeros, which run faster than real data. */
+ * Uniform values, not normal ones: what the story needs is the right scale (linear layers have
+ * half_width sqrt(3 / fan_in): unit output variance for unit input variance) and no zeros, which
+ * run faster than real data. */
 #ifndef KL_STORY_WEIGHTS_H
 #define KL_STORY_WEIGHTS_H
 
@@ -32,7 +32,7 @@ static inline KL_STORY_HD float kl_story_weight_f32(uint64_t seed, uint32_t tens
                                                     float half_width)
 {
     const float u = (float)(kl_story_hash(seed, tensor, i) & 0xffffff) * (1.f / 16777216.f); /* [0, 1), exact */
-    const float t = 2.f * u - 1.f;                                                              /* exact */
+    const float t = 2.f * u - 1.f;                                                           /* exact */
 #ifdef __CUDA_ARCH__
     return __fadd_rn(__fmul_rn(t, half_width), offset);
 #else
@@ -45,10 +45,19 @@ static inline KL_STORY_HD float kl_story_weight_f32(uint64_t seed, uint32_t tens
 
 /* Which tensor of the model an id names: layer l's tensors are l * KL_STORY_TENSORS_PER_LAYER + k. */
 enum kl_story_tensor {
-    KL_W_ATTN_NORM, KL_W_Q, KL_W_K, KL_W_V, KL_W_O, KL_W_MLP_NORM, KL_W_GATE_UP, KL_W_DOWN,
+    KL_W_ATTN_NORM,
+    KL_W_Q,
+    KL_W_K,
+    KL_W_V,
+    KL_W_O,
+    KL_W_MLP_NORM,
+    KL_W_GATE_UP,
+    KL_W_DOWN,
     KL_STORY_TENSORS_PER_LAYER,
     /* outside the layers: ids past every layer's */
-    KL_W_EMBED = 1000000, KL_W_LM_HEAD, KL_W_FINAL_NORM
+    KL_W_EMBED = 1000000,
+    KL_W_LM_HEAD,
+    KL_W_FINAL_NORM
 };
 
 #endif
