@@ -257,7 +257,11 @@ struct kl_story_model *kl_story_model_new(const struct kl_story_config *cfg, int
                                             .dtype = KL_BF16};
     m->decode_ws_bytes = kl_attention_decode_workspace_bytes(&dp, kl_attention_decode_sms());
     m->prefill_ws_bytes = KL_PREFILL_WORKSPACE;
-    if (e != cudaSuccess || alloc_dev(&m->decode_ws, m->decode_ws_bytes, err, "workspaces") ||
+    if (e != cudaSuccess) {
+        kl_fail(err, "uploading rope's table: %s", cudaGetErrorString(e));
+        goto fail;
+    }
+    if (alloc_dev(&m->decode_ws, m->decode_ws_bytes, err, "workspaces") ||
         alloc_dev(&m->prefill_ws, m->prefill_ws_bytes, err, "workspaces") ||
         alloc_dev(&m->blas_ws, KL_BLAS_WORKSPACE, err, "workspaces"))
         goto fail;
