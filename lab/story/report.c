@@ -993,22 +993,31 @@ int kl_story_report(const cJSON *root, const char *out_dir)
     return write_md(&d, md) || write_trace(&d, tr) ? -1 : 0;
 }
 
+cJSON *kl_story_read_json(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    const long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *text = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    const size_t got = text ? fread(text, 1, (size_t)n, f) : 0;
+    fclose(f);
+    if (!text) return NULL;
+    text[got] = 0;
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    return root;
+}
+
 int kl_story_report_dir(const char *results_dir, const char *out_dir)
 {
     char path[1200];
     snprintf(path, sizeof path, "%s/story.json", results_dir);
     FILE *f = fopen(path, "r");
     if (!f) return errno == ENOENT ? 0 : (fprintf(stderr, "kernlab report: %s: %s\n", path, strerror(errno)), -1);
-    fseek(f, 0, SEEK_END);
-    const long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = malloc((size_t)n + 1);
-    const size_t got = text ? fread(text, 1, (size_t)n, f) : 0;
     fclose(f);
-    if (!text || got != (size_t)n) return free(text), fprintf(stderr, "kernlab report: %s: read failed\n", path), -1;
-    text[n] = 0;
-    cJSON *root = cJSON_Parse(text);
-    free(text);
+    cJSON *root = kl_story_read_json(path);
     if (!root) return fprintf(stderr, "kernlab report: %s: not JSON\n", path), -1;
     const int rc = kl_story_report(root, out_dir);
     cJSON_Delete(root);

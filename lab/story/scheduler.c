@@ -438,7 +438,7 @@ cJSON *kl_story_document(const struct kl_story_doc_info *in, const struct kl_sto
     cJSON_AddNumberToObject(memj, "layers_fit", in->mem.layers_fit);
     cJSON *sj = cJSON_AddObjectToObject(doc, "setup");
     cJSON_AddNumberToObject(sj, "weights_ms", round(in->weights_ms * 10) / 10);
-    kl_story_timeline_json(tl, doc, o->steps);
+    kl_story_timeline_json(tl, doc);
     cJSON *x = cJSON_AddObjectToObject(doc, "radix");
     cJSON_AddNumberToObject(x, "page_size", KL_STORY_PAGE_SIZE);
     cJSON_AddNumberToObject(x, "matched_tokens", in->matched);

@@ -112,6 +112,8 @@ int kl_story_write_json(const struct cJSON *doc, const char *path);
 /* The results document -> story.md and story-trace.json in out_dir (report.c). Returns 0 or -1
  * with the file at fault on stderr. */
 int kl_story_report(const struct cJSON *doc, const char *out_dir);
+/* A JSON file as a document; NULL when it cannot be read or is not JSON. */
+struct cJSON *kl_story_read_json(const char *path);
 /* Reads dir/story.json when it exists: 1 and the guide written, 0 when there is none, -1 on error. */
 int kl_story_report_dir(const char *results_dir, const char *out_dir);
 

@@ -652,24 +652,6 @@ Test(story, the_recorder_joins_every_kernel_to_the_op_that_launched_it)
     cJSON_Delete(doc);
 }
 
-/* The JSON document in a file, or NULL (the caller asserts). */
-static cJSON *parse_file(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    const long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = malloc((size_t)n + 1);
-    const size_t got = text ? fread(text, 1, (size_t)n, f) : 0;
-    fclose(f);
-    if (!text) return NULL;
-    text[got] = 0;
-    cJSON *doc = cJSON_Parse(text);
-    free(text);
-    return doc;
-}
-
 static void remove_dir(const char *dir)
 {
     char cmd[300];
@@ -693,7 +675,7 @@ Test(story, a_synthetic_run_writes_the_committed_fixture)
     snprintf(cmd, sizeof cmd, "cmp -s %s %s", path, fixture);
     cr_assert_eq(system(cmd), 0, "the writer's output differs from %s (KL_UPDATE_FIXTURE=1 rewrites it)", fixture);
     /* and what it wrote reads back as the same document */
-    cJSON *back = parse_file(path);
+    cJSON *back = kl_story_read_json(path);
     cr_assert(back, "story.json is not JSON");
     cr_assert(cJSON_Compare(doc, back, true), "story.json does not read back as the document written");
     cJSON_Delete(back);
@@ -720,7 +702,7 @@ Test(story, the_trace_is_json_whose_tracks_nest_and_whose_layers_hold_their_kern
     cr_assert_eq(kl_story_report(doc, tmp), 0);
     char path[256];
     snprintf(path, sizeof path, "%s/story-trace.json", tmp);
-    cJSON *trace = parse_file(path);
+    cJSON *trace = kl_story_read_json(path);
     cr_assert(trace, "story-trace.json is not JSON");
     const cJSON *evs = cJSON_GetObjectItem(trace, "traceEvents");
     cr_assert(cJSON_IsArray(evs));
@@ -955,7 +937,7 @@ Test(story_gpu, the_tiny_story_records_every_kernel_and_writes_its_files, .timeo
     cr_assert_eq(kl_cmd_story(9, argv), 0, "kernlab story --tiny failed (stderr says why)");
     char path[300];
     snprintf(path, sizeof path, "%s/story.json", tmp);
-    cJSON *doc = parse_file(path);
+    cJSON *doc = kl_story_read_json(path);
     cr_assert(doc, "no story.json, or not JSON");
     const cJSON *rec = cJSON_GetObjectItem(doc, "recording");
     cr_assert_gt(cJSON_GetObjectItem(rec, "kernels")->valueint, 100, "CUPTI recorded too few kernels");

@@ -474,7 +474,7 @@ static const char *const phase_titles[KL_PHASE_COUNT] = {
     "request 1: prefill (radix miss)", "request 2: extend (radix hit)", "decode: both requests, one token each",
     "decode again, replayed as a CUDA graph", "control: request 2 prefilled from scratch (cache bypassed)"};
 
-void kl_story_timeline_json(const struct kl_story_timeline *t, cJSON *doc, int steps)
+void kl_story_timeline_json(const struct kl_story_timeline *t, cJSON *doc)
 {
     cJSON_AddItemToObject(doc, "ops", cJSON_CreateStringArray(kl_story_op_names, KL_OP_COUNT));
     cJSON_AddItemToObject(doc, "kinds", cJSON_CreateStringArray(kl_story_kind_names, KL_KIND_COUNT));
@@ -553,7 +553,6 @@ void kl_story_timeline_json(const struct kl_story_timeline *t, cJSON *doc, int s
         }
     }
     free(eager_first);
-    (void)steps;
 
     cJSON *profiles = cJSON_AddArrayToObject(doc, "profiles");
     for (int i = 0; i < t->n_prof; i++) {

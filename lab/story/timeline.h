@@ -142,7 +142,7 @@ void kl_story_timeline_graph(struct kl_story_timeline *t, int begin);
 void kl_story_timeline_profile(struct kl_story_timeline *t, struct kl_story_model *m, FILE *progress);
 
 /* Adds ops, kinds, op_kind, kernels, events, phases and profiles to the results document. */
-void kl_story_timeline_json(const struct kl_story_timeline *t, struct cJSON *doc, int steps);
+void kl_story_timeline_json(const struct kl_story_timeline *t, struct cJSON *doc);
 
 /* Sum of the durations of an op's kernels, us. */
 double kl_story_op_us(const struct kl_story_timeline *t, int op);
