@@ -6,6 +6,7 @@
  *   kernlab ceilings
  *   kernlab bench MODULE|all [--variant NAME] [--workload NAME] [--json FILE] [--gate] [--counters] [--peers]
  *   kernlab report [--results DIR] [--out DIR]
+ *   kernlab story [--layers N] [--prompt N] [--shared N] [--steps N] [--seed N] [--out DIR] [--tiny]
  *   kernlab new-variant MODULE NAME
  *
  * Results go to stdout, errors to stderr naming the file or argument at fault; usage errors
@@ -37,6 +38,8 @@ static int usage(void)
             "  ceilings                               measure this GPU's ceilings\n"
             "  bench MODULE|all [--variant NAME] [--workload NAME] [--json FILE] [--gate] [--counters] [--peers]\n"
             "  report [--results DIR] [--out DIR]     write the guides from results\n"
+            "  story [--layers N] [--prompt N] [--shared N] [--steps N] [--seed N] [--out DIR] [--tiny]\n"
+            "                                         a Llama-shaped forward pass told kernel by kernel (story --help)\n"
             "  new-variant MODULE NAME                write a variant skeleton (kernels/MODULE/NAME.cu)\n");
     return 2;
 }
@@ -321,10 +324,7 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "bench") == 0) return kl_cmd_bench(argc, argv);
     if (strcmp(cmd, "report") == 0) return kl_cmd_report(argc, argv);
     if (strcmp(cmd, "new-variant") == 0) return kl_cmd_new_variant(argc, argv);
-    if (strcmp(cmd, "story") == 0) {
-        fprintf(stderr, "kernlab story: not built yet (DESIGN.md section 9)\n");
-        return 2;
-    }
+    if (strcmp(cmd, "story") == 0) return kl_cmd_story(argc, argv);
     if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "help") == 0) return usage(), 0;
     fprintf(stderr, "kernlab: unknown command '%s'\n", cmd);
     return usage();

@@ -20,6 +20,7 @@
 #include "lab/allreduce/allreduce_module.h"
 #include "lab/core/registry.h"
 #include "lab/kernlab.h"
+#include "lab/story/story.h"
 #include "perf/bench.h"
 
 #define KL_MAX_DEVICES 8 /* GPUs (or CPUs) one module's results may come from */
@@ -1753,7 +1754,11 @@ static const char *klearning[][2] = {
     {"allreduce", "communication: NCCL and a hand-written all-reduce"},
 };
 
-static int write_index(const char *out, struct mod *mods, int n, const struct kl_targets *t90)
+/* The story is not a module: it comes last, once every module it is built from has been read. */
+static const char kstory_line[] = "the whole forward pass: every kernel above in a Llama-shaped decoder, prefill to "
+                                  "decode, radix miss to hit, with the hardware state at each step";
+
+static int write_index(const char *out, struct mod *mods, int n, const struct kl_targets *t90, bool story)
 {
     char path[1200];
     snprintf(path, sizeof path, "%s/INDEX.md", out);
@@ -1819,6 +1824,9 @@ static int write_index(const char *out, struct mod *mods, int n, const struct kl
     for (size_t i = 0; i < sizeof klearning / sizeof klearning[0]; i++)
         if (kl_module_find(klearning[i][0]))
             fprintf(f, "%d. [%s](%s.md): %s\n", step++, klearning[i][0], klearning[i][0], klearning[i][1]);
+    if (story) fprintf(f, "%d. [story](story.md): %s\n", step, kstory_line);
+    else fprintf(f, "%d. story: %s (not generated yet: `kernlab story`, then its story.json in the results)\n", step,
+                 kstory_line);
     fprintf(f, "\nTo write your own variant: `build/kernlab new-variant MODULE vN_idea` (README.md).\n");
     return finish(f, path);
 }
@@ -1974,7 +1982,10 @@ int kl_cmd_report(int argc, char **argv)
             if (write_guide(out, &mods[k], &t90, &t80)) status = 1;
             else printf("wrote %s/%s.md\n", out, mods[k].name);
         }
-        if (write_index(out, mods, nm, &t90) == 0 && write_environment(out, mods, nm) == 0)
+        const int story = kl_story_report_dir(results, out); /* reports/data/story.json, when there is one */
+        if (story < 0) status = 1;
+        else if (story) printf("wrote %s/story.md, %s/story-trace.json\n", out, out);
+        if (write_index(out, mods, nm, &t90, story > 0) == 0 && write_environment(out, mods, nm) == 0)
             printf("wrote %s/INDEX.md, %s/environment.md\n", out, out);
         else
             status = 1;

@@ -288,5 +288,22 @@ python3 -c 'import json,sys; m=json.load(open(sys.argv[1])); m["params"]=[1e-6];
 run 1 paramlist "$kl" verify --reference "$h/paramlist" && one_fail paramlist "$h/paramlist/meta.json" \
   && ok "params as a list fails naming meta.json" || bad "params list: $(cat "$tmp/o_paramlist")"
 
+# kernlab story: every argument checked before the device (usage errors exit 2, nothing written);
+# without a GPU a clean refusal, exit 1, and still nothing written.
+for args in "--layers 0" "--layers 33" "--prompt 31" "--prompt x" "--shared 15" "--prompt 64 --shared 64" \
+            "--steps 63" "--seed -1" "--bogus" "--layers 2 extra" "--steps"; do
+  # shellcheck disable=SC2086
+  "$kl" story --out "$tmp/story_usage" $args > /dev/null 2> "$tmp/story_err"; rc=$?
+  [ $rc -eq 2 ] && [ ! -e "$tmp/story_usage" ] && grep -q "^kernlab story: " "$tmp/story_err" \
+    && ok "story $args: a usage error, exit 2" || bad "story $args: rc=$rc $(cat "$tmp/story_err")"
+done
+"$kl" story --help | grep -q -- "--shared N" && ok "story --help documents its options" || bad "story --help"
+if "$(dirname "$kl")/kl_gpu_guard" true > /dev/null; then ok "story without a GPU (GPU present: not checked here)"
+else
+  "$kl" story --tiny --out "$tmp/story_out" > /dev/null 2> "$tmp/story_err"; rc=$?
+  [ $rc -eq 1 ] && [ ! -e "$tmp/story_out" ] && grep -q "^kernlab story: needs a CUDA device (" "$tmp/story_err" \
+    && ok "story without a GPU: a clean refusal, exit 1, nothing written" || bad "story: rc=$rc $(cat "$tmp/story_err")"
+fi
+
 echo "$passes passed, $fails failed"
 exit $((fails > 0))

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `kernlab report` on small committed results fixtures must write exactly the expected files,
 # and the same inputs must give byte-identical output twice. Two fixtures: report_fixture (one
-# device, the results format before a device dimension: it must keep loading) and
+# device, the results format before a device dimension: it must keep loading; and a story.json,
+# the synthetic run lab/story/test_story.c writes, for story.md and story-trace.json) and
 # report_fixture_two_devices (the same module measured on two devices, one folder each, as
 # reports/data/<device>/<module>.jsonl; made-up figures). With --update, rewrites the expected
 # files (after a deliberate change to the guides or to the rmsnorm sources they cite).
@@ -44,6 +45,16 @@ regenerate report_fixture_two_devices
 [ "$update" = 1 ] && exit 0
 
 one=$tmp/report_fixture/a two=$tmp/report_fixture_two_devices/a
+# The story: its guide's sections, and the last step of the learning path (a link only where it was written).
+for section in "## Timeline" "## Per-phase summaries" "## The transition: prefill -> decode" \
+               "## Decode: time per step against the KV length" "## The radix hit" \
+               "## Gaps between kernels, and what a CUDA graph saves" "## Every distinct kernel, profiled once" \
+               "## The trace" "## How the story is checked" "## Reproduce"; do
+  grep -q "^$section" "$one/story.md" || { echo "story.md lacks '$section'"; exit 1; }
+done
+grep -q '^Time 0.000 ms: request 1 arrives' "$one/story.md" || { echo "story.md: the timeline does not start with request 1"; exit 1; }
+tail -3 "$one/INDEX.md" | grep -q '^[0-9]*\. \[story\](story.md): ' || { echo "INDEX.md: the story is not the last step"; exit 1; }
+grep -q '^[0-9]*\. story: .*not generated yet' "$two/INDEX.md" || { echo "INDEX.md without story.json: no placeholder step"; exit 1; }
 grep -q '^| \[rmsnorm\](rmsnorm.md) | .* | v1_vec16 on prefill-16k: 3948 GB/s | 0.99 |' "$one/INDEX.md" \
   || { echo "INDEX.md lacks the rmsnorm row with its best figure"; exit 1; }
 # Two devices: INDEX.md names each device's figure; the guide puts them side by side.

@@ -1,0 +1,1025 @@
+/* The story's guide and trace, from the results document alone (story.h gives its format), so
+ * `kernlab report` regenerates reports/story.md and reports/story-trace.json byte for byte.
+ *
+ * story.md tells the run in the study notes' style: a timeline of what happens to each request
+ * with the hardware state of every kernel (from the Range Profiler's one instance of each), then
+ * per-phase summaries, the prefill -> decode transition, decode time against the KV length, the
+ * radix hit, the gaps between kernels and what a CUDA graph saves, and every distinct kernel's
+ * counters. story-trace.json is Chrome's trace-event format (Perfetto, chrome://tracing). */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "lab/story/story.h"
+
+/* ---- reading the document ---- */
+
+static const cJSON *get(const cJSON *o, const char *path)
+{
+    char key[64];
+    while (o && *path) {
+        const char *dot = strchr(path, '.');
+        const size_t len = dot ? (size_t)(dot - path) : strlen(path);
+        snprintf(key, sizeof key, "%.*s", (int)len, path);
+        o = cJSON_GetObjectItemCaseSensitive(o, key);
+        path += len + (dot != NULL);
+    }
+    return o;
+}
+static double num(const cJSON *o, const char *path)
+{
+    const cJSON *v = get(o, path);
+    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+static const char *str(const cJSON *o, const char *path, const char *def)
+{
+    const cJSON *v = get(o, path);
+    return cJSON_IsString(v) ? v->valuestring : def;
+}
+static double at(const cJSON *arr, int i)
+{
+    const cJSON *v = cJSON_GetArrayItem(arr, i);
+    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+/* What the report reads once. */
+struct doc {
+    const cJSON *root, *ops, *kinds, *op_kind, *kernels, *profiles, *phases;
+    int n_ops, n_kinds, layers;
+};
+
+static const cJSON *phase(const struct doc *d, const char *name)
+{
+    for (const cJSON *p = d->phases ? d->phases->child : NULL; p; p = p->next)
+        if (strcmp(str(p, "name", ""), name) == 0) return p;
+    return NULL;
+}
+static const char *op_name(const struct doc *d, int op)
+{
+    const cJSON *v = cJSON_GetArrayItem(d->ops, op);
+    return cJSON_IsString(v) ? v->valuestring : "?";
+}
+static int op_kind(const struct doc *d, int op)
+{
+    return (int)at(d->op_kind, op);
+}
+static int op_index(const struct doc *d, const char *name)
+{
+    for (int i = 0; i < d->n_ops; i++)
+        if (strcmp(op_name(d, i), name) == 0) return i;
+    return -1;
+}
+
+/* The profile that describes an op of a phase: control runs prefill's shapes, the graph decode's. */
+static const cJSON *profile(const struct doc *d, const char *ph, int op)
+{
+    if (strcmp(ph, "control") == 0) ph = "prefill";
+    if (strcmp(ph, "decode_graph") == 0) ph = "decode";
+    for (const cJSON *p = d->profiles ? d->profiles->child : NULL; p; p = p->next)
+        if (strcmp(str(p, "phase", ""), ph) == 0 && (int)num(p, "op") == op) return p;
+    return NULL;
+}
+static double counter(const struct doc *d, const char *ph, int op, const char *name)
+{
+    const cJSON *p = profile(d, ph, op);
+    return p ? num(get(p, "counters"), name) : NAN;
+}
+
+/* "void kl::foo_v2<__nv_bfloat16, 8>(...)" -> "foo_v2"; cuBLAS's C names stay whole; a generic
+ * wrapper ("cutlass::Kernel2<cutlass_80_tensorop_..._tn_align8>") is named by its first argument. */
+static void short_kernel(const char *full, char *out, size_t len)
+{
+    char clean[512];
+    size_t o = 0;
+    for (const char *c = full; *c && o + 1 < sizeof clean;) { /* drop "(anonymous namespace)::" */
+        if (strncmp(c, "(anonymous namespace)::", 23) == 0)
+            c += 23;
+        else
+            clean[o++] = *c++;
+    }
+    clean[o] = 0;
+    const char *s = strncmp(clean, "void ", 5) == 0 ? clean + 5 : clean;
+    for (int pass = 0; pass < 2; pass++) {
+        size_t n = strcspn(s, "(<,>");
+        const char *q = s;
+        for (const char *c = s; c < s + n; c++)
+            if (c[0] == ':' && c[1] == ':') q = c + 2;
+        n -= (size_t)(q - s);
+        const bool wrapper = (strncmp(q, "Kernel", 6) == 0 || strncmp(q, "device_kernel", 13) == 0) && q[n] == '<';
+        if (pass == 0 && wrapper) {
+            s = q + n + 1;
+            continue;
+        }
+        if (n > 72)
+            snprintf(out, len, "%.69s...", q);
+        else
+            snprintf(out, len, "%.*s", (int)n, q);
+        return;
+    }
+}
+
+static const char *kernel_name(const struct doc *d, int k, char *buf, size_t len)
+{
+    const cJSON *v = cJSON_GetArrayItem(d->kernels, k);
+    short_kernel(cJSON_IsString(v) ? v->valuestring : "?", buf, len);
+    return buf;
+}
+
+/* ---- formatting ---- */
+
+static const char *fmt(char *buf, size_t len, const char *f, double v)
+{
+    if (!isfinite(v))
+        snprintf(buf, len, "-");
+    else
+        snprintf(buf, len, f, v);
+    return buf;
+}
+#define F(f, v) fmt((char[48]){0}, 48, f, v)
+
+static const char *ms(char *buf, size_t len, double us)
+{
+    if (!isfinite(us))
+        snprintf(buf, len, "-");
+    else if (us >= 1000)
+        snprintf(buf, len, "%.2f ms", us / 1000);
+    else if (us >= 100)
+        snprintf(buf, len, "%.3f ms", us / 1000);
+    else
+        snprintf(buf, len, "%.1f us", us);
+    return buf;
+}
+#define MS(v) ms((char[32]){0}, 32, v)
+
+static const char *gb(char *buf, size_t len, double bytes)
+{
+    if (bytes >= 1e9)
+        snprintf(buf, len, "%.2f GB", bytes / 1e9);
+    else if (bytes >= 1e6)
+        snprintf(buf, len, "%.1f MB", bytes / 1e6);
+    else
+        snprintf(buf, len, "%.0f KB", bytes / 1e3);
+    return buf;
+}
+#define GB(v) gb((char[32]){0}, 32, v)
+
+/* "HBM 85%, SM 25%, TC 0% (memory-bound)": the hardware state of one op, from its profile. */
+static const char *hw(const struct doc *d, const char *ph, int op, char *buf, size_t len)
+{
+    const cJSON *p = profile(d, ph, op);
+    const cJSON *c = p ? get(p, "counters") : NULL;
+    const double dram = num(c, "dram_throughput_pct"), sm = num(c, "sm_throughput_pct"), tc = num(c, "tensor_pipe_pct");
+    if (!c || !isfinite(dram)) {
+        snprintf(buf, len, "(no counters)");
+        return buf;
+    }
+    const char *tag = dram >= 50 && dram >= sm ? "memory-bound"
+                      : sm >= 50 && tc >= 30   ? "tensor-bound"
+                      : sm >= 50               ? "compute-bound"
+                                               : "neither roof: too little work to fill the GPU";
+    snprintf(buf, len, "HBM %.0f%%, SM %.0f%%, TC %.0f%% (%s)", dram, sm, tc, tag);
+    return buf;
+}
+#define HW(d, ph, op) hw(d, ph, op, (char[160]){0}, 160)
+
+/* ---- sums over a phase ---- */
+
+/* Per-op time of a phase: by_op summed over its steps (or the phase itself). */
+static void phase_by_op(const struct doc *d, const cJSON *p, double *by_op, int *steps)
+{
+    for (int i = 0; i < d->n_ops; i++)
+        by_op[i] = 0;
+    const cJSON *st = get(p, "steps");
+    *steps = 0;
+    if (st) {
+        for (const cJSON *s = st->child; s; s = s->next, ++*steps)
+            for (int i = 0; i < d->n_ops; i++)
+                by_op[i] += at(get(s, "by_op"), i);
+    } else if (p) {
+        *steps = 1;
+        for (int i = 0; i < d->n_ops; i++)
+            by_op[i] = at(get(p, "by_op"), i);
+    }
+}
+
+/* A counter averaged over a phase's ops, weighted by their time (ops without counters left out). */
+static double weighted(const struct doc *d, const char *ph, const double *by_op, const char *name)
+{
+    double w = 0, s = 0;
+    for (int i = 0; i < d->n_ops; i++) {
+        const double c = counter(d, ph, i, name);
+        if (isfinite(c) && by_op[i] > 0) w += by_op[i], s += by_op[i] * c;
+    }
+    return w > 0 ? s / w : NAN;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+static double median(double *v, int n)
+{
+    if (n == 0) return NAN;
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* The median over a stepped phase's steps of a field (or of t1 - t0 with "span"). */
+static double steps_median(const cJSON *p, const char *field)
+{
+    const cJSON *st = get(p, "steps");
+    const int n = cJSON_GetArraySize(st);
+    double *v = malloc(sizeof(double) * (size_t)(n ? n : 1));
+    int k = 0;
+    for (const cJSON *s = st ? st->child : NULL; v && s; s = s->next)
+        v[k++] = strcmp(field, "span") == 0     ? num(s, "t1_us") - num(s, "t0_us")
+                 : strcmp(field, "period") == 0 ? (s->next ? num(s->next, "t0_us") - num(s, "t0_us") : NAN)
+                                                : num(s, field);
+    int m = 0; /* drop NaN (the last step has no period) */
+    for (int i = 0; v && i < k; i++)
+        if (isfinite(v[i])) v[m++] = v[i];
+    const double r = v ? median(v, m) : NAN;
+    free(v);
+    return r;
+}
+
+static double span(const cJSON *p)
+{
+    return num(p, "t1_us") - num(p, "t0_us");
+}
+
+/* ---- the timeline ---- */
+
+/* A detail array [[op, layer, [[kernel, start, dur, ...], ...]], ...] as the study notes tell it:
+ * the ops outside the layers, layer 0 in full, the other layers summarised. */
+struct span_of {
+    double t0, t1, us; /* first start, last end, sum of kernel time */
+    int kernels;
+};
+static struct span_of op_span(const cJSON *e)
+{
+    struct span_of s = {INFINITY, -INFINITY, 0, 0};
+    for (const cJSON *k = cJSON_GetArrayItem(e, 2) ? cJSON_GetArrayItem(e, 2)->child : NULL; k; k = k->next) {
+        const double st = at(k, 1), du = at(k, 2);
+        s.t0 = fmin(s.t0, st), s.t1 = fmax(s.t1, st + du), s.us += du, s.kernels++;
+    }
+    return s;
+}
+
+static void tell_op(FILE *f, const struct doc *d, const char *ph, const cJSON *e, const char *indent, double total)
+{
+    const int op = (int)at(e, 0);
+    const struct span_of s = op_span(e);
+    char name[96] = "";
+    const cJSON *k0 = cJSON_GetArrayItem(e, 2) ? cJSON_GetArrayItem(e, 2)->child : NULL;
+    if (k0) kernel_name(d, (int)at(k0, 0), name, sizeof name);
+    fprintf(f, "%s├── %s %s", indent, op_name(d, op), MS(s.us));
+    if (s.kernels > 1) fprintf(f, " (%d kernels)", s.kernels);
+    fprintf(f, " <- %s", HW(d, ph, op));
+    if (total > 0 && s.us / total >= 0.25) fprintf(f, " <- HOTSPOT (%.0f%% of the layer)", 100 * s.us / total);
+    fprintf(f, "\n%s│   └── %s\n", indent, name);
+}
+
+static void tell_detail(FILE *f, const struct doc *d, const char *ph, const cJSON *detail, const char *indent)
+{
+    /* layer spans: from a layer's first kernel to its last */
+    int max_layer = -1;
+    for (const cJSON *e = detail ? detail->child : NULL; e; e = e->next)
+        if (at(e, 1) > max_layer) max_layer = (int)at(e, 1);
+    double *lt0 = calloc((size_t)max_layer + 2, sizeof(double)), *lt1 = calloc((size_t)max_layer + 2, sizeof(double));
+    double *lus = calloc((size_t)max_layer + 2, sizeof(double));
+    for (int l = 0; lt0 && lt1 && lus && l <= max_layer; l++)
+        lt0[l] = INFINITY, lt1[l] = -INFINITY;
+    for (const cJSON *e = detail ? detail->child : NULL; lt0 && lt1 && lus && e; e = e->next) {
+        const int l = (int)at(e, 1);
+        if (l < 0) continue;
+        const struct span_of s = op_span(e);
+        lt0[l] = fmin(lt0[l], s.t0), lt1[l] = fmax(lt1[l], s.t1), lus[l] += s.us;
+    }
+    bool layer0_told = false, layers_told = false;
+    for (const cJSON *e = detail ? detail->child : NULL; e; e = e->next) {
+        const int l = (int)at(e, 1);
+        if (l < 0) {
+            if (at(e, 0) == op_index(d, "add_rms_norm")) fprintf(f, "%s├── (final norm)\n", indent);
+            tell_op(f, d, ph, e, indent, 0);
+            continue;
+        }
+        if (l == 0) {
+            if (!layer0_told)
+                fprintf(f, "%s├── LAYER 0 (%s, first kernel to last; %s of kernels):\n", indent, MS(lt1[0] - lt0[0]),
+                        MS(lus[0]));
+            layer0_told = true;
+            char deeper[64];
+            snprintf(deeper, sizeof deeper, "%s│   ", indent);
+            tell_op(f, d, ph, e, deeper, lus[0]);
+            continue;
+        }
+        if (!layers_told && max_layer >= 1) {
+            double *sp = malloc(sizeof(double) * (size_t)max_layer), lo = INFINITY, hi = 0;
+            for (int k = 1; sp && k <= max_layer; k++)
+                sp[k - 1] = lt1[k] - lt0[k], lo = fmin(lo, sp[k - 1]), hi = fmax(hi, sp[k - 1]);
+            fprintf(f, "%s├── LAYER%s 1%s%s: %s each (median; %s to %s), the same kernels as layer 0\n", indent,
+                    max_layer > 1 ? "S" : "", max_layer > 1 ? "-" : "", max_layer > 1 ? F("%.0f", max_layer) : "",
+                    MS(sp ? median(sp, max_layer) : NAN), MS(lo), MS(hi));
+            free(sp);
+            layers_told = true;
+        }
+    }
+    free(lt0), free(lt1), free(lus);
+}
+
+static const cJSON *event_at(const cJSON *events, int i)
+{
+    return cJSON_GetArrayItem(events, i);
+}
+
+/* Host events up to time t (from *next on), as "CPU:" lines. */
+static void tell_events(FILE *f, const cJSON *events, int *next, double t, bool with_time)
+{
+    for (const cJSON *e; (e = event_at(events, *next)) && num(e, "t_us") <= t; ++*next) {
+        const char *what = str(e, "what", "");
+        if (strstr(what, "arrives") || strstr(what, "first token") || with_time)
+            fprintf(f, "Time %.3f ms: %s (%s)\n", num(e, "t_us") / 1000, what, str(e, "detail", ""));
+        else
+            fprintf(f, "├── CPU: %s: %s\n", what, str(e, "detail", ""));
+    }
+}
+
+static void section_timeline(FILE *f, const struct doc *d)
+{
+    const cJSON *events = get(d->root, "events");
+    int next = 0;
+    fprintf(f, "## Timeline\n\nWhat happens to the two requests, in the order it happened. `Time` is from request 1's "
+               "arrival on the host; GPU lines give the span from the phase's first kernel to its last; each op "
+               "shows its measured time and, after `<-`, the hardware state the Range Profiler measured on one "
+               "instance of it (DRAM throughput as HBM, SM throughput, tensor-pipe activity as TC, all as %% of peak). "
+               "Layer 0 is told in full, the other layers are the same kernels on the same shapes.\n\n```\n");
+    const char *story_phases[] = {"prefill", "extend"};
+    for (int i = 0; i < 2; i++) {
+        const cJSON *p = phase(d, story_phases[i]);
+        if (!p) continue;
+        tell_events(f, events, &next, num(p, "t0_us"), false);
+        fprintf(f, "Time %.3f ms: GPU: %s: %s new tokens over %s keys (%s)\n", num(p, "t0_us") / 1000,
+                str(p, "title", ""), F("%.0f", num(p, "q_tokens")), F("%.0f", at(get(p, "kv_len"), 0)), MS(span(p)));
+        tell_detail(f, d, story_phases[i], get(p, "detail"), "");
+        fprintf(f, "│\n");
+    }
+    const cJSON *dec = phase(d, "decode");
+    if (dec) {
+        const cJSON *st = get(dec, "steps"), *first = cJSON_GetArrayItem(st, 0);
+        tell_events(f, events, &next, num(first, "t0_us"), false);
+        const int n = cJSON_GetArraySize(st);
+        for (const cJSON *s = st ? st->child : NULL; s; s = s->next) {
+            const int step = (int)num(s, "step");
+            char key[16];
+            snprintf(key, sizeof key, "%d", step);
+            const cJSON *det = get(get(dec, "detail_steps"), key);
+            if (!det) continue;
+            fprintf(f, "Time %.3f ms: GPU: decode step %d of %d, batch 2, KV %s + %s (%s)\n", num(s, "t0_us") / 1000,
+                    step, n, F("%.0f", at(get(s, "kv_len"), 0)), F("%.0f", at(get(s, "kv_len"), 1)), MS(span(s)));
+            tell_detail(f, d, "decode", det, "");
+            if (step == 1 && n > 2)
+                fprintf(f, "│\n├── ... steps 2-%d: %s each (median), one token per request per step\n│\n", n - 1,
+                        MS(steps_median(dec, "span")));
+        }
+        fprintf(f, "│\n");
+    }
+    const cJSON *gr = phase(d, "decode_graph"), *ctl = phase(d, "control");
+    if (gr) {
+        const cJSON *first = cJSON_GetArrayItem(get(gr, "steps"), 0);
+        tell_events(f, events, &next, num(first, "t0_us"), true);
+        fprintf(f, "Time %.3f ms: GPU: %s: %d steps, %s each (median; eager %s)\n", num(first, "t0_us") / 1000,
+                str(gr, "title", ""), cJSON_GetArraySize(get(gr, "steps")), MS(steps_median(gr, "span")),
+                MS(dec ? steps_median(dec, "span") : NAN));
+    }
+    if (ctl) {
+        tell_events(f, events, &next, num(ctl, "t0_us"), true);
+        fprintf(f, "Time %.3f ms: GPU: %s: %s tokens (%s)\n", num(ctl, "t0_us") / 1000, str(ctl, "title", ""),
+                F("%.0f", num(ctl, "q_tokens")), MS(span(ctl)));
+    }
+    tell_events(f, events, &next, INFINITY, true);
+    fprintf(f, "```\n\n");
+}
+
+/* ---- summaries ---- */
+
+static void section_phases(FILE *f, const struct doc *d)
+{
+    fprintf(f,
+            "## Per-phase summaries\n\nTime per kind of op as a share of the phase's kernel time; tensor-pipe (TC) and "
+            "HBM are each op's profiled figure weighted by the op's time in the phase. Decode figures are per step "
+            "(the median over the steps), its shares over all steps.\n\n");
+    fprintf(f, "| phase | new tokens | GPU time | kernels | ");
+    for (int k = 0; k < d->n_kinds; k++)
+        fprintf(f, "%s | ", str(cJSON_GetArrayItem(d->kinds, k), "", "?"));
+    fprintf(f, "TC | HBM | hotspot |\n|---|---|---|---|");
+    for (int k = 0; k < d->n_kinds; k++)
+        fprintf(f, "---|");
+    fprintf(f, "---|---|---|\n");
+    static const char *const order[] = {"prefill", "extend", "decode", "decode_graph", "control"};
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
+        const cJSON *p = phase(d, order[i]);
+        if (!p) continue;
+        double by_op[64] = {0}, by_kind[16] = {0}, total = 0;
+        int steps;
+        phase_by_op(d, p, by_op, &steps);
+        int hot = 0;
+        for (int o = 0; o < d->n_ops && o < 64; o++) {
+            by_kind[op_kind(d, o) & 15] += by_op[o], total += by_op[o];
+            if (by_op[o] > by_op[hot]) hot = o;
+        }
+        const bool stepped = get(p, "steps") != NULL;
+        const double gpu = stepped ? steps_median(p, "span") : span(p);
+        const double kernels = stepped ? steps_median(p, "kernels") : num(p, "kernels");
+        fprintf(f, "| %s | %s | %s%s | %s | ", order[i], stepped ? "2 per step" : F("%.0f", num(p, "q_tokens")),
+                MS(gpu), stepped ? " per step" : "", F("%.0f", kernels));
+        for (int k = 0; k < d->n_kinds; k++)
+            fprintf(f, "%s | ", F("%.1f%%", total > 0 ? 100 * by_kind[k] / total : NAN));
+        fprintf(f, "%s | %s | %s (%s) |\n", F("%.0f%%", weighted(d, order[i], by_op, "tensor_pipe_pct")),
+                F("%.0f%%", weighted(d, order[i], by_op, "dram_throughput_pct")), op_name(d, hot),
+                F("%.0f%%", total > 0 ? 100 * by_op[hot] / total : NAN));
+    }
+    fprintf(f, "\n");
+}
+
+static void section_transition(FILE *f, const struct doc *d)
+{
+    const cJSON *pre = phase(d, "prefill"), *dec = phase(d, "decode");
+    if (!pre || !dec) return;
+    double bp[64], bd[64];
+    int sp, sd;
+    phase_by_op(d, pre, bp, &sp);
+    phase_by_op(d, dec, bd, &sd);
+    const int att = op_index(d, "attention"), qkv = op_index(d, "qkv_gemm"), up = op_index(d, "gate_up_gemm");
+    const cJSON *pa = profile(d, "prefill", att), *da = profile(d, "decode", att);
+    char kp[96] = "-", kd[96] = "-";
+    const cJSON *l = pa ? cJSON_GetArrayItem(get(pa, "launches"), 0) : NULL;
+    if (l) kernel_name(d, (int)num(l, "kernel"), kp, sizeof kp);
+    l = da ? cJSON_GetArrayItem(get(da, "launches"), 0) : NULL;
+    if (l) kernel_name(d, (int)num(l, "kernel"), kd, sizeof kd);
+    fprintf(
+        f,
+        "## The transition: prefill -> decode\n\nThe same weights and the same kinds of kernels, but the work "
+        "per weight byte collapses: a prefill GEMM multiplies %s tokens by each weight it reads, a decode GEMM 2.\n\n",
+        F("%.0f", num(pre, "q_tokens")));
+    fprintf(f, "| | prefill | decode | change |\n|---|---|---|---|\n");
+    const double tp = weighted(d, "prefill", bp, "tensor_pipe_pct"), td = weighted(d, "decode", bd, "tensor_pipe_pct");
+    const double hp = weighted(d, "prefill", bp, "dram_throughput_pct"),
+                 hd = weighted(d, "decode", bd, "dram_throughput_pct");
+    fprintf(f, "| tensor pipe (time-weighted) | %s | %s | %s points |\n", F("%.0f%%", tp), F("%.0f%%", td),
+            F("%+.0f", td - tp));
+    fprintf(f, "| HBM throughput (time-weighted) | %s | %s | %s points |\n", F("%.0f%%", hp), F("%.0f%%", hd),
+            F("%+.0f", hd - hp));
+    fprintf(f, "| attention kernel | `%s` | `%s` | attention_prefill's kernel -> attention_decode's |\n", kp, kd);
+    fprintf(f, "| attention: TC / HBM | %s / %s | %s / %s | |\n",
+            F("%.0f%%", counter(d, "prefill", att, "tensor_pipe_pct")),
+            F("%.0f%%", counter(d, "prefill", att, "dram_throughput_pct")),
+            F("%.0f%%", counter(d, "decode", att, "tensor_pipe_pct")),
+            F("%.0f%%", counter(d, "decode", att, "dram_throughput_pct")));
+    fprintf(f, "| qkv_gemm: TC / HBM | %s / %s | %s / %s | |\n",
+            F("%.0f%%", counter(d, "prefill", qkv, "tensor_pipe_pct")),
+            F("%.0f%%", counter(d, "prefill", qkv, "dram_throughput_pct")),
+            F("%.0f%%", counter(d, "decode", qkv, "tensor_pipe_pct")),
+            F("%.0f%%", counter(d, "decode", qkv, "dram_throughput_pct")));
+    fprintf(f, "| gate_up_gemm: TC / HBM | %s / %s | %s / %s | |\n",
+            F("%.0f%%", counter(d, "prefill", up, "tensor_pipe_pct")),
+            F("%.0f%%", counter(d, "prefill", up, "dram_throughput_pct")),
+            F("%.0f%%", counter(d, "decode", up, "tensor_pipe_pct")),
+            F("%.0f%%", counter(d, "decode", up, "dram_throughput_pct")));
+    const double tok_pre = num(pre, "q_tokens") / span(pre) * 1e6, tok_dec = 2 / steps_median(dec, "period") * 1e6;
+    fprintf(f, "| tokens per second | %s (prompt) | %s (generated, 2 requests) | |\n\n", F("%.0f", tok_pre),
+            F("%.0f", tok_dec));
+    fprintf(f,
+            "Why: a GEMM of M tokens reads its weight matrix once and does 2M FLOPs per weight element. At M = %s "
+            "that is far above the ridge point of the GPU, so the tensor pipe is the limit; at M = 2 every weight "
+            "byte feeds 2 FLOPs and the same kernels wait on HBM. Attention goes the same way: the prefill kernel "
+            "reuses each K/V tile for a whole tile of queries, the decode kernel reads the whole KV cache for one "
+            "query per request.\n\n",
+            F("%.0f", num(pre, "q_tokens")));
+}
+
+static void section_decode_trend(FILE *f, const struct doc *d)
+{
+    const cJSON *dec = phase(d, "decode");
+    if (!dec) return;
+    const cJSON *st = get(dec, "steps");
+    const int n = cJSON_GetArraySize(st), att = op_index(d, "attention");
+    /* least squares of the step's GPU time and of its attention time against the KV length */
+    double sx = 0, sy = 0, sxx = 0, sxy = 0, sa = 0, sxa = 0;
+    for (const cJSON *s = st ? st->child : NULL; s; s = s->next) {
+        const double x = at(get(s, "kv_len"), 0), y = num(s, "t1_us") - num(s, "t0_us"), a = at(get(s, "by_op"), att);
+        sx += x, sy += y, sxx += x * x, sxy += x * y, sa += a, sxa += x * a;
+    }
+    const double den = n * sxx - sx * sx;
+    const double slope = den != 0 ? (n * sxy - sx * sy) / den : NAN, icpt = (sy - slope * sx) / n;
+    const double aslope = den != 0 ? (n * sxa - sx * sa) / den : NAN;
+    fprintf(f,
+            "## Decode: time per step against the KV length\n\nEvery step adds one key per request to what attention "
+            "reads, while the weights read per step stay the same. Over the %d steps the step's GPU time grows by "
+            "%s per 1000 tokens of context (least squares: %s + %s x kv/1000), of which attention accounts for %s per "
+            "1000 tokens: the inter-token latency grows with the context, and attention is why.\n\n",
+            n, MS(slope * 1000), MS(icpt), MS(slope * 1000), MS(aslope * 1000));
+    fprintf(f, "| step | KV per request | step (first kernel to last) | attention | period (start to next start) |\n"
+               "|---|---|---|---|---|\n");
+    const int every = n > 8 ? n / 8 : 1;
+    for (const cJSON *s = st ? st->child : NULL; s; s = s->next) {
+        const int step = (int)num(s, "step");
+        if (!(step == 1 || step % every == 0 || step == n)) continue;
+        fprintf(f, "| %d | %s | %s | %s | %s |\n", step, F("%.0f", at(get(s, "kv_len"), 0)),
+                MS(num(s, "t1_us") - num(s, "t0_us")), MS(at(get(s, "by_op"), att)),
+                MS(s->next ? num(s->next, "t0_us") - num(s, "t0_us") : NAN));
+    }
+    fprintf(f, "\n");
+}
+
+static void section_radix(FILE *f, const struct doc *d)
+{
+    const cJSON *rx = get(d->root, "radix"), *pre = phase(d, "prefill"), *ext = phase(d, "extend");
+    const cJSON *ctl = phase(d, "control");
+    if (!rx || !pre || !ext) return;
+    const double miss = span(pre), hit = span(ext), scratch = ctl ? span(ctl) : NAN;
+    const double q = num(ext, "q_tokens"), kv = at(get(ext, "kv_len"), 0);
+    const double pairs_full = kv * (kv + 1) / 2, pairs_ext = q * (kv - q) + q * (q + 1) / 2;
+    fprintf(f,
+            "## The radix hit\n\nRequest 2 shares its first %s tokens with request 1. The radix tree (the lab's own, "
+            "[radix.md](radix.md); pages of %s tokens) matched %s tokens = %s pages in %s us on the CPU, and request 2 "
+            "prefilled only its last %s tokens: an extend, whose queries attend the %s cached keys and their own "
+            "(bottom-right causal).\n\n",
+            F("%.0f", num(d->root, "run.shared")), F("%.0f", num(rx, "page_size")),
+            F("%.0f", num(rx, "matched_tokens")), F("%.0f", num(rx, "matched_pages")), F("%.1f", num(rx, "match_us")),
+            F("%.0f", q), F("%.0f", num(rx, "matched_tokens")));
+    fprintf(f, "| | tokens computed | GPU time | attention pairs |\n|---|---|---|---|\n");
+    fprintf(f, "| request 1, miss (prefill) | %s | %s | %s |\n", F("%.0f", num(pre, "q_tokens")), MS(miss),
+            F("%.3g", pairs_full));
+    fprintf(f, "| request 2, hit (extend) | %s | %s | %s |\n", F("%.0f", q), MS(hit), F("%.3g", pairs_ext));
+    if (ctl)
+        fprintf(f, "| request 2 from scratch (control) | %s | %s | %s |\n", F("%.0f", num(ctl, "q_tokens")),
+                MS(scratch), F("%.3g", pairs_full));
+    fprintf(f, "\n");
+    if (ctl)
+        fprintf(f,
+                "The hit saved %s of GPU time (%s of the prefill from scratch) and %s%% of the attention work. The "
+                "cache is only an optimisation: the first-token logits of the hit and of the control differ by at "
+                "most %s (relative L2 %s), and both pick %s token.\n\n",
+                MS(scratch - hit), F("%.0f%%", 100 * (scratch - hit) / scratch),
+                F("%.0f", 100 * (1 - pairs_ext / pairs_full)), F("%.3g", num(rx, "logits_max_abs_diff")),
+                F("%.2g", num(rx, "logits_rel_l2")), cJSON_IsTrue(get(rx, "same_token")) ? "the same" : "a DIFFERENT");
+    fprintf(f, "At the end the tree holds %s tokens in %s nodes (%s evictable once both requests finished).\n\n",
+            F("%.0f", num(rx, "tree.total")), F("%.0f", num(rx, "tree.nodes")), F("%.0f", num(rx, "tree.evictable")));
+}
+
+static void section_gaps(FILE *f, const struct doc *d)
+{
+    fprintf(f, "## Gaps between kernels, and what a CUDA graph saves\n\nA gap is the time between one kernel's end and "
+               "the next one's start on the stream: launch latency the GPU sits idle for (negative when a PDL kernel "
+               "starts under its predecessor: counted as overlapped). Host is the CPU time from the phase's first "
+               "launch call to its last.\n\n| phase | kernels | gaps | gap total | median gap | largest | overlapped "
+               "(PDL) | host issue time | GPU time |\n|---|---|---|---|---|---|---|---|---|\n");
+    static const char *const order[] = {"prefill", "extend", "decode", "decode_graph", "control"};
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
+        const cJSON *p = phase(d, order[i]);
+        if (!p) continue;
+        if (!get(p, "steps")) {
+            fprintf(f, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", order[i], F("%.0f", num(p, "kernels")),
+                    F("%.0f", num(p, "gaps.count")), MS(num(p, "gaps.sum_us")), MS(num(p, "gaps.median_us")),
+                    MS(num(p, "gaps.max_us")), F("%.0f", num(p, "gaps.overlapped")), MS(num(p, "host_us")),
+                    MS(span(p)));
+            continue;
+        }
+        fprintf(f, "| %s (per step, median) | %s | %s | %s | %s | %s | %s | %s | %s |\n", order[i],
+                F("%.0f", steps_median(p, "kernels")), F("%.0f", steps_median(p, "gaps.count")),
+                MS(steps_median(p, "gaps.sum_us")), MS(steps_median(p, "gaps.median_us")),
+                MS(steps_median(p, "gaps.max_us")), F("%.0f", steps_median(p, "gaps.overlapped")),
+                MS(steps_median(p, "host_us")), MS(steps_median(p, "span")));
+    }
+    const cJSON *dec = phase(d, "decode"), *gr = phase(d, "decode_graph");
+    fprintf(f, "\n");
+    if (dec) {
+        const double host = steps_median(dec, "host_us"), gpu = steps_median(dec, "span");
+        fprintf(f, "Eager decode: the host issues a step's %s launches in %s and the GPU runs them in %s, so the %s: ",
+                F("%.0f", steps_median(dec, "kernels")), MS(host), MS(gpu),
+                host < gpu ? "host stays ahead and the GPU never waits for a launch" : "GPU waits for the host");
+        fprintf(f, "the gaps that remain (%s per step) are the GPU's own launch latency between dependent kernels.\n\n",
+                MS(steps_median(dec, "gaps.sum_us")));
+    }
+    if (dec && gr) {
+        const double pe = steps_median(dec, "period"), pg = steps_median(gr, "period");
+        const double se = steps_median(dec, "span"), sg = steps_median(gr, "span");
+        fprintf(f,
+                "The same %d steps replayed as one captured CUDA graph per step: a step takes %s from its first kernel "
+                "to its last (eager %s) and %s from one step's start to the next (eager %s): the graph saves %s per "
+                "step (%s), and the host issues a step with one call in %s. Tokens: %s.\n\n",
+                cJSON_GetArraySize(get(gr, "steps")), MS(sg), MS(se), MS(pg), MS(pe), MS(pe - pg),
+                F("%.1f%%", 100 * (pe - pg) / pe), MS(steps_median(gr, "host_us")),
+                cJSON_IsTrue(get(d->root, "tokens.graph_identical")) ? "identical to the eager run, bit for bit"
+                                                                     : "NOT identical to the eager run");
+    }
+}
+
+static void section_kernels(FILE *f, const struct doc *d)
+{
+    fprintf(
+        f, "## Every distinct kernel, profiled once\n\nOne instance of each op of each phase, replayed alone under the "
+           "Range Profiler (cold L2, as Nsight Compute does; one replay per counter pass). Time is the instance "
+           "in the run; achieved is the FLOP rate or the bandwidth of its byte model at that time; occupancy is "
+           "theoretical (resources) / achieved (counters).\n\n");
+    fprintf(
+        f, "| phase | op | shape | kernel | grid x block | regs | occupancy | time | achieved | HBM | SM | TC | L2 hit "
+           "| top stalls |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (const cJSON *p = d->profiles ? d->profiles->child : NULL; p; p = p->next) {
+        const cJSON *c = get(p, "counters"), *l = cJSON_GetArrayItem(get(p, "launches"), 0);
+        char name[96] = "-", grid[64] = "-", stalls[160] = "";
+        if (l) {
+            kernel_name(d, (int)num(l, "kernel"), name, sizeof name);
+            snprintf(grid, sizeof grid, "%.0fx%.0fx%.0f x %.0f", at(get(l, "grid"), 0), at(get(l, "grid"), 1),
+                     at(get(l, "grid"), 2), at(get(l, "block"), 0) * at(get(l, "block"), 1) * at(get(l, "block"), 2));
+        }
+        const int nl = cJSON_GetArraySize(get(p, "launches"));
+        if (nl > 1) snprintf(name + strlen(name), sizeof name - strlen(name), " (+%d)", nl - 1);
+        size_t off = 0;
+        int k = 0;
+        for (const cJSON *s = get(c, "stalls") ? get(c, "stalls")->child : NULL; s && k < 3; s = s->next, k++)
+            off += (size_t)snprintf(stalls + off, off < sizeof stalls ? sizeof stalls - off : 0, "%s%s %.0f%%",
+                                    k ? ", " : "", s->string, s->valuedouble);
+        const double us = num(p, "us"), flops = num(p, "flops"), bytes = num(p, "bytes");
+        char ach[48];
+        if (flops / bytes > 10)
+            snprintf(ach, sizeof ach, "%.0f TFLOP/s", flops / us * 1e-6);
+        else
+            snprintf(ach, sizeof ach, "%.0f GB/s", bytes / us * 1e-3);
+        fprintf(f, "| %s | %s | %s | `%s` | %s | %s | %s / %s | %s | %s | %s | %s | %s | %s | %s |\n",
+                str(p, "phase", "?"), op_name(d, (int)num(p, "op")), str(p, "shape", ""), name, grid,
+                F("%.0f", l ? num(l, "registers") : NAN), F("%.0f%%", l ? num(l, "theoretical_occupancy_pct") : NAN),
+                F("%.0f%%", num(c, "achieved_occupancy_pct")), MS(us), isfinite(us) && us > 0 ? ach : "-",
+                F("%.0f%%", num(c, "dram_throughput_pct")), F("%.0f%%", num(c, "sm_throughput_pct")),
+                F("%.0f%%", num(c, "tensor_pipe_pct")), F("%.0f%%", num(c, "l2_hit_rate_pct")),
+                stalls[0] ? stalls : str(c, "why", "-"));
+    }
+    fprintf(
+        f,
+        "\nStall names are Nsight Compute's: long_scoreboard waits on global memory, barrier on __syncthreads, "
+        "math_pipe_throttle on a busy pipe, wait on fixed-latency dependencies, gmma on Hopper's warpgroup MMA.\n\n");
+}
+
+static void section_rest(FILE *f, const struct doc *d)
+{
+    fprintf(
+        f,
+        "## The trace\n\n[story-trace.json](story-trace.json) is the same run in Chrome's trace-event format: open it "
+        "in [ui.perfetto.dev](https://ui.perfetto.dev) or chrome://tracing. Tracks: phases, decode steps and "
+        "layers as enclosing slices; every kernel as a slice on its stream's track (kernels that a PDL launch "
+        "started under their predecessor go on a second track of that stream, so every track nests); the host's "
+        "scheduler events as instants; HBM and tensor-pipe figures of each op as counter tracks. To keep it a "
+        "reasonable size it has every kernel of the prefill, the extend and the first and last decode step of "
+        "both decode runs, and one slice per other step.\n\n");
+    fprintf(f,
+            "## How the story is checked\n\n`ctest -L gpu -R story` runs the same decoder in a tiny configuration "
+            "(2 layers, hidden 256, 4/2 heads, head_dim 64, vocab 512) on the GPU and as a float64 forward pass "
+            "built from the lab's references (reference/story.c), request by request with the GPU's tokens fed to "
+            "both, and compares the logits of every step. The tolerance is derived, not tuned: every activation the "
+            "GPU stores between kernels is rounded to bf16 (variance ulp^2/12), GEMMs accumulate in float32 (and may "
+            "round split-K partials once more), attention rounds P to bf16 (the model of lab/core/compare.c); these "
+            "variances are propagated to first order through every op to a sigma per logit. Each logit must be "
+            "within 12 sigma (a Gaussian tail of 6 sigma, times 2 for what the model leaves out) and each step's "
+            "error norm within 3 times the predicted norm. Greedy tokens must agree wherever the float64 top two "
+            "logits are further apart than their bounds, and request 2's logits after the radix hit must equal "
+            "those of prefilling it from scratch within the same bound. The CPU tests show the bound is neither "
+            "loose nor tight: a bf16 emulation of the pipeline stays well inside it, while an attention that drops "
+            "its newest key, a page-table slip or a decode position off by one land an order of magnitude outside "
+            "(`story/the_error_model_covers_a_bf16_emulation_of_the_pipeline`, "
+            "`story/the_end_to_end_check_catches_dropped_keys_page_slips_and_decode_positions`).\n\n");
+    const cJSON *r = d->root;
+    fprintf(
+        f,
+        "## Reproduce\n\n```\ncmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release && cmake --build build\n"
+        "build/kernlab story --layers %s --prompt %s --shared %s --steps %s --seed %s%s --out /tmp/story\n"
+        "cp /tmp/story/story.json reports/data/ && build/kernlab report --results reports/data --out reports\n```\n",
+        F("%.0f", num(r, "model.layers")), F("%.0f", num(r, "run.prompt")), F("%.0f", num(r, "run.shared")),
+        F("%.0f", num(r, "run.steps")), F("%.0f", num(r, "model.seed")),
+        strcmp(str(r, "model.name", ""), "tiny") == 0 ? " --tiny" : "");
+}
+
+static void section_intro(FILE *f, const struct doc *d)
+{
+    const cJSON *r = d->root;
+    fprintf(f, "# The execution story: one forward pass, prefill to decode, radix miss to hit\n\n");
+    fprintf(f,
+            "> Generated by `kernlab report` from reports/data/story.json: %s, %s, commit %s. Every number below comes "
+            "from that one run of `kernlab story`.\n\n",
+            str(r, "device.name", "?"), str(r, "date", "?"), str(r, "commit", "?"));
+    fprintf(f,
+            "The last step of the learning path puts the lab's kernels together. A %s decoder (%s layers, hidden %s, "
+            "%s query / %s KV heads of %s, MLP %s, vocabulary %s, bf16, random weights from seed %s: %s generated on "
+            "the device) serves two requests: request 1 sends a %s-token prompt, request 2 a prompt whose first %s "
+            "tokens are request 1's; both then generate %s tokens together.\n\n",
+            str(r, "model.name", "?"), F("%.0f", num(r, "model.layers")), F("%.0f", num(r, "model.hidden")),
+            F("%.0f", num(r, "model.qo_heads")), F("%.0f", num(r, "model.kv_heads")),
+            F("%.0f", num(r, "model.head_dim")), F("%.0f", num(r, "model.mlp")), F("%.0f", num(r, "model.vocab")),
+            F("%.0f", num(r, "model.seed")), GB(num(r, "memory.weights_bytes")), F("%.0f", num(r, "run.prompt")),
+            F("%.0f", num(r, "run.shared")), F("%.0f", num(r, "run.steps")));
+    fprintf(f, "| what | how |\n|---|---|\n");
+    fprintf(f, "| embedding | [index](index.md) `%s` |\n", str(r, "variants.index", "?"));
+    fprintf(f, "| RMSNorm, fused add + RMSNorm | [rmsnorm](rmsnorm.md) `%s` |\n", str(r, "variants.rmsnorm", "?"));
+    fprintf(f, "| RoPE | [rope](rope.md) `%s` |\n", str(r, "variants.rope", "?"));
+    fprintf(f, "| K/V into the paged cache | [store](store.md) `%s` |\n", str(r, "variants.store", "?"));
+    fprintf(f, "| prefill and extend attention | [attention_prefill](attention_prefill.md) `%s` |\n",
+            str(r, "variants.attention_prefill", "?"));
+    fprintf(f, "| decode attention | [attention_decode](attention_decode.md) `%s` |\n",
+            str(r, "variants.attention_decode", "?"));
+    fprintf(f, "| q/k/v, o, gate/up, down, LM head | %s |\n", str(r, "variants.gemm", "?"));
+    fprintf(f, "| SiLU x mul, greedy argmax | the story's own (lab/story/kernels.cu) |\n");
+    fprintf(f, "| prefix cache | [radix](radix.md) tree, pages of %s from a free list |\n",
+            F("%.0f", num(r, "model.page_size")));
+    fprintf(f,
+            "| memory | weights %s, KV cache %s (%s pages), activations %s; %s free before the run (%s layers would "
+            "fit) |\n",
+            GB(num(r, "memory.weights_bytes")), GB(num(r, "memory.kv_bytes")), F("%.0f", num(r, "memory.kv_pages")),
+            GB(num(r, "memory.activation_bytes")), GB(num(r, "memory.free_bytes")),
+            F("%.0f", num(r, "memory.layers_fit")));
+    fprintf(f, "| device | %s, sm_%s, %s SMs, L2 %s; clocks SM %s MHz, memory %s MHz at the start |\n\n",
+            str(r, "device.name", "?"), F("%.0f", num(r, "device.cc")), F("%.0f", num(r, "device.sms")),
+            GB(num(r, "device.l2_bytes")), F("%.0f", num(r, "device.sm_clock_mhz")),
+            F("%.0f", num(r, "device.mem_clock_mhz")));
+    fprintf(f,
+            "Each layer is rms_norm (or add_rms_norm: the previous block's output added to the residual stream and "
+            "normalised in one kernel, so no separate residual add runs) -> qkv_gemm -> rope -> kv_store -> attention "
+            "-> o_gemm -> add_rms_norm -> gate_up_gemm -> silu_mul -> down_gemm; the LM head runs on each request's "
+            "last token only (float32 logits), then greedy argmax. qkv_gemm is two cuBLAS calls (Q, then K and V as a "
+            "batch of two) because the lab's rope, store and attention take q, k and v as contiguous tensors.\n\n");
+}
+
+static int write_md(const struct doc *d, const char *path)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) return fprintf(stderr, "kernlab: %s: %s\n", path, strerror(errno)), -1;
+    section_intro(f, d);
+    section_timeline(f, d);
+    section_phases(f, d);
+    section_transition(f, d);
+    section_decode_trend(f, d);
+    section_radix(f, d);
+    section_gaps(f, d);
+    section_kernels(f, d);
+    section_rest(f, d);
+    return fclose(f) ? -1 : 0;
+}
+
+/* ---- the trace ---- */
+
+#define KL_LANES 4 /* tracks per stream: PDL overlaps two kernels, rarely three */
+struct trace {
+    FILE *f;
+    bool first;
+    double stream_end[64][KL_LANES]; /* per stream, per lane: where the last slice there ended */
+    double last_counter[2];          /* HBM %, tensor pipe %: the last value written */
+    int streams[64], n_streams;
+};
+
+static void ev(struct trace *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void ev(struct trace *t, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(t->f, "%s\n", t->first ? "" : ",");
+    t->first = false;
+    vfprintf(t->f, fmt, ap);
+    va_end(ap);
+}
+
+/* JSON string escaping for names and details (quotes, backslashes, control characters). */
+static const char *esc(const char *s, char *buf, size_t len)
+{
+    size_t o = 0;
+    for (; *s && o + 7 < len; s++) {
+        if (*s == '"' || *s == '\\')
+            buf[o++] = '\\', buf[o++] = *s;
+        else if ((unsigned char)*s < 0x20)
+            o += (size_t)snprintf(buf + o, len - o, "\\u%04x", *s);
+        else
+            buf[o++] = *s;
+    }
+    buf[o] = 0;
+    return buf;
+}
+#define ESC(s) esc(s, (char[512]){0}, 512)
+
+enum { PID_GPU = 1, PID_HOST = 2, TID_STREAM = 100 };
+
+/* The track of a kernel: its stream's, or the stream's overlap track when it starts before the
+ * previous slice there ends (PDL), so no track holds two partly overlapping slices. */
+static int stream_tid(struct trace *t, int stream, double start, double end)
+{
+    int i = 0;
+    while (i < t->n_streams && t->streams[i] != stream)
+        i++;
+    if (i == t->n_streams && i < 64) {
+        t->streams[t->n_streams++] = stream;
+        for (int lane = 0; lane < KL_LANES; lane++)
+            ev(t, "{\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"name\":\"thread_name\",\"args\":{\"name\":\"stream %d%s\"}}",
+               PID_GPU, TID_STREAM + KL_LANES * i + lane, stream, lane ? " (PDL overlap)" : "");
+    }
+    if (i >= 64) i = 63;
+    int lane = 0;
+    while (lane < KL_LANES - 1 && start < t->stream_end[i][lane])
+        lane++;
+    t->stream_end[i][lane] = fmax(t->stream_end[i][lane], end);
+    return TID_STREAM + KL_LANES * i + lane;
+}
+
+static void slice(struct trace *t, int tid, const char *name, const char *cat, double ts, double dur, const char *args)
+{
+    ev(t, "{\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"name\":\"%s\",\"cat\":\"%s\",\"ts\":%.3f,\"dur\":%.3f%s%s%s}", PID_GPU,
+       tid, ESC(name), cat, ts, dur > 0 ? dur : 0, args ? ",\"args\":{" : "", args ? args : "", args ? "}" : "");
+}
+
+/* A counter track's value at ts, written only when it changes. */
+static void counter_event(struct trace *t, int which, const char *name, double ts, double value)
+{
+    if (!isfinite(value) || value == t->last_counter[which]) return;
+    t->last_counter[which] = value;
+    ev(t, "{\"ph\":\"C\",\"pid\":%d,\"name\":\"%s\",\"ts\":%.3f,\"args\":{\"value\":%.1f}}", PID_GPU, name, ts, value);
+}
+
+/* Every kernel of a detail array on its stream's track, inside a slice per layer (and, around them,
+ * the caller's phase or step slice on the same track); the ops' counters as counter tracks. A
+ * layer's slice spans the kernels on the stream's first lane, so slices on a track always nest. */
+static void trace_detail(struct trace *t, const struct doc *d, const char *ph, const cJSON *detail)
+{
+    int n = 0, max_layer = -1;
+    for (const cJSON *e = detail ? detail->child : NULL; e; e = e->next) {
+        n += cJSON_GetArraySize(cJSON_GetArrayItem(e, 2));
+        if (at(e, 1) > max_layer) max_layer = (int)at(e, 1);
+    }
+    int *tid = malloc(sizeof(int) * (size_t)(n ? n : 1));
+    double *l0 = malloc(sizeof(double) * (size_t)(max_layer + 2)),
+           *l1 = malloc(sizeof(double) * (size_t)(max_layer + 2));
+    if (!tid || !l0 || !l1) {
+        free(tid), free(l0), free(l1);
+        return;
+    }
+    for (int l = 0; l <= max_layer; l++)
+        l0[l] = INFINITY, l1[l] = -INFINITY;
+    int i = 0, lane0 = -1;
+    for (const cJSON *e = detail ? detail->child : NULL; e; e = e->next) /* lanes first: layers span lane 0 */
+        for (const cJSON *k = cJSON_GetArrayItem(e, 2)->child; k; k = k->next, i++) {
+            const double ts = at(k, 1), end = ts + at(k, 2);
+            tid[i] = stream_tid(t, (int)at(k, 9), ts, end);
+            if ((tid[i] - TID_STREAM) % KL_LANES || at(e, 1) < 0) continue;
+            lane0 = tid[i];
+            l0[(int)at(e, 1)] = fmin(l0[(int)at(e, 1)], ts), l1[(int)at(e, 1)] = fmax(l1[(int)at(e, 1)], end);
+        }
+    for (int l = 0; l <= max_layer && lane0 >= 0; l++) {
+        char name[32];
+        snprintf(name, sizeof name, "layer %d", l);
+        if (isfinite(l0[l])) slice(t, lane0, name, "layer", l0[l], l1[l] - l0[l], NULL);
+    }
+    i = 0;
+    for (const cJSON *e = detail ? detail->child : NULL; e; e = e->next) {
+        const int op = (int)at(e, 0), l = (int)at(e, 1);
+        const struct span_of s = op_span(e);
+        if (isfinite(s.t0)) {
+            counter_event(t, 0, "HBM %", s.t0, counter(d, ph, op, "dram_throughput_pct"));
+            counter_event(t, 1, "tensor pipe %", s.t0, counter(d, ph, op, "tensor_pipe_pct"));
+        }
+        for (const cJSON *k = cJSON_GetArrayItem(e, 2)->child; k; k = k->next, i++) {
+            char name[96], args[256];
+            kernel_name(d, (int)at(k, 0), name, sizeof name);
+            snprintf(args, sizeof args,
+                     "\"op\":\"%s\",\"layer\":%d,\"grid\":[%.0f,%.0f,%.0f],\"block\":[%.0f,%.0f,%.0f]", op_name(d, op),
+                     l, at(k, 3), at(k, 4), at(k, 5), at(k, 6), at(k, 7), at(k, 8));
+            slice(t, tid[i], name, op_name(d, op), at(k, 1), at(k, 2), args);
+        }
+    }
+    free(tid), free(l0), free(l1);
+}
+
+/* The track phases and steps go on: the first stream's (the story runs on one). */
+static int main_track(struct trace *t, const struct doc *d)
+{
+    for (const cJSON *p = d->phases ? d->phases->child : NULL; p; p = p->next) {
+        const cJSON *det = get(p, "detail");
+        if (!det && get(p, "detail_steps")) det = get(p, "detail_steps")->child;
+        const cJSON *e = det ? det->child : NULL, *k = e ? cJSON_GetArrayItem(e, 2)->child : NULL;
+        if (k) {
+            int i = 0;
+            while (i < t->n_streams && t->streams[i] != (int)at(k, 9))
+                i++;
+            if (i == t->n_streams && i < 64) {
+                t->streams[t->n_streams++] = (int)at(k, 9);
+                for (int lane = 0; lane < KL_LANES; lane++)
+                    ev(t,
+                       "{\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"name\":\"thread_name\",\"args\":{\"name\":\"stream "
+                       "%d%s\"}}",
+                       PID_GPU, TID_STREAM + KL_LANES * i + lane, (int)at(k, 9), lane ? " (PDL overlap)" : "");
+            }
+            return TID_STREAM + KL_LANES * (i < 64 ? i : 63);
+        }
+    }
+    return TID_STREAM;
+}
+
+static int write_trace(const struct doc *d, const char *path)
+{
+    struct trace t = {.f = fopen(path, "w"), .first = true, .last_counter = {NAN, NAN}};
+    if (!t.f) return fprintf(stderr, "kernlab: %s: %s\n", path, strerror(errno)), -1;
+    fprintf(t.f,
+            "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"device\":\"%s\",\"commit\":\"%s\",\"date\":\"%s\"},"
+            "\"traceEvents\":[",
+            ESC(str(d->root, "device.name", "?")), ESC(str(d->root, "commit", "?")), ESC(str(d->root, "date", "?")));
+    ev(&t, "{\"ph\":\"M\",\"pid\":%d,\"name\":\"process_name\",\"args\":{\"name\":\"GPU: %s\"}}", PID_GPU,
+       ESC(str(d->root, "device.name", "?")));
+    ev(&t, "{\"ph\":\"M\",\"pid\":%d,\"name\":\"process_name\",\"args\":{\"name\":\"host: the scheduler\"}}", PID_HOST);
+    ev(&t, "{\"ph\":\"M\",\"pid\":%d,\"tid\":1,\"name\":\"thread_name\",\"args\":{\"name\":\"events\"}}", PID_HOST);
+    for (const cJSON *e = get(d->root, "events") ? get(d->root, "events")->child : NULL; e; e = e->next)
+        ev(&t,
+           "{\"ph\":\"i\",\"s\":\"t\",\"pid\":%d,\"tid\":1,\"name\":\"%s\",\"ts\":%.3f,\"args\":{\"detail\":\"%s\"}}",
+           PID_HOST, ESC(str(e, "what", "")), num(e, "t_us"), ESC(str(e, "detail", "")));
+    const int track = main_track(&t, d);
+    for (const cJSON *p = d->phases ? d->phases->child : NULL; p; p = p->next) {
+        const char *ph = str(p, "name", "?");
+        const cJSON *steps = get(p, "steps");
+        if (!steps) { /* the phase's slice, then its layers and kernels inside it on the same track */
+            char title[160];
+            snprintf(title, sizeof title, "%s%s", str(p, "title", ph), get(p, "detail") ? "" : " (summary)");
+            slice(&t, track, title, "phase", num(p, "t0_us"), span(p), NULL);
+            if (get(p, "detail")) trace_detail(&t, d, ph, get(p, "detail"));
+            continue;
+        }
+        const cJSON *first = steps->child, *last = first;
+        while (last && last->next)
+            last = last->next;
+        if (first)
+            slice(&t, track, str(p, "title", ph), "phase", num(first, "t0_us"),
+                  num(last, "t1_us") - num(first, "t0_us"), NULL);
+        for (const cJSON *s = first; s; s = s->next) {
+            char n[96], key[16], args[128];
+            snprintf(key, sizeof key, "%.0f", num(s, "step"));
+            const cJSON *det = get(get(p, "detail_steps"), key);
+            snprintf(n, sizeof n, "step %.0f%s", num(s, "step"), det ? "" : " (summary)");
+            snprintf(args, sizeof args, "\"kv_len\":%.0f,\"kernels\":%.0f", at(get(s, "kv_len"), 0), num(s, "kernels"));
+            slice(&t, track, n, ph, num(s, "t0_us"), span(s), args);
+            if (det) trace_detail(&t, d, ph, det);
+        }
+    }
+    fprintf(t.f, "\n]}\n");
+    return fclose(t.f) ? -1 : 0;
+}
+
+/* ---- entry points ---- */
+
+int kl_story_report(const cJSON *root, const char *out_dir)
+{
+    struct doc d = {.root = root,
+                    .ops = get(root, "ops"),
+                    .kinds = get(root, "kinds"),
+                    .op_kind = get(root, "op_kind"),
+                    .kernels = get(root, "kernels"),
+                    .profiles = get(root, "profiles"),
+                    .phases = get(root, "phases")};
+    if (strcmp(str(root, "format", ""), "kernlab-story-1") != 0 || !d.ops || !d.phases)
+        return fprintf(stderr, "kernlab: story.json: not a kernlab-story-1 document\n"), -1;
+    d.n_ops = cJSON_GetArraySize(d.ops), d.n_kinds = cJSON_GetArraySize(d.kinds);
+    d.layers = (int)num(root, "model.layers");
+    if (d.n_ops > 64 || d.n_kinds > 16) return fprintf(stderr, "kernlab: story.json: too many ops or kinds\n"), -1;
+    char md[1200], tr[1200];
+    snprintf(md, sizeof md, "%s/story.md", out_dir);
+    snprintf(tr, sizeof tr, "%s/story-trace.json", out_dir);
+    return write_md(&d, md) || write_trace(&d, tr) ? -1 : 0;
+}
+
+cJSON *kl_story_read_json(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    const long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *text = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    const size_t got = text ? fread(text, 1, (size_t)n, f) : 0;
+    fclose(f);
+    if (!text) return NULL;
+    text[got] = 0;
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    return root;
+}
+
+int kl_story_report_dir(const char *results_dir, const char *out_dir)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/story.json", results_dir);
+    FILE *f = fopen(path, "r");
+    if (!f) return errno == ENOENT ? 0 : (fprintf(stderr, "kernlab report: %s: %s\n", path, strerror(errno)), -1);
+    fclose(f);
+    cJSON *root = kl_story_read_json(path);
+    if (!root) return fprintf(stderr, "kernlab report: %s: not JSON\n", path), -1;
+    const int rc = kl_story_report(root, out_dir);
+    cJSON_Delete(root);
+    return rc ? -1 : 1;
+}
