@@ -52,6 +52,9 @@ static int alloc_bufs(struct ctx *x, const struct kl_ar_job *j, struct bufs *B)
         B->out = (char *)B->out_alloc + off;
         CK(cudaMemset(B->out_alloc, 0xff, bytes), "poisoning out"); /* NaN in every float type */
     }
+    /* The memset runs on the legacy stream; the calls on the communicator's non-blocking stream
+     * would not wait for it (and could see out poisoned after writing it). */
+    CK(cudaDeviceSynchronize(), "poisoning out");
 out:
     return ret;
 }
@@ -104,6 +107,11 @@ static int job_once(struct ctx *x, struct kl_ar_job *j)
     struct bufs B;
     if (alloc_bufs(x, j, &B)) return -1;
     CK(cudaMemcpy(B.x, x->data + j->x_off + (size_t)x->r->rank * row, row, cudaMemcpyHostToDevice), "uploading x");
+    /* The all-reduce runs on the communicator's non-blocking stream, which does not wait for the
+     * legacy stream: a pageable cudaMemcpy returns once its bytes are staged, not landed, and the
+     * poisoning memset of out is asynchronous. Without this the kernel read the tail of a 600 KB
+     * x before its copy had arrived (seen on 2 x H200: wrong sums past element ~150k). */
+    CK(cudaDeviceSynchronize(), "uploading x");
     if (call(x, j, &B, "launch")) {
         ret = -1;
         goto out;
