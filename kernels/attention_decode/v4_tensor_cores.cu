@@ -73,7 +73,7 @@ static __global__ void __launch_bounds__(32 * WARPS) decode_v4(const kl_attentio
         qf[ks][1] = gq < nh ? *reinterpret_cast<const uint32_t *>(q + 16 * ks + 8 + 2 * tq) : 0u;
     }
 
-    /* Stage st holds tokens t0 + 64 st .. in buffer st % STAGES; thread i copies 16-byte chunk
+    /* Stage st holds tokens t0 + TOK st .. in buffer st % STAGES; thread i copies 16-byte chunk
      * i % CHUNKS of rows i / CHUNKS, + THREADS / CHUNKS, ... (RPT rows), of K and of V (same slot,
      * same offset). Where a row lives takes a load of its page number; those loads are issued one
      * stage ahead (fetch_slots), so their latency, long under a saturated memory system, is
