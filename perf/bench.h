@@ -62,6 +62,11 @@ int kl_time(kl_launch_set_fn launch, void *ctx, int sets, int reps, bool use_gra
  * that size, launch ramp-up and tail included (perf/ceilings.cu). */
 int kl_copy_same_bytes(const struct kl_ceilings *c, double bytes, struct kl_timing *t, struct kl_err *err);
 
+/* The copy ceiling's grid-stride copy (shape 0 of perf/ceilings.cu) of n16 16-byte elements,
+ * `blocks` blocks of 512 threads on stream s; src or dst may be a peer GPU's memory (perf/peer.cu).
+ * Returns a cudaError_t. */
+int kl_copy_stride4(const void *src, void *dst, size_t n16, int blocks, cudaStream_t s);
+
 /* Fills n elements of dtype at p (device memory) with seeded random values of variance scale^2
  * (perf/fill.cu). Returns a cudaError_t. */
 int kl_dev_fill_random(void *p, enum kl_dtype dtype, size_t n, uint64_t seed, float scale);

@@ -29,6 +29,12 @@ static __global__ void copy_stride4(const uint4 *__restrict__ src, uint4 *__rest
     for (; i < n; i += stride) dst[i] = src[i];
 }
 
+extern "C" int kl_copy_stride4(const void *src, void *dst, size_t n16, int blocks, cudaStream_t s)
+{
+    copy_stride4<<<blocks, 512, 0, s>>>(static_cast<const uint4 *>(src), static_cast<uint4 *>(dst), n16);
+    return (int)cudaGetLastError();
+}
+
 static __global__ void copy_one(const uint4 *__restrict__ src, uint4 *__restrict__ dst, size_t n)
 {
     const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;

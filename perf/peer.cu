@@ -6,20 +6,8 @@
 #include <cuda_runtime.h>
 #include <vector>
 
+#include "perf/bench.h"
 #include "perf/peer.h"
-
-/* Four 16-byte loads in flight per thread before their stores: enough bytes in flight to cover
- * an NVLink round trip (~1-2 us) at hundreds of GB/s. */
-static __global__ void copy16(const uint4 *__restrict__ src, uint4 *__restrict__ dst, size_t n)
-{
-    const size_t stride = (size_t)gridDim.x * blockDim.x, tid = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-    size_t i = tid;
-    for (; i + 3 * stride < n; i += 4 * stride) {
-        uint4 a = src[i], b = src[i + stride], c = src[i + 2 * stride], d = src[i + 3 * stride];
-        dst[i] = a, dst[i + stride] = b, dst[i + 2 * stride] = c, dst[i + 3 * stride] = d;
-    }
-    for (; i < n; i += stride) dst[i] = src[i];
-}
 
 #define TRY(expr)                                                                                 \
     do {                                                                                          \
@@ -58,8 +46,10 @@ static int timed(side *sides[], int count, side *peers[], int mode, double *gbs,
             side *me = sides[k], *other = peers[k];
             TRY(cudaSetDevice(me->dev));
             if (rep >= 0) TRY(cudaEventRecord(me->e0[rep], me->s));
-            if (mode == 0) copy16<<<me->sms * 8, 512, 0, me->s>>>(other->src, me->dst, n);
-            else if (mode == 1) copy16<<<me->sms * 8, 512, 0, me->s>>>(me->src, other->dst, n);
+            /* The copy ceiling's grid-stride copy (four loads in flight per thread: enough bytes in
+             * flight to cover an NVLink round trip at hundreds of GB/s), reading or writing the peer. */
+            if (mode == 0) TRY((cudaError_t)kl_copy_stride4(other->src, me->dst, n, me->sms * 8, me->s));
+            else if (mode == 1) TRY((cudaError_t)kl_copy_stride4(me->src, other->dst, n, me->sms * 8, me->s));
             else TRY(cudaMemcpyPeerAsync(me->dst, me->dev, other->src, other->dev, kBytes, me->s));
             TRY(cudaGetLastError());
             if (rep >= 0) TRY(cudaEventRecord(me->e1[rep], me->s));

@@ -17,6 +17,7 @@
 
 #include "lab/core/args.h"
 #include "lab/core/files.h"
+#include "lab/core/json_path.h"
 #include "lab/allreduce/allreduce_module.h"
 #include "lab/core/registry.h"
 #include "lab/kernlab.h"
@@ -34,30 +35,9 @@ struct rows {
     int *file; /* which of the module's results files each row came from */
 };
 
-static const cJSON *get(const cJSON *o, const char *path)
-{
-    char key[64];
-    while (o && *path) {
-        const char *dot = strchr(path, '.');
-        size_t len = dot ? (size_t)(dot - path) : strlen(path);
-        snprintf(key, sizeof key, "%.*s", (int)len, path);
-        o = cJSON_GetObjectItemCaseSensitive(o, key);
-        path += len + (dot != NULL);
-    }
-    return o;
-}
-
-static double num(const cJSON *o, const char *path)
-{
-    const cJSON *v = get(o, path);
-    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
-}
-
-static const char *str(const cJSON *o, const char *path, const char *def)
-{
-    const cJSON *v = get(o, path);
-    return cJSON_IsString(v) ? v->valuestring : def;
-}
+static const cJSON *get(const cJSON *o, const char *path) { return kl_json_get(o, path); }
+static double num(const cJSON *o, const char *path) { return kl_json_num(o, path); }
+static const char *str(const cJSON *o, const char *path, const char *def) { return kl_json_str(o, path, def); }
 
 static bool is_peer(const cJSON *r) { return cJSON_IsTrue(get(r, "peer")); }
 
@@ -1700,7 +1680,10 @@ static int write_guide(const char *out, struct mod *md, const struct kl_targets 
     if (strcmp(md->name, "allreduce") == 0) return write_guide_allreduce(out, md, t90); /* multi-GPU rows */
     char path[1200], svg[1200];
     int status = 0;
-    snprintf(path, sizeof path, "%s/%s.md", out, md->name);
+    /* A cut path would write somewhere else: refused. */
+    if (snprintf(svg, sizeof svg, "%s/img/%s-roofline.svg", out, md->name) >= (int)sizeof svg ||
+        snprintf(path, sizeof path, "%s/%s.md", out, md->name) >= (int)sizeof path)
+        return fprintf(stderr, "kernlab report: --out %s: path too long\n", out), -1;
     FILE *f = create(path);
     if (!f) return -1;
     const char *w = main_workload(md, t90), *best = w ? best_variant(md, w) : NULL;
@@ -1716,7 +1699,6 @@ static int write_guide(const char *out, struct mod *md, const struct kl_targets 
         if (on_dev(md, md->rows.r[j])) any = md->rows.r[j];
     double copy = num(any, "device.copy_gbs"), gemm = num(any, "device.gemm_tflops");
     if (copy > 0 && gemm > 0) {
-        snprintf(svg, sizeof svg, "%s/img/%s-roofline.svg", out, md->name);
         status = write_svg(svg, md, copy, gemm);
         const cJSON *b = w && best ? find_row(md, best, w) : NULL;
         fprintf(f, "## Roofline\n\n![%s roofline](img/%s-roofline.svg)\n\nThe roofs are %s measured copy "

@@ -15,32 +15,14 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "lab/core/json_path.h"
 #include "lab/story/story.h"
 
 /* ---- reading the document ---- */
 
-static const cJSON *get(const cJSON *o, const char *path)
-{
-    char key[64];
-    while (o && *path) {
-        const char *dot = strchr(path, '.');
-        const size_t len = dot ? (size_t)(dot - path) : strlen(path);
-        snprintf(key, sizeof key, "%.*s", (int)len, path);
-        o = cJSON_GetObjectItemCaseSensitive(o, key);
-        path += len + (dot != NULL);
-    }
-    return o;
-}
-static double num(const cJSON *o, const char *path)
-{
-    const cJSON *v = get(o, path);
-    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
-}
-static const char *str(const cJSON *o, const char *path, const char *def)
-{
-    const cJSON *v = get(o, path);
-    return cJSON_IsString(v) ? v->valuestring : def;
-}
+static const cJSON *get(const cJSON *o, const char *path) { return kl_json_get(o, path); }
+static double num(const cJSON *o, const char *path) { return kl_json_num(o, path); }
+static const char *str(const cJSON *o, const char *path, const char *def) { return kl_json_str(o, path, def); }
 static double at(const cJSON *arr, int i)
 {
     const cJSON *v = cJSON_GetArrayItem(arr, i);
