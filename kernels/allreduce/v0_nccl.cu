@@ -5,8 +5,9 @@
  * rank runs with NCCL_NVLS_ENABLE=0). A ring's reduce-scatter rounds each partial sum to the
  * dtype at every step, so its result can differ in the last bit from our float32 sums; it is the
  * same on every rank. Work mapping: NCCL's own channels (a few blocks per GPU).
- * Expect ~17 us at decode sizes on two H200s (NCCL's fixed protocol cost, not the bytes) and
- * busbw ~300 GB/s at 256 MB.
+ * Expected ~17 us at decode sizes on two H200s (the figure called eagerly); replayed in a CUDA
+ * graph, as the bench times it, the launch overlaps and NCCL measured 6.5-10 us at 8-512 KB
+ * (the guide); busbw ~300 GB/s at 256 MB.
  * Run alone: build/kernlab bench allreduce --variant v0_nccl */
 #include <stdio.h>
 
