@@ -283,14 +283,15 @@ __device__ __forceinline__ void mask_tile(float (&s)[MT][NT][4], int k0, int lan
 
 /* The online softmax for one key tile, in place: s (raw logits) becomes p = 2^(s c - m c) with
  * c = sm_scale log2(e) folded into one FFMA; m (raw running max per row) and l (this thread's
- * share of the running sum) are updated, and the output rows are rescaled by 2^((m_old - m) c)
- * when the max grew. The row max is over the 4 threads of a group (two shuffles); l stays a
- * per-thread partial sum until the epilogue, since all 4 threads of a row rescale alike.
- * Requires sm_scale > 0 (the max of raw logits is then the max of scaled ones). A row that has
- * seen no key yet has m = -inf; it subtracts 0 instead, so 2^(-inf) = 0 and never -inf - -inf. */
-template <int MT, int NT, int DT>
-__device__ __forceinline__ void online_softmax(float (&s)[MT][NT][4], float (&m)[MT][2], float (&l)[MT][2],
-                                               float (&o)[MT][DT][4], float scale_log2)
+ * share of the running sum) are updated, and alpha = 2^((m_old - m) c) is what the output rows
+ * must be scaled by (rescale_rows) before this tile's P V is added. The row max is over the 4
+ * threads of a group (two shuffles); l stays a per-thread partial sum until the epilogue, since
+ * all 4 threads of a row rescale alike. Requires sm_scale > 0 (the max of raw logits is then the
+ * max of scaled ones). A row that has seen no key yet has m = -inf; it subtracts 0 instead, so
+ * 2^(-inf) = 0 and never -inf - -inf. */
+template <int MT, int NT>
+__device__ __forceinline__ void softmax_rows(float (&s)[MT][NT][4], float (&m)[MT][2], float (&l)[MT][2],
+                                             float (&alpha)[MT][2], float scale_log2)
 {
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
@@ -303,7 +304,7 @@ __device__ __forceinline__ void online_softmax(float (&s)[MT][NT][4], float (&m)
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
             const float ref = mx == -INFINITY ? 0.f : mx * scale_log2;
-            const float alpha = exp2_fast(fmaf(m[mt][h], scale_log2, -ref));
+            alpha[mt][h] = exp2_fast(fmaf(m[mt][h], scale_log2, -ref));
             m[mt][h] = mx;
             float sum = 0.f;
 #pragma unroll
@@ -314,11 +315,30 @@ __device__ __forceinline__ void online_softmax(float (&s)[MT][NT][4], float (&m)
                     s[mt][nt][e] = pe;
                     sum += pe;
                 }
-            l[mt][h] = l[mt][h] * alpha + sum;
-#pragma unroll
-            for (int dt = 0; dt < DT; dt++)
-                o[mt][dt][2 * h] *= alpha, o[mt][dt][2 * h + 1] *= alpha;
+            l[mt][h] = l[mt][h] * alpha[mt][h] + sum;
         }
+}
+
+/* o *= alpha, row by row (alpha from softmax_rows). */
+template <int MT, int DT>
+__device__ __forceinline__ void rescale_rows(float (&o)[MT][DT][4], const float (&alpha)[MT][2])
+{
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int dt = 0; dt < DT; dt++)
+            o[mt][dt][0] *= alpha[mt][0], o[mt][dt][1] *= alpha[mt][0], o[mt][dt][2] *= alpha[mt][1],
+                o[mt][dt][3] *= alpha[mt][1];
+}
+
+/* Both: the softmax step of a tile whose output rows can be rescaled at once. */
+template <int MT, int NT, int DT>
+__device__ __forceinline__ void online_softmax(float (&s)[MT][NT][4], float (&m)[MT][2], float (&l)[MT][2],
+                                               float (&o)[MT][DT][4], float scale_log2)
+{
+    float alpha[MT][2];
+    softmax_rows(s, m, l, alpha, scale_log2);
+    rescale_rows(o, alpha);
 }
 
 /* o += P V with P from the registers of s (after online_softmax) rounded to T, and V's B fragments

@@ -1,6 +1,7 @@
-/* Runs the tensor-core attention_prefill kernels (v2..v6, their exact source through gen.py) on the
+/* Runs the tensor-core attention_prefill kernels (v2..v8, their exact source through gen.py) on the
  * CPU under emulation (shim.h) and compares them with the float64 reference: a check of their
- * indexing, masking, paging, pipelining order and fragment layouts that needs no GPU.
+ * indexing, masking, paging, pipelining order, barrier protocol and fragment and shared-memory
+ * layouts that needs no GPU. v2..v6 are launched here; v7 and up through their own launchers.
  *   prefill_emulator [--full] [v2 v3 ...]      (default: every variant on the quick problems)
  * Each problem gets fresh random bf16/fp16 inputs, a shuffled page table with spare pages, and
  * shared memory filled with garbage before each CTA. The bound is loose (rel_l2 < 2^-7 for bf16,
@@ -18,27 +19,10 @@ thread_local emu_dim3 emu_threadIdx, emu_blockIdx;
 emu_dim3 emu_gridDim;
 emu::cta *emu::g_cta;
 
-/* Runs kernel() as every CTA of the grid, one after the other, 128 threads each. */
+/* Runs kernel() as every CTA of the grid, 128 threads each (v2..v6). */
 template <class F> static void run_grid(unsigned gx, unsigned gy, unsigned gz, size_t smem, F kernel)
 {
-    emu_gridDim = {gx, gy, gz};
-    for (unsigned z = 0; z < gz; z++)
-        for (unsigned y = 0; y < gy; y++)
-            for (unsigned x = 0; x < gx; x++) {
-                emu::cta c;
-                c.smem.assign(smem, 0xAB); /* stale bytes: a tile read before it is copied shows */
-                std::barrier<> block(128), w0(32), w1(32), w2(32), w3(32);
-                c.block = &block, c.warp[0] = &w0, c.warp[1] = &w1, c.warp[2] = &w2, c.warp[3] = &w3;
-                emu::g_cta = &c;
-                std::vector<std::thread> threads;
-                for (unsigned t = 0; t < 128; t++)
-                    threads.emplace_back([&, t] {
-                        emu_threadIdx = {t, 0, 0};
-                        emu_blockIdx = {x, y, z};
-                        kernel();
-                    });
-                for (auto &t : threads) t.join();
-            }
+    emu::run_grid(gx, gy, gz, 128, smem, kernel);
 }
 
 struct problem {
@@ -113,6 +97,16 @@ template <typename T, int D> static bool check(const problem &pr, const std::str
         run_grid(kv, nb, packed, smem_two, [&] {
             emu_v6_gqa_packed::prefill_v6<T, D>(p, page, kl::prefill::make_fast_div((uint32_t)group));
         });
+    else {
+        cudaError_t rc = cudaErrorInvalidValue;
+        if (variant == "v7") rc = emu_v7_wgmma::launch(&p, nullptr);
+        else if (variant == "v8") rc = emu_v8_warp_specialized::launch(&p, nullptr);
+        else fprintf(stderr, "no variant %s\n", variant.c_str());
+        if (rc != cudaSuccess) {
+            printf("FAIL %s: the launcher returned %d\n", variant.c_str(), (int)rc);
+            return false;
+        }
+    }
 
     kl_attention_prefill_shape shape = {batch, total_q, pr.qo_heads, pr.kv_heads, D, pr.page, num_pages,
                                         qo_indptr.data(), kv_indptr.data(), indices.data(), last.data(),
@@ -150,7 +144,7 @@ int main(int argc, char **argv)
         if (std::string(argv[i]) == "--full") full = true;
         else variants.push_back(argv[i]);
     }
-    if (variants.empty()) variants = {"v2", "v3", "v4", "v5", "v6"};
+    if (variants.empty()) variants = {"v2", "v3", "v4", "v5", "v6", "v7", "v8"};
     int passed = 0, failed = 0;
     for (const std::string &v : variants) {
         /* quick: every head_dim, both 16-bit types, a ragged batch with an empty request, two query tiles

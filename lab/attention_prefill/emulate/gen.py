@@ -1,13 +1,18 @@
 #!/usr/bin/env python3
 """Writes OUT/kernels_emu.h: kernels/attention_prefill/mma.cuh with its PTX wrappers (ldmatrix, mma.sync,
-cp.async, ex2, the shared-memory address) replaced by the emulated ones below, then the kernel templates of
-the tensor-core variants (each file's anonymous namespace up to its launcher), each in a namespace
-emu_<variant>. The kernels themselves are copied unchanged: the emulation runs their exact code.
+cp.async, ex2, the shared-memory address) replaced by the emulated ones below, then hopper.cuh with its
+own (wgmma, mbarriers, bulk tensor copies, named barriers, setmaxnreg, fences, the tensor map and the
+launch), then the kernel templates of the tensor-core variants, each in a namespace emu_<variant>: each
+file's anonymous namespace up to its launcher for v2..v6 (the driver launches those itself), the whole
+namespace, launcher included, for the Hopper variants (the driver calls their launcher, whose launch
+runs the grid under emulation). The kernels themselves are copied unchanged: the emulation runs their
+exact code.
 Usage: gen.py SOURCE_DIR OUT_DIR"""
 import os
 import sys
 
 VARIANTS = ["v2_mma", "v3_swizzle", "v4_cp_async", "v5_longest_first", "v6_gqa_packed"]
+HOPPER_VARIANTS = ["v7_wgmma", "v8_warp_specialized"]
 
 EMULATED = {
     "__device__ __forceinline__ uint32_t smem_addr(": """__device__ __forceinline__ uint32_t smem_addr(const void *p)
@@ -89,12 +94,173 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
     "template <auto Kernel, class... Args>\ncudaError_t launch_kernel(": "",
 }
 
+# hopper.cuh: the shared-memory descriptor is decoded as the PTX ISA's "Matrix Descriptor Format" says
+# (start >> 4 in bits 0-13, leading byte offset in 16-29, stride byte offset in 32-45, swizzle mode in
+# 62-63), element addresses follow the canonical 128-byte-swizzle layouts, and the swizzle XORs address
+# bits 4-6 with bits 7-9 of the shared-memory address, for the tensor cores as for the TMA.
+HOPPER_EMULATED = {
+    # the products run at issue here; the wait is .sync.aligned, every lane of the warp past it together
+    # (a warp's lane 0 then hands a stage back for all of them)
+    "template <int N> __device__ __forceinline__ void wgmma_wait()":
+        "template <int N> __device__ __forceinline__ void wgmma_wait() { emu::warp_sync(); }",
+    "__device__ __forceinline__ void wgmma_fence()": "__device__ __forceinline__ void wgmma_fence() {}",
+    "__device__ __forceinline__ void wgmma_commit()": "__device__ __forceinline__ void wgmma_commit() {}",
+    "template <int C> __device__ __forceinline__ void pin(":
+        "template <int C> __device__ __forceinline__ void pin(float (&)[C][4]) {}",
+    "template <typename T, int N>\n__device__ __forceinline__ void wgmma_ss(": """struct emu_desc {
+    uint32_t start, leading, stride;
+};
+inline emu_desc emu_decode(uint64_t d)
+{
+    if ((d >> 62) != 1) emu::fail("wgmma descriptor: only the 128-byte swizzle is emulated", (uint32_t)d);
+    emu_desc r{(uint32_t)(d & 0x3FFF) << 4, (uint32_t)((d >> 16) & 0x3FFF) << 4, (uint32_t)((d >> 32) & 0x3FFF) << 4};
+    if ((r.start >> 7) & 7) emu::fail("wgmma descriptor: start not at row 0 of a 1024-byte atom", r.start);
+    return r;
+}
+template <typename T> float emu_smem_elem(uint32_t addr)
+{
+    addr ^= ((addr >> 7) & 7) << 4; /* the 128-byte swizzle */
+    if (addr + 2 > emu::g_cta->smem.size()) emu::fail("wgmma operand outside shared memory", addr);
+    uint16_t h;
+    memcpy(&h, emu::g_cta->smem.data() + addr, 2);
+    return mma::emu_to_float<T>(h);
+}
+/* K-major: element (mn, k), k < 16, of rows 128 bytes long, 8-row groups `stride` apart. */
+template <typename T> float emu_kmajor(const emu_desc &d, int mn, int k)
+{
+    return emu_smem_elem<T>(d.start + (mn / 8) * d.stride + (mn % 8) * 128 + 2 * k);
+}
+/* MN-major: element (k, mn): 64-column blocks `leading` apart, 8-row groups of k `stride` apart. */
+template <typename T> float emu_mnmajor(const emu_desc &d, int k, int mn)
+{
+    return emu_smem_elem<T>(d.start + (mn / 64) * d.leading + (k / 8) * d.stride + (k % 8) * 128 + 2 * (mn % 64));
+}
+template <typename T, int N>
+__device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t a, uint64_t b, int accumulate)
+{
+    const emu_desc da = emu_decode(a), db = emu_decode(b);
+    const int w = emu::wid() % 4, g = emu::lane() / 4, t = emu::lane() % 4;
+    for (int c = 0; c < N / 8; c++)
+        for (int e = 0; e < 4; e++) {
+            const int row = 16 * w + g + 8 * (e / 2), col = 8 * c + 2 * t + e % 2;
+            float acc = 0.f;
+            for (int k = 0; k < 16; k++) acc += emu_kmajor<T>(da, row, k) * emu_kmajor<T>(db, col, k);
+            d[c][e] = accumulate ? d[c][e] + acc : acc;
+        }
+}""",
+    "template <typename T, int N>\n__device__ __forceinline__ void wgmma_rs(": """template <typename T, int N>
+__device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t b, int accumulate)
+{
+    /* A: the warp's 16 rows, an m16n8k16 A fragment in each lane (mma_16816's table). */
+    auto &x = emu::g_cta->xchg[emu::wid()];
+    const int l = emu::lane();
+    for (int i = 0; i < 4; i++) x[l][i] = a[i];
+    emu::warp_sync();
+    float A[16][16];
+    auto lo = [](uint32_t v) { return mma::emu_to_float<T>((uint16_t)(v & 0xffff)); };
+    auto hi = [](uint32_t v) { return mma::emu_to_float<T>((uint16_t)(v >> 16)); };
+    for (int ln = 0; ln < 32; ln++) {
+        const int g = ln / 4, t = ln % 4;
+        A[g][2 * t] = lo(x[ln][0]), A[g][2 * t + 1] = hi(x[ln][0]);
+        A[g + 8][2 * t] = lo(x[ln][1]), A[g + 8][2 * t + 1] = hi(x[ln][1]);
+        A[g][2 * t + 8] = lo(x[ln][2]), A[g][2 * t + 9] = hi(x[ln][2]);
+        A[g + 8][2 * t + 8] = lo(x[ln][3]), A[g + 8][2 * t + 9] = hi(x[ln][3]);
+    }
+    emu::warp_sync();
+    const emu_desc db = emu_decode(b);
+    const int g = l / 4, t = l % 4;
+    for (int c = 0; c < N / 8; c++)
+        for (int e = 0; e < 4; e++) {
+            const int row = g + 8 * (e / 2), col = 8 * c + 2 * t + e % 2;
+            float acc = 0.f;
+            for (int k = 0; k < 16; k++) acc += A[row][k] * emu_mnmajor<T>(db, k, col);
+            d[c][e] = accumulate ? d[c][e] + acc : acc;
+        }
+}""",
+    "__device__ __forceinline__ void fence_async_smem()": "__device__ __forceinline__ void fence_async_smem() {}",
+    "__device__ __forceinline__ void named_sync(": """__device__ __forceinline__ void named_sync(int id, int threads)
+{
+    emu::named_barrier(id, threads).arrive_and_wait();
+}""",
+    "__device__ __forceinline__ void named_arrive(": """__device__ __forceinline__ void named_arrive(int id, int threads)
+{
+    (void)emu::named_barrier(id, threads).arrive();
+}""",
+    "__device__ __forceinline__ void mbar_init(": """__device__ __forceinline__ void mbar_init(uint64_t *bar, int count)
+{
+    emu::mbar_init(smem_addr(bar), count);
+}""",
+    "__device__ __forceinline__ void mbar_init_fence()": "__device__ __forceinline__ void mbar_init_fence() {}",
+    "__device__ __forceinline__ void mbar_arrive(": """__device__ __forceinline__ void mbar_arrive(uint64_t *bar)
+{
+    emu::mbar_update(smem_addr(bar), 0, true);
+}""",
+    "__device__ __forceinline__ void mbar_arrive_expect(": """__device__ __forceinline__ void mbar_arrive_expect(uint64_t *bar, uint32_t bytes)
+{
+    emu::mbar_update(smem_addr(bar), bytes, true);
+}""",
+    "__device__ __forceinline__ void mbar_wait(": """__device__ __forceinline__ void mbar_wait(uint64_t *bar, int parity)
+{
+    emu::mbar_wait(smem_addr(bar), parity);
+}""",
+    # the tensor map: the emulated make_cache_map below stores what the copy needs in its opaque bytes
+    "__device__ __forceinline__ void tma_load_3d(": """struct emu_map {
+    const unsigned char *base;
+    uint64_t dims[3], strides[2];
+    uint32_t box[3], elem_bytes;
+};
+static_assert(sizeof(emu_map) <= sizeof(CUtensorMap), "fits the opaque map");
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap *map, int c0, int c1, int c2, uint64_t *bar)
+{
+    emu_map m;
+    memcpy(&m, map, sizeof m);
+    if (dst % 128) emu::fail("bulk tensor copy: destination not 128-byte aligned", dst);
+    const uint32_t bytes = m.box[0] * m.box[1] * m.box[2] * m.elem_bytes;
+    if (dst + bytes > emu::g_cta->smem.size()) emu::fail("bulk tensor copy past the end of shared memory", dst);
+    uint32_t at = dst;
+    for (uint32_t z = 0; z < m.box[2]; z++)
+        for (uint32_t y = 0; y < m.box[1]; y++)
+            for (uint32_t x = 0; x < m.box[0]; x++, at += m.elem_bytes) {
+                const int64_t gx = (int64_t)c0 + x, gy = (int64_t)c1 + y, gz = (int64_t)c2 + z;
+                const uint32_t phys = at ^ (((at >> 7) & 7) << 4);
+                unsigned char *s = emu::g_cta->smem.data() + phys;
+                if (gx < 0 || gy < 0 || gz < 0 || gx >= (int64_t)m.dims[0] || gy >= (int64_t)m.dims[1] ||
+                    gz >= (int64_t)m.dims[2])
+                    memset(s, 0, m.elem_bytes); /* out of bounds: zeros */
+                else memcpy(s, m.base + gx * m.elem_bytes + gy * m.strides[0] + gz * m.strides[1], m.elem_bytes);
+            }
+    emu::mbar_update(smem_addr(bar), -(int64_t)bytes, false);
+}""",
+    "__device__ __forceinline__ void tma_prefetch_map(": "__device__ __forceinline__ void tma_prefetch_map(const CUtensorMap *) {}",
+    "template <int R> __device__ __forceinline__ void release_registers_to()":
+        "template <int R> __device__ __forceinline__ void release_registers_to() {}",
+    "template <int R> __device__ __forceinline__ void claim_registers_to()":
+        "template <int R> __device__ __forceinline__ void claim_registers_to() {}",
+    "inline cudaError_t make_cache_map(": """inline cudaError_t make_cache_map(CUtensorMap *map, const void *cache, bool, int64_t head_dim, int64_t kv_heads,
+                                  int64_t slots, int box_rows)
+{
+    emu_map m{(const unsigned char *)cache, {(uint64_t)head_dim, (uint64_t)kv_heads, (uint64_t)slots},
+              {(uint64_t)head_dim * 2, (uint64_t)(kv_heads * head_dim * 2)}, {64, 1, (uint32_t)box_rows}, 2};
+    if (box_rows < 1 || box_rows > 256) return cudaErrorInvalidValue; /* the driver's limit on a box dimension */
+    memset(map, 0, sizeof *map);
+    memcpy(map, &m, sizeof m);
+    return cudaSuccess;
+}""",
+    "template <auto Kernel, class... Args>\ncudaError_t launch_kernel(": """template <auto Kernel, class... Args>
+cudaError_t launch_kernel(dim3 grid, int threads, size_t smem, cudaStream_t, Args... args)
+{
+    if (smem > 227 * 1024) return cudaErrorInvalidValue; /* an H100's limit for one CTA */
+    emu::run_grid(grid.x, grid.y, grid.z, (unsigned)threads, smem, [&] { Kernel(args...); });
+    return cudaSuccess;
+}""",
+}
+
 
 def replace_function(text, head, new):
     """Replaces the function starting at `head` (through its matching closing brace) by `new`."""
     i = text.find(head)
     if i < 0:
-        sys.exit(f"gen.py: '{head.strip()}' not found in mma.cuh: update lab/attention_prefill/emulate/gen.py")
+        sys.exit(f"gen.py: '{head.strip()}' not found: update lab/attention_prefill/emulate/gen.py")
     k = text.index("{", i)
     depth = 0
     while True:
@@ -105,6 +271,31 @@ def replace_function(text, head, new):
     return text[:i] + new + text[k + 1:]
 
 
+def strip_asm_macros(text):
+    """Drops the #define blocks (with their continuation lines) of hopper.cuh's wgmma asm statements."""
+    out, skipping = [], False
+    for line in text.split("\n"):
+        if line.startswith("#define KL_WGMMA") or line.startswith("#define KL_ACC"):
+            skipping = True
+        if not skipping:
+            out.append(line)
+        if skipping and not line.rstrip().endswith("\\"):
+            skipping = False
+    return "\n".join(out)
+
+
+def variant_body(src, name, with_launcher):
+    s = open(os.path.join(src, "kernels/attention_prefill", name + ".cu")).read()
+    start = s.index("namespace {") + len("namespace {")
+    end = s.rindex("} // namespace") if with_launcher else s.index("cudaError_t launch(")
+    body = s[start:end]
+    for shared in ("extern __shared__ __align__(128) unsigned char smem_raw[];", "extern __shared__ unsigned char smem_raw[];"):
+        body = body.replace(shared, "unsigned char *smem_raw = emu::g_cta->smem.data();")
+    if "emu::g_cta->smem.data()" not in body:
+        sys.exit(f"gen.py: {name}.cu declares no 'extern __shared__ ... smem_raw[]': update lab/attention_prefill/emulate/gen.py")
+    return "namespace emu_%s {%s}" % (name, body)
+
+
 def main():
     src, out = sys.argv[1], sys.argv[2]
     mma = open(os.path.join(src, "kernels/attention_prefill/mma.cuh")).read()
@@ -112,14 +303,22 @@ def main():
         mma = replace_function(mma, head, new)
     if "asm(" in mma or "asm volatile" in mma:
         sys.exit("gen.py: mma.cuh has inline PTX gen.py does not emulate: update lab/attention_prefill/emulate/gen.py")
-    parts = ["// Generated by lab/attention_prefill/emulate/gen.py: do not edit.", "#pragma once", '#include "shim.h"', mma]
-    for v in VARIANTS:
-        s = open(os.path.join(src, "kernels/attention_prefill", v + ".cu")).read()
-        body = s[s.index("namespace {") + len("namespace {"):s.index("cudaError_t launch(")]
-        shared = "extern __shared__ __align__(128) unsigned char smem_raw[];"
-        if shared not in body:
-            sys.exit(f"gen.py: {v}.cu has no '{shared}': update lab/attention_prefill/emulate/gen.py")
-        parts.append("namespace emu_%s {%s}" % (v, body.replace(shared, "unsigned char *smem_raw = emu::g_cta->smem.data();")))
+    hopper = open(os.path.join(src, "kernels/attention_prefill/hopper.cuh")).read()
+    hopper = hopper.replace('#include "kernels/attention_prefill/mma.cuh"', "")
+    hopper = strip_asm_macros(hopper)
+    for head, new in HOPPER_EMULATED.items():
+        hopper = replace_function(hopper, head, new)
+    if "asm(" in hopper or "asm volatile" in hopper:
+        sys.exit("gen.py: hopper.cuh has inline PTX gen.py does not emulate: update lab/attention_prefill/emulate/gen.py")
+    # kv_ring.cuh: the warp-specialized variants' producer, no PTX of its own
+    ring = open(os.path.join(src, "kernels/attention_prefill/kv_ring.cuh")).read()
+    ring = ring.replace('#include "kernels/attention_prefill/hopper.cuh"', "")
+    if "asm(" in ring or "asm volatile" in ring:
+        sys.exit("gen.py: kv_ring.cuh has inline PTX: move it to hopper.cuh, where gen.py emulates it")
+    parts = ["// Generated by lab/attention_prefill/emulate/gen.py: do not edit.", "#pragma once", '#include "shim.h"', mma,
+             hopper, ring]
+    parts += [variant_body(src, v, False) for v in VARIANTS]
+    parts += [variant_body(src, v, True) for v in HOPPER_VARIANTS]
     os.makedirs(out, exist_ok=True)
     path = os.path.join(out, "kernels_emu.h")
     text = "\n".join(parts) + "\n"

@@ -1,11 +1,15 @@
 /* Host emulation of the CUDA pieces the attention_prefill tensor-core kernels use, so their exact
- * source (mma.cuh and the kernels of v2..v6, gen.py copies them) runs on a machine without a GPU:
- * one std::thread per CUDA thread of a CTA, std::barrier for __syncthreads and for the exchanges a
- * warp-wide instruction needs (shuffles, ldmatrix, mma.sync). gen.py swaps the PTX wrappers of
- * mma.cuh for emulated ones: ldmatrix and mma.sync by the PTX ISA's fragment tables, cp.async as an
- * immediate copy (the order of copies and barriers is then still checked: a tile read before its
- * copy was issued reads stale bytes, which the driver fills with garbage). What it cannot see: races
- * that need real asynchrony (compute-sanitizer's racecheck does), timing, and register limits. */
+ * source (mma.cuh, hopper.cuh and the kernels of v2..v8, gen.py copies them) runs on a machine
+ * without a GPU: one std::thread per CUDA thread of a CTA, std::barrier for __syncthreads, named
+ * barriers and the exchanges a warp-wide instruction needs (shuffles, ldmatrix, mma.sync, wgmma's
+ * register operand). gen.py swaps the PTX wrappers for emulated ones: ldmatrix, mma.sync and wgmma
+ * by the PTX ISA's fragment tables and shared-memory descriptor format, cp.async and bulk tensor
+ * copies as immediate copies (the TMA's 128-byte swizzle applied to the destination address), and
+ * mbarriers as arrival and byte counters with phases (below). The order of copies, barriers and
+ * reads is then still checked: a tile read before its copy was issued reads stale bytes, which the
+ * driver fills with garbage, and a protocol that never completes a phase is reported as a deadlock.
+ * What it cannot see: races that need real asynchrony (compute-sanitizer's racecheck does), timing,
+ * register limits, and a misreading of the hardware shared by the kernel and this emulation. */
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -13,6 +17,13 @@
 
 #include <algorithm>
 #include <barrier>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -28,6 +39,8 @@
 #define __device__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
+#undef __grid_constant__
+#define __grid_constant__
 using std::max;
 using std::min;
 
@@ -43,17 +56,86 @@ inline emu_dim3 emu_blockDim = {128, 1, 1};
 #define blockDim emu_blockDim
 
 namespace emu {
+constexpr int kMaxWarps = 12;
+/* An mbarrier: arrivals still expected in this phase, bytes announced and not yet landed, and the
+ * number of completed phases (waiting on parity P returns once a phase of parity P completed). */
+struct mbarrier {
+    int count = 0, pending = 0;
+    int64_t tx = 0;
+    unsigned completed = 0;
+};
 /* One CTA being run: its shared memory, its barriers, and a word exchange per warp lane. */
 struct cta {
     std::vector<unsigned char> smem;
     std::barrier<> *block;
-    std::barrier<> *warp[4];
-    uint32_t xchg[4][32][8];
+    std::barrier<> *warp[kMaxWarps];
+    uint32_t xchg[kMaxWarps][32][8];
+    std::mutex mu; /* guards what follows */
+    std::condition_variable cv;
+    std::map<uint32_t, mbarrier> mbarriers; /* by shared-memory offset */
+    std::map<int, std::unique_ptr<std::barrier<>>> named;
 };
 extern cta *g_cta;
 inline int lane() { return threadIdx.x % 32; }
 inline int wid() { return threadIdx.x / 32; }
 inline void warp_sync() { g_cta->warp[wid()]->arrive_and_wait(); }
+[[noreturn]] inline void fail(const char *what, unsigned where)
+{
+    fprintf(stderr, "emulator: %s (shared-memory offset %u, thread %u of CTA %u,%u,%u)\n", what, where, threadIdx.x,
+            blockIdx.x, blockIdx.y, blockIdx.z);
+    abort();
+}
+
+/* ---- mbarriers ---- */
+inline void complete_if_done(mbarrier &b, uint32_t at)
+{
+    if (b.pending < 0) fail("more arrivals on an mbarrier than its count", at);
+    if (b.pending == 0 && b.tx == 0) {
+        b.completed++, b.pending = b.count;
+        g_cta->cv.notify_all();
+    }
+}
+inline mbarrier &find_mbarrier(uint32_t at)
+{
+    auto it = g_cta->mbarriers.find(at);
+    if (it == g_cta->mbarriers.end()) fail("mbarrier used before mbarrier.init", at);
+    return it->second;
+}
+inline void mbar_init(uint32_t at, int count)
+{
+    std::lock_guard<std::mutex> lock(g_cta->mu);
+    g_cta->mbarriers[at] = mbarrier{count, count, 0, 0};
+}
+/* An arrival that first announces `bytes` (0 for a plain arrive); a copy's landing is arrive(at, -bytes, false). */
+inline void mbar_update(uint32_t at, int64_t bytes, bool arrival)
+{
+    std::lock_guard<std::mutex> lock(g_cta->mu);
+    mbarrier &b = find_mbarrier(at);
+    b.tx += bytes;
+    if (arrival) b.pending--;
+    complete_if_done(b, at);
+}
+inline void mbar_wait(uint32_t at, int parity)
+{
+    std::unique_lock<std::mutex> lock(g_cta->mu);
+    mbarrier &b = find_mbarrier(at);
+    /* The phase of parity P has completed when the current phase's parity (completed % 2) differs from P. */
+    if (!g_cta->cv.wait_for(lock, std::chrono::seconds(60), [&] { return (int)(b.completed & 1) != parity; }))
+        fail("deadlock: an mbarrier phase never completed within 60 s", at);
+}
+
+/* ---- named barriers (bar.sync / bar.arrive id, threads) ---- */
+inline std::barrier<> &named_barrier(int id, int threads)
+{
+    std::lock_guard<std::mutex> lock(g_cta->mu);
+    auto &b = g_cta->named[id];
+    if (!b) b = std::make_unique<std::barrier<>>(threads);
+    return *b;
+}
+
+/* Runs kernel() as every CTA of the grid, one after the other, `threads` threads each. A thread that
+ * returns drops out of __syncthreads and of its warp's exchanges, as an exited thread does. */
+template <class F> void run_grid(unsigned gx, unsigned gy, unsigned gz, unsigned threads, size_t smem, F kernel);
 } // namespace emu
 
 inline void __syncthreads() { emu::g_cta->block->arrive_and_wait(); }
@@ -83,4 +165,38 @@ inline uint32_t __float_as_uint(float f)
     uint32_t u;
     memcpy(&u, &f, 4);
     return u;
+}
+
+inline void __trap() { emu::fail("__trap()", 0); }
+
+template <class F>
+void emu::run_grid(unsigned gx, unsigned gy, unsigned gz, unsigned threads, size_t smem, F kernel)
+{
+    if (threads % 32 || threads / 32 > kMaxWarps) fail("unsupported CTA size", threads);
+    emu_gridDim = {gx, gy, gz};
+    emu_blockDim = {threads, 1, 1};
+    for (unsigned z = 0; z < gz; z++)
+        for (unsigned y = 0; y < gy; y++)
+            for (unsigned x = 0; x < gx; x++) {
+                cta c;
+                c.smem.assign(smem, 0xAB); /* stale bytes: a tile read before it is copied shows */
+                std::barrier<> block(threads);
+                std::vector<std::unique_ptr<std::barrier<>>> warps;
+                for (unsigned w = 0; w < threads / 32; w++) {
+                    warps.push_back(std::make_unique<std::barrier<>>(32));
+                    c.warp[w] = warps.back().get();
+                }
+                c.block = &block;
+                g_cta = &c;
+                std::vector<std::thread> pool;
+                for (unsigned t = 0; t < threads; t++)
+                    pool.emplace_back([&, t] {
+                        emu_threadIdx = {t, 0, 0};
+                        emu_blockIdx = {x, y, z};
+                        kernel();
+                        c.block->arrive_and_drop();
+                        c.warp[t / 32]->arrive_and_drop();
+                    });
+                for (auto &t : pool) t.join();
+            }
 }

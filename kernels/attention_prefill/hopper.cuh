@@ -1,0 +1,426 @@
+/* Hopper (sm_90a) building blocks of the attention_prefill variants v7 and up: warpgroup MMA
+ * (wgmma), the 128-byte-swizzled shared-memory tiles it reads, shared-memory descriptors, mbarriers,
+ * bulk tensor copies (TMA) and their tensor maps, register reallocation (setmaxnreg), named
+ * barriers. The FlashAttention-2 steps that do not change on Hopper (mask, online softmax, epilogue)
+ * come from mma.cuh: a wgmma accumulator holds, per warp, the same m16n8 fragments as mma.sync.
+ *
+ * wgmma, in one paragraph (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate"):
+ * the 4 warps of a warpgroup (128 consecutive threads, the first warp's index a multiple of 4)
+ * issue one m64nNk16 product together: D (64 x N, float32, in registers) += A (64 x 16) B (16 x N).
+ * B is read from shared memory through a 64-bit descriptor; A from shared memory too, or from
+ * registers. Warp w of the group owns rows 16w .. 16w + 15 of A and D; its D registers are N / 8
+ * m16n8 C fragments (mma.cuh's layout), its A registers one m16n8k16 A fragment. The product is
+ * asynchronous: wgmma.fence before the first one (the registers it reads were written by ordinary
+ * code), commit_group after a batch, wait_group N before the accumulators are read again.
+ *
+ * Tiles (swizzled_tile): ROWS rows of D 16-bit elements stored as D / 64 blocks of ROWS x 64, each
+ * row of a block 128 bytes, and 16-byte chunk c of row r stored at chunk c ^ (r % 8): the layout the
+ * tensor cores call "128-byte swizzle" and the one a TMA with CU_TENSOR_MAP_SWIZZLE_128B writes, as
+ * both apply the XOR to address bits 4-6 from bits 7-9 (so blocks start 1024-byte aligned). A
+ * descriptor then names 8-row x 128-byte atoms:
+ *   K-major (Q as A and K as B of S = Q K^T: each row contiguous along the reduction dimension d):
+ *     rows 8 apart are 1024 bytes apart (the stride byte offset); k-step kk of 16 columns starts
+ *     at block kk / 4, byte 32 (kk % 4) of the row, and the hardware applies the swizzle.
+ *   MN-major (V as B of O = P V, "transposed": each key's row contiguous along the output column):
+ *     keys 8 apart are 1024 bytes apart (stride byte offset), 64-column blocks ROWS x 128 bytes
+ *     apart (leading byte offset); k-step kk of 16 keys starts 2048 kk bytes in. */
+#pragma once
+
+#include <cuda.h> /* CUtensorMap and the driver's enums: types only, nothing links libcuda */
+#include <cudaTypedefs.h>
+
+#include "kernels/attention_prefill/mma.cuh"
+
+/* The device pass for another architecture (sm_80 of the default build) compiles the Hopper
+ * kernels empty: their launchers are never reached there (min_cc 90), and wgmma, setmaxnreg and
+ * the bulk copies do not assemble for it. */
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define KL_SM90A 0
+#else
+#define KL_SM90A 1
+#endif
+
+namespace kl {
+namespace hopper {
+
+using mma::smem_addr;
+
+/* ---- the swizzled tile ---- */
+
+template <int ROWS, int D> struct swizzled_tile {
+    static_assert(D % 64 == 0 && ROWS % 8 == 0, "64-column blocks of whole 8-row atoms");
+    static constexpr int kBlockBytes = ROWS * 128; /* one 64-column block */
+    static constexpr int kBytes = ROWS * D * 2;
+    /* Element offset of 16-byte chunk `chunk` (0 .. D / 8 - 1) of row `row`. */
+    static __device__ __forceinline__ int offset(int row, int chunk)
+    {
+        return (chunk / 8) * ROWS * 64 + row * 64 + (((chunk % 8) ^ (row % 8)) << 3);
+    }
+};
+
+/* The first 1024-byte aligned address at or after p (the 128-byte swizzle's atom). */
+__device__ __forceinline__ unsigned char *align_1024(unsigned char *p)
+{
+    const uint32_t a = smem_addr(p);
+    return p + (((a + 1023u) & ~1023u) - a);
+}
+
+/* ROWS rows of D 16-bit elements into a tile laid out by L, by THREADS threads of which this one
+ * is `tid` (8 a row, chunk tid % 8 + 8k): cp.async, zeros where row_src(r) is nullptr. The caller
+ * commits, waits, fences the async proxy (fence_async_smem) and synchronises. */
+template <class L, int ROWS, int D, int THREADS, typename T, class RowSrc>
+__device__ __forceinline__ void copy_rows(T *tile, int tid, const T *base, RowSrc row_src)
+{
+    static_assert(THREADS % 8 == 0 && ROWS % (THREADS / 8) == 0, "whole passes of 8 threads a row");
+    const uint32_t dst = smem_addr(tile);
+#pragma unroll
+    for (int i = 0; i < ROWS / (THREADS / 8); i++) {
+        const int row = tid / 8 + i * (THREADS / 8);
+        const T *src = row_src(row);
+#pragma unroll
+        for (int k = 0; k < D / 64; k++) {
+            const int chunk = tid % 8 + 8 * k;
+            mma::cp_async_16(dst + 2 * L::offset(row, chunk), src ? src + chunk * 8 : base, src != nullptr);
+        }
+    }
+}
+
+/* The K and V rows of one key tile by THREADS threads (this one `tid`), as copy_rows; row_offset(r) is
+ * the element offset of key row r in the caches, or -1 past the keys (zeros: a zero V row times a
+ * zero probability is 0, where stale shared memory could hold a NaN). */
+template <class L, int ROWS, int D, int THREADS, typename T, class RowOffset>
+__device__ __forceinline__ void copy_kv_rows(T *k_tile, T *v_tile, int tid, const T *kc, const T *vc,
+                                             RowOffset row_offset)
+{
+    static_assert(THREADS % 8 == 0 && ROWS % (THREADS / 8) == 0, "whole passes of 8 threads a row");
+    const uint32_t kdst = smem_addr(k_tile), vdst = smem_addr(v_tile);
+#pragma unroll
+    for (int i = 0; i < ROWS / (THREADS / 8); i++) {
+        const int row = tid / 8 + i * (THREADS / 8);
+        const int64_t off = row_offset(row);
+#pragma unroll
+        for (int k = 0; k < D / 64; k++) {
+            const int chunk = tid % 8 + 8 * k, so = 2 * L::offset(row, chunk);
+            mma::cp_async_16(kdst + so, off >= 0 ? kc + off + chunk * 8 : kc, off >= 0);
+            mma::cp_async_16(vdst + so, off >= 0 ? vc + off + chunk * 8 : vc, off >= 0);
+        }
+    }
+}
+
+/* ---- the work of a CTA: v6's packed rows ----
+ * kv head `kv_head` of request r and its packed rows row0 .. row0 + 127, packed row pr being query
+ * pr / g and qo head kv_head g + pr % g (the g heads that share the kv head: one contiguous row of q). */
+struct packed_tile {
+    prefill::request r;
+    int kv_head, g, rows, row0; /* rows = q_len g: packed rows past it are zeros, never written */
+    prefill::fast_div group;
+    __device__ int query_of(int pr) const { return (int)group.div((uint32_t)pr); }
+    /* The global row of packed row pr in q and out (token r.q0 + query, head kv_head g + pr % g). */
+    __device__ int64_t row_offset(const kl_attention_prefill_params &p, int pr) const
+    {
+        const int i = query_of(pr);
+        return ((int64_t)(r.q0 + i) * p.num_qo_heads + (int64_t)kv_head * g + (pr - i * g)) * p.head_dim;
+    }
+    /* How many keys packed row pr sees (a prefix). */
+    __device__ int keys_of(const kl_attention_prefill_params &p, int pr) const
+    {
+        return prefill::visible_keys(p.causal, r.q_len, r.kv_len, query_of(min(pr, rows - 1)));
+    }
+};
+/* The tile of the grid's block (x, y, z) = (kv head, request, packed tiles with the last first): the
+ * first tiles to start are the longest under a causal mask (v5). */
+__device__ __forceinline__ packed_tile packed_tile_at(const kl_attention_prefill_params &p, prefill::fast_div group,
+                                                      int kv_head, int b, int reversed_tile, int tiles, int bm)
+{
+    packed_tile t;
+    t.r = prefill::load_request(p, b);
+    t.kv_head = kv_head, t.g = (int)group.d, t.rows = t.r.q_len * t.g, t.group = group;
+    t.row0 = (tiles - 1 - reversed_tile) * bm;
+    return t;
+}
+
+/* The epilogue of a warpgroup's rows (mma.cuh's store_rows): this thread's rows row + 8h, h = 0, 1. */
+template <typename T, int DT>
+__device__ __forceinline__ void store_packed_rows(const float (&o)[1][DT][4], const float (&m)[1][2],
+                                                  const float (&l)[1][2], float scale_log2, int lane,
+                                                  const kl_attention_prefill_params &p, const packed_tile &t, int row)
+{
+    mma::store_rows<T, 1, DT>(o, m, l, scale_log2, lane, [&](int, int h, T *&out, float *&lse) {
+        const int pr = row + 8 * h;
+        if (pr >= t.rows) return false;
+        const int64_t at = t.row_offset(p, pr);
+        out = (T *)p.out + at;
+        lse = p.lse + at / p.head_dim;
+        return true;
+    });
+}
+
+#if KL_SM90A
+
+/* ---- shared-memory matrix descriptors (PTX "Matrix Descriptor Format") ----
+ * bits 0-13 start address >> 4, 16-29 leading byte offset >> 4, 32-45 stride byte offset >> 4,
+ * 62-63 swizzle mode (1 = 128-byte). */
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t leading_bytes, uint32_t stride_bytes)
+{
+    return (uint64_t)((addr & 0x3FFFFu) >> 4) | (uint64_t)((leading_bytes & 0x3FFFFu) >> 4) << 16 |
+           (uint64_t)((stride_bytes & 0x3FFFFu) >> 4) << 32 | 1ull << 62;
+}
+/* K-major operand, k-step kk (16 columns of d); tile = the rows' first byte in block 0. */
+template <class L> __device__ __forceinline__ uint64_t kmajor_desc(uint32_t tile, int kk)
+{
+    return smem_desc(tile + (kk / 4) * L::kBlockBytes + (kk % 4) * 32, 16, 1024);
+}
+/* MN-major operand (V), k-step kk (16 keys). */
+template <class L> __device__ __forceinline__ uint64_t mnmajor_desc(uint32_t tile, int kk)
+{
+    return smem_desc(tile + kk * 2048, L::kBlockBytes, 1024);
+}
+
+/* ---- wgmma ---- */
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+/* Waits until at most N of this warpgroup's committed batches are in flight. */
+template <int N> __device__ __forceinline__ void wgmma_wait()
+{
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+/* Pins accumulators in their registers across an asynchronous product: without it the compiler may
+ * copy them between the issue and the wait, and read a value the tensor cores have not written. */
+template <int C> __device__ __forceinline__ void pin(float (&d)[C][4])
+{
+#pragma unroll
+    for (int i = 0; i < C; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            asm volatile("" : "+f"(d[i][e])::"memory");
+}
+
+/* Register lists of the asm statements below: N / 2 accumulators, then the other operands. */
+#define KL_WGMMA_D64 "{" "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31" "}"
+#define KL_WGMMA_D128 "{" "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63" "}"
+#define KL_WGMMA_D256 "{" "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
+    "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
+    "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
+    "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127" "}"
+#define KL_ACC4(i) "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])
+#define KL_ACC32(i) KL_ACC4(i), KL_ACC4(i + 1), KL_ACC4(i + 2), KL_ACC4(i + 3), KL_ACC4(i + 4), KL_ACC4(i + 5), \
+                    KL_ACC4(i + 6), KL_ACC4(i + 7)
+#define KL_ACC_64 KL_ACC32(0)
+#define KL_ACC_128 KL_ACC32(0), KL_ACC32(8)
+#define KL_ACC_256 KL_ACC32(0), KL_ACC32(8), KL_ACC32(16), KL_ACC32(24)
+
+/* d (+)= A B, A and B from shared memory, both K-major. n0, n1, n2: the operand numbers after the
+ * N / 2 accumulators (A's descriptor, B's, whether to accumulate). */
+#define KL_WGMMA_SS(N, TY, n0, n1, n2)                                                                        \
+    asm volatile("{\n.reg .pred acc;\nsetp.ne.b32 acc, %" #n2 ", 0;\n"                                       \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32" TY TY " " KL_WGMMA_D##N ", %" #n0 ", %" #n1 \
+                 ", acc, 1, 1, 0, 0;\n}\n"                                                                    \
+                 : KL_ACC_##N                                                                                 \
+                 : "l"(a), "l"(b), "r"(accumulate))
+/* d (+)= A B, A from registers (an m16n8k16 A fragment per warp), B from shared memory MN-major. */
+#define KL_WGMMA_RS(N, TY, n0, n1, n2, n3, n4, n5)                                                            \
+    asm volatile("{\n.reg .pred acc;\nsetp.ne.b32 acc, %" #n5 ", 0;\n"                                       \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32" TY TY " " KL_WGMMA_D##N ", {%" #n0 ", %" #n1 \
+                 ", %" #n2 ", %" #n3 "}, %" #n4 ", acc, 1, 1, 1;\n}\n"                                         \
+                 : KL_ACC_##N                                                                                 \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate))
+
+/* One m64nNk16 product, T = __nv_bfloat16 or __half, N = 64, 128 or 256: S = Q K^T (ss) and
+ * O += P V (rs, V transposed). accumulate == false overwrites d (the first k-step). */
+template <typename T, int N>
+__device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t a, uint64_t b, int accumulate)
+{
+    constexpr bool bf16 = std::is_same<T, __nv_bfloat16>::value;
+    if constexpr (N == 64) {
+        if constexpr (bf16) KL_WGMMA_SS(64, ".bf16", 32, 33, 34);
+        else KL_WGMMA_SS(64, ".f16", 32, 33, 34);
+    } else if constexpr (N == 128) {
+        if constexpr (bf16) KL_WGMMA_SS(128, ".bf16", 64, 65, 66);
+        else KL_WGMMA_SS(128, ".f16", 64, 65, 66);
+    } else {
+        static_assert(N == 256, "N = 64, 128 or 256");
+        if constexpr (bf16) KL_WGMMA_SS(256, ".bf16", 128, 129, 130);
+        else KL_WGMMA_SS(256, ".f16", 128, 129, 130);
+    }
+}
+template <typename T, int N>
+__device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t b, int accumulate)
+{
+    constexpr bool bf16 = std::is_same<T, __nv_bfloat16>::value;
+    if constexpr (N == 64) {
+        if constexpr (bf16) KL_WGMMA_RS(64, ".bf16", 32, 33, 34, 35, 36, 37);
+        else KL_WGMMA_RS(64, ".f16", 32, 33, 34, 35, 36, 37);
+    } else if constexpr (N == 128) {
+        if constexpr (bf16) KL_WGMMA_RS(128, ".bf16", 64, 65, 66, 67, 68, 69);
+        else KL_WGMMA_RS(128, ".f16", 64, 65, 66, 67, 68, 69);
+    } else {
+        static_assert(N == 256, "N = 64, 128 or 256");
+        if constexpr (bf16) KL_WGMMA_RS(256, ".bf16", 128, 129, 130, 131, 132, 133);
+        else KL_WGMMA_RS(256, ".f16", 128, 129, 130, 131, 132, 133);
+    }
+}
+
+/* P (the probabilities in S's accumulators, NT n-tiles of 8 keys) rounded to T as the A fragments of
+ * O += P V: k-step kk (keys 16kk ..) takes n-tiles 2kk and 2kk + 1, whose C fragments hold exactly
+ * the elements an A fragment wants (mma.cuh's tables), so P never leaves the registers. */
+template <typename T, int NT> __device__ __forceinline__ void pack_p(uint32_t (&a)[NT / 2][4], const float (&s)[NT][4])
+{
+#pragma unroll
+    for (int kk = 0; kk < NT / 2; kk++) {
+        a[kk][0] = mma::pack2<T>(s[2 * kk][0], s[2 * kk][1]);         /* row g,     keys 2t, 2t+1 */
+        a[kk][1] = mma::pack2<T>(s[2 * kk][2], s[2 * kk][3]);         /* row g + 8, keys 2t, 2t+1 */
+        a[kk][2] = mma::pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]); /* row g,     keys 2t+8, 2t+9 */
+        a[kk][3] = mma::pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]); /* row g + 8, keys 2t+8, 2t+9 */
+    }
+}
+
+/* ---- ordering ---- */
+
+/* Shared memory written by ordinary stores or cp.async and read next by the tensor cores or the
+ * copy engine (the "async proxy"): each writing thread fences after its writes are complete and
+ * before the barrier or mbarrier arrival that publishes them. */
+__device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+/* Named barriers 1.. (0 is __syncthreads): `threads` threads, a multiple of 32, meet at barrier id. */
+__device__ __forceinline__ void named_sync(int id, int threads)
+{
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int threads)
+{
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+/* ---- mbarriers: a 64-bit shared-memory word counting arrivals and, for copies, bytes ----
+ * A phase completes when `count` threads have arrived and every byte announced by expect_tx has
+ * landed; waiting on parity P returns once the phase of that parity has completed (a fresh
+ * barrier counts its phase "-1", parity 1, as completed). */
+__device__ __forceinline__ void mbar_init(uint64_t *bar, int count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+/* After the inits, before the __syncthreads that publishes them to the other threads and the copy engine. */
+__device__ __forceinline__ void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+__device__ __forceinline__ void mbar_arrive(uint64_t *bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+/* Arrives and announces `bytes` more to come from bulk copies completing on this barrier. */
+__device__ __forceinline__ void mbar_arrive_expect(uint64_t *bar, uint32_t bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, int parity)
+{
+    const uint32_t addr = smem_addr(bar);
+    uint32_t done;
+    do {
+        asm volatile("{\n.reg .pred done;\nmbarrier.try_wait.parity.shared::cta.b64 done, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, done;\n}\n"
+                     : "=r"(done)
+                     : "r"(addr), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+
+/* ---- bulk tensor copies (TMA) ---- */
+
+/* The box at (c0, c1, c2) of the 3-D tensor `map` describes, into shared memory at dst, counted in
+ * bytes on `bar`. `map` must live in kernel-parameter, constant or global memory (a __grid_constant__
+ * parameter here). */
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap *map, int c0, int c1, int c2, uint64_t *bar)
+{
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, "
+                 "%4}], [%5];\n" ::"r"(dst),
+                 "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(smem_addr(bar))
+                 : "memory");
+}
+__device__ __forceinline__ void tma_prefetch_map(const CUtensorMap *map)
+{
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+
+/* ---- register reallocation between warpgroups (setmaxnreg): the whole warpgroup executes it ---- */
+template <int R> __device__ __forceinline__ void release_registers_to()
+{
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R));
+}
+template <int R> __device__ __forceinline__ void claim_registers_to()
+{
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R));
+}
+
+#endif /* KL_SM90A */
+
+/* ---- host: the tensor map of a K or V cache ----
+ * The cache [pages, page_size, kv_heads, head_dim] seen as a 3-D tensor (head_dim, kv_heads, slots),
+ * slot = page * page_size + position in the page, and a box of 64 columns x 1 head x box_rows slots:
+ * one page's rows of one 64-column block (or box_rows rows of a longer page), written into shared
+ * memory 128-byte swizzled, a block of a swizzled_tile. cuTensorMapEncodeTiled comes through the
+ * runtime's driver entry point, so nothing links libcuda. cudaErrorNotSupported where the driver
+ * lacks it. */
+inline cudaError_t make_cache_map(CUtensorMap *map, const void *cache, bool bf16, int64_t head_dim,
+                                  int64_t kv_heads, int64_t slots, int box_rows)
+{
+    static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
+    if (!encode) {
+        void *fn = nullptr;
+        cudaDriverEntryPointQueryResult found;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
+                cudaSuccess ||
+            found != cudaDriverEntryPointSuccess || !fn)
+            return cudaErrorNotSupported;
+        encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
+    }
+    const cuuint64_t dims[3] = {(cuuint64_t)head_dim, (cuuint64_t)kv_heads, (cuuint64_t)slots};
+    const cuuint64_t strides[2] = {(cuuint64_t)(head_dim * 2), (cuuint64_t)(kv_heads * head_dim * 2)}; /* bytes */
+    const cuuint32_t box[3] = {64, 1, (cuuint32_t)box_rows}, unit[3] = {1, 1, 1};
+    const CUresult rc =
+        encode(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3, (void *)cache, dims,
+               strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (rc != CUDA_SUCCESS) {
+        fprintf(stderr, "attention_prefill: cuTensorMapEncodeTiled failed (%d) for a %lld x %lld x %lld cache\n",
+                (int)rc, (long long)head_dim, (long long)kv_heads, (long long)slots);
+        return cudaErrorInvalidValue;
+    }
+    return cudaSuccess;
+}
+
+/* The grid of the packed-row variants: (kv heads, requests, packed tiles of bm rows), or
+ * cudaErrorInvalidValue with the reason printed when the tiles overflow grid z. */
+inline cudaError_t packed_grid(const kl_attention_prefill_params *p, int bm, const char *variant, dim3 *grid)
+{
+    const int64_t rows = p->max_q_len * (p->num_qo_heads / p->num_kv_heads), tiles = (rows + bm - 1) / bm;
+    if (tiles > 65535 || rows > INT32_MAX) {
+        fprintf(stderr, "attention_prefill %s: %lld packed rows, %lld tiles > 65535 (grid z)\n", variant,
+                (long long)rows, (long long)tiles);
+        return cudaErrorInvalidValue;
+    }
+    *grid = dim3((unsigned)p->num_kv_heads, (unsigned)p->batch, (unsigned)tiles);
+    return cudaSuccess;
+}
+
+/* Kernel<<<grid, threads, smem>>>(args...) with its shared-memory limit raised first (the tensor-core
+ * ladder's launch_kernel, with the thread count of a Hopper variant). */
+template <auto Kernel, class... Args>
+cudaError_t launch_kernel(dim3 grid, int threads, size_t smem, cudaStream_t stream, Args... args)
+{
+    cudaError_t rc = mma::allow_smem<Kernel>(smem);
+    if (rc != cudaSuccess) return rc;
+    Kernel<<<grid, threads, smem, stream>>>(args...);
+    return cudaGetLastError();
+}
+
+} // namespace hopper
+} // namespace kl
