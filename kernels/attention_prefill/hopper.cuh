@@ -411,6 +411,9 @@ inline cudaError_t packed_grid(const kl_attention_prefill_params *p, int bm, con
     return cudaSuccess;
 }
 
+/* The SMs of the current device: a persistent grid's size. */
+inline int sm_count() { return this_device().sms; }
+
 /* Kernel<<<grid, threads, smem>>>(args...) with its shared-memory limit raised first (the tensor-core
  * ladder's launch_kernel, with the thread count of a Hopper variant). */
 template <auto Kernel, class... Args>

@@ -260,6 +260,18 @@ struct kl_attention_prefill_problem *kl_attention_prefill_problem_random(const s
     kl_rng_fill_normal(&rng, &p->q, sp->q_scale > 0 ? sp->q_scale : 1.0);
     kl_rng_fill_normal(&rng, &p->k_cache, 1.0);
     kl_rng_fill_normal(&rng, &p->v_cache, 1.0);
+    /* The slots of a request's last page past its keys hold NaN, as an uninitialised cache may: a kernel
+     * that lets them into P V (0 x NaN = NaN; TMA variants copy whole pages) fails here. */
+    for (int64_t b = 0; b < sp->batch; b++) {
+        if (kv[b + 1] == kv[b]) continue;
+        const int64_t page = idx[kv[b + 1] - 1];
+        for (int64_t slot = last[b]; slot < sp->page_size; slot++)
+            for (int64_t e = 0; e < sp->num_kv_heads * sp->head_dim; e++) {
+                const size_t at = (size_t)((page * sp->page_size + slot) * sp->num_kv_heads * sp->head_dim + e);
+                kl_store_elem(sp->dtype, p->k_cache.data, at, NAN);
+                kl_store_elem(sp->dtype, p->v_cache.data, at, NAN);
+            }
+    }
     struct kl_err err;
     KL_CHECK(kl_attention_prefill_validate(p, "random problem", &err) == 0, "%s", err.msg);
     return p;

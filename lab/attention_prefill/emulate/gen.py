@@ -12,7 +12,7 @@ import os
 import sys
 
 VARIANTS = ["v2_mma", "v3_swizzle", "v4_cp_async", "v5_longest_first", "v6_gqa_packed"]
-HOPPER_VARIANTS = ["v7_wgmma", "v8_warp_specialized"]
+HOPPER_VARIANTS = ["v7_wgmma", "v8_warp_specialized", "v9_pingpong"]
 
 EMULATED = {
     "__device__ __forceinline__ uint32_t smem_addr(": """__device__ __forceinline__ uint32_t smem_addr(const void *p)
@@ -246,6 +246,8 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap *map
     memcpy(map, &m, sizeof m);
     return cudaSuccess;
 }""",
+    # a persistent grid of 3 CTAs: every CTA walks several work tiles in the tests
+    "inline int sm_count()": "inline int sm_count() { return 3; }",
     "template <auto Kernel, class... Args>\ncudaError_t launch_kernel(": """template <auto Kernel, class... Args>
 cudaError_t launch_kernel(dim3 grid, int threads, size_t smem, cudaStream_t, Args... args)
 {

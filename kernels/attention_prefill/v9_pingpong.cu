@@ -1,0 +1,204 @@
+/* v9_pingpong: v8 with the softmax hidden under the tensor cores, and one CTA per SM. What changed:
+ * - Inside a warpgroup (FlashAttention-3's "intra-warpgroup overlap"): tile j's S = Q K_j^T and the
+ *   previous tile's O += P_{j-1} V_{j-1} are issued back to back; the warpgroup waits for S alone,
+ *   runs tile j's softmax while P V is still on the tensor cores, and only then waits for P V and
+ *   rescales O. The exponentials of one tile overlap the other tile's product.
+ * - Between the two consumer warpgroups ("ping-pong"): a pair of named barriers lets them issue
+ *   their products in turn, so that one's softmax runs while the other's products occupy the tensor
+ *   cores, instead of both fighting for them at once and then both idling in their softmax.
+ * - Persistent: as many CTAs as SMs, each walking the work tiles (v6's packed tiles, the longest
+ *   under a causal mask first) with a stride of the grid; the producer goes straight on to the next
+ *   tile's K/V while the consumers finish a tile, the ring's stages and phases counting on.
+ * Why faster: v8 leaves the tensor cores idle while both warpgroups compute exponentials (an H100
+ * has 16 MUFU ops a clock per SM for 1024 dense FLOPs of bf16 MMA: the softmax of a 128-key tile
+ * costs about half of its two products). Predicted: ~560-620 TFLOP/s (0.71-0.79 of the cuBLAS rate)
+ * on causal-8k, FlashAttention-3's figure; bound by issue slots around the products and the register
+ * budget (S, P and O live at once: ~200 of the 232 a consumer thread has).
+ * Run alone: build/kernlab bench attention_prefill --variant v9_pingpong */
+#include "kernels/attention_prefill/kv_ring.cuh"
+#include "lab/core/registry.h"
+
+namespace {
+
+using namespace kl::mma;
+using namespace kl::hopper;
+
+constexpr int kThreads = 384; /* producer warpgroup + 2 consumer warpgroups */
+/* The producer's share leaves room for its gather path (40 spilled there); 224 hold S, P and O. */
+[[maybe_unused]] constexpr int kProducerRegs = 56, kConsumerRegs = 224; /* 128 (56 + 2 x 224) <= 65536 */
+/* Named barriers: 1, 2 publish a warpgroup's Q; 3 + c is consumer warpgroup c's turn to issue products. */
+enum { kQBarrier = 1, kTurnBarrier = 3 };
+
+/* The work tiles of the grid-stride walk: v6's grid (kv heads fastest, then requests, then packed
+ * tiles with the last first) flattened, so that w in order is the longest tiles first. */
+struct walk {
+    int kv_heads, batch, tiles;
+};
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads, 1)
+    prefill_v9(const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map,
+               const kl_attention_prefill_params p, kl::prefill::fast_div page, kl::prefill::fast_div group,
+               int box_rows, walk works)
+{
+#if KL_SM90A
+    using S = ws_shape<D>;
+    using QL = typename S::QTile;
+    using KL = typename S::KvTile;
+    constexpr int BM = S::kBM, BN = S::kBN, NT = BN / 8, DT = D / 8;
+    extern __shared__ unsigned char smem_raw[];
+    const kv_ring<T, D> sm(smem_raw);
+    const int wg = threadIdx.x / 128, lane = threadIdx.x % 32;
+    const int n_works = works.kv_heads * works.batch * works.tiles;
+    auto tile_of = [&](int w) {
+        return packed_tile_at(p, group, w % works.kv_heads, w / works.kv_heads % works.batch,
+                              w / (works.kv_heads * works.batch), works.tiles, BM);
+    };
+    auto key_tiles = [&](const packed_tile &t) { return (t.keys_of(p, t.row0 + BM - 1) + BN - 1) / BN; };
+
+    if (threadIdx.x == 0) sm.init(box_rows > 0);
+    __syncthreads();
+
+    if (wg == 0) {
+        /* ---- producer: every work tile's K/V into the ring, its count running on ---- */
+        release_registers_to<kProducerRegs>();
+        if (box_rows > 0 && threadIdx.x >= 32) return; /* TMA: one warp issues the copies */
+        uint32_t produced = 0, tails = 0;
+        for (int w = blockIdx.x; w < n_works; w += gridDim.x) {
+            const packed_tile t = tile_of(w);
+            if (t.row0 >= t.rows) continue; /* past a shorter request's rows */
+            const int n = key_tiles(t);
+            produce_kv(sm, &k_map, &v_map, p, t.r, page, t.kv_head, box_rows, n, produced, tails);
+            produced += n;
+        }
+        return;
+    }
+
+    /* ---- consumers ---- */
+    claim_registers_to<kConsumerRegs>();
+    const int c = wg - 1;
+    const float scale_log2 = p.sm_scale * kl::prefill::kLog2e;
+    const uint32_t q_wg = smem_addr(sm.q) + 64 * c * 128; /* this warpgroup's 64 rows in block 0 */
+    /* Turns: wait for mine before issuing products, then hand the tensor cores to the other warpgroup. */
+    auto my_turn = [&] { named_sync(kTurnBarrier + c, 256); };
+    auto their_turn = [&] { named_arrive(kTurnBarrier + (1 - c), 256); };
+    uint32_t consumed = 0;
+    for (int w = blockIdx.x; w < n_works; w += gridDim.x) {
+        const packed_tile t = tile_of(w);
+        if (t.row0 >= t.rows) continue;
+        const int n = key_tiles(t);
+        const int wg_row0 = t.row0 + 64 * c, row = wg_row0 + 16 * (threadIdx.x / 32 % 4) + lane / 4;
+        const int mask_from = t.keys_of(p, wg_row0);
+        auto limit = [&](int, int h) { return t.keys_of(p, row + 8 * h); };
+        load_q_rows<T, D>(sm.q, 64 * c, kQBarrier + c, (const T *)p.q, [&](int i) -> const T * {
+            return wg_row0 + i < t.rows ? (const T *)p.q + t.row_offset(p, wg_row0 + i) : nullptr;
+        });
+
+        float o[1][DT][4], m[1][2], l[1][2], alpha[1][2], s[1][NT][4];
+        uint32_t a[BN / 16][4]; /* P of the tile whose P V is next */
+        init_rows(o, m, l);
+        auto issue_qk = [&](int j) {
+            const uint32_t k_tile = smem_addr(sm.k_stage(ring_slot(consumed + j).stage));
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++)
+                wgmma_ss<T, BN>(s[0], kmajor_desc<QL>(q_wg, kk), kmajor_desc<KL>(k_tile, kk), kk > 0);
+            wgmma_commit();
+        };
+        auto issue_pv = [&](int j) {
+            const uint32_t v_tile = smem_addr(sm.v_stage(ring_slot(consumed + j).stage));
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++) wgmma_rs<T, D>(o[0], a[kk], mnmajor_desc<KL>(v_tile, kk), 1);
+            wgmma_commit();
+        };
+        auto softmax = [&](int j) { /* tile j's S, once its product is waited for: mask, exponentials, K handed back */
+            pin(s[0]);
+            if (lane == 0) mbar_arrive(&sm.empty_k[ring_slot(consumed + j).stage]);
+            if ((j + 1) * BN > mask_from) mask_tile(s, j * BN, lane, limit);
+            softmax_rows(s, m, l, alpha, scale_log2);
+        };
+        auto pv_done = [&](int j) { /* tile j's P V waited for: V handed back */
+            pin(o[0]);
+            if (lane == 0) mbar_arrive(&sm.empty_v[ring_slot(consumed + j).stage]);
+        };
+        auto wait_k = [&](int j) { const ring_slot at(consumed + j); mbar_wait(&sm.full_k[at.stage], at.phase); };
+        auto wait_v = [&](int j) { const ring_slot at(consumed + j); mbar_wait(&sm.full_v[at.stage], at.phase); };
+
+        if (n > 0) {
+            /* n + 1 turns a warpgroup: S_0; then S_j with P_{j-1} V_{j-1}; then P_{n-1} V_{n-1}. Warpgroup 1
+             * gives warpgroup 0 the first turn and skips its last hand-over: n + 1 of each per work tile. */
+            if (c == 1) their_turn();
+            wait_k(0);
+            my_turn();
+            wgmma_fence();
+            issue_qk(0);
+            their_turn();
+            wgmma_wait<0>();
+            softmax(0);
+            pack_p<T>(a, s[0]);
+            for (int j = 1; j < n; j++) {
+                wait_k(j);
+                wait_v(j - 1);
+                my_turn();
+                pin(o[0]);
+                wgmma_fence();
+                issue_qk(j);
+                issue_pv(j - 1);
+                their_turn();
+                wgmma_wait<1>(); /* S_j; P_{j-1} V_{j-1} may still run under the softmax */
+                softmax(j);
+                wgmma_wait<0>();
+                pv_done(j - 1);
+                rescale_rows(o, alpha);
+                pack_p<T>(a, s[0]);
+            }
+            wait_v(n - 1);
+            my_turn();
+            pin(o[0]);
+            wgmma_fence();
+            issue_pv(n - 1);
+            if (c == 0) their_turn();
+            wgmma_wait<0>();
+            pv_done(n - 1);
+        }
+        consumed += n;
+        store_packed_rows<T, DT>(o, m, l, scale_log2, lane, p, t, row);
+    }
+#else
+    __trap(); /* built without sm_90a: the launcher is only reached on sm_90 (min_cc) */
+#endif
+}
+
+cudaError_t launch(const struct kl_attention_prefill_params *p, cudaStream_t stream)
+{
+    bool go;
+    cudaError_t rc = launch_checks(p, "v9_pingpong", &go);
+    if (!go) return rc;
+    return dispatch(p, [&](auto t, auto d) {
+        using T = decltype(t);
+        constexpr int D = decltype(d)::value;
+        using S = ws_shape<D>;
+        dim3 tiles;
+        cudaError_t grc = packed_grid(p, S::kBM, "v9_pingpong", &tiles);
+        if (grc != cudaSuccess) return grc;
+        const walk works = {(int)tiles.x, (int)tiles.y, (int)tiles.z};
+        if ((int64_t)tiles.x * tiles.y * tiles.z > INT32_MAX) {
+            fprintf(stderr, "attention_prefill v9_pingpong: more than 2^31 work tiles\n");
+            return cudaErrorInvalidValue;
+        }
+        CUtensorMap k_map, v_map;
+        int box_rows;
+        cudaError_t mrc = plan_kv_copies(p, S::kBN, &k_map, &v_map, &box_rows);
+        if (mrc != cudaSuccess) return mrc;
+        const int ctas = works.kv_heads * works.batch * works.tiles < sm_count() ? works.kv_heads * works.batch * works.tiles
+                                                                               : sm_count();
+        return kl::hopper::launch_kernel<prefill_v9<T, D>>(
+            dim3((unsigned)ctas), kThreads, S::kSmem, stream, k_map, v_map, *p,
+            kl::prefill::make_fast_div((uint32_t)p->page_size),
+            kl::prefill::make_fast_div((uint32_t)(p->num_qo_heads / p->num_kv_heads)), box_rows, works);
+    });
+}
+
+} // namespace
+
+KL_VARIANT(attention_prefill, v9_pingpong, launch, .min_cc = 90,
+           .summary = "v8 with each tile's softmax under the previous P V, two warpgroups taking turns, one CTA per SM");
