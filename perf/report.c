@@ -628,6 +628,58 @@ static struct shape launch_shape(const cJSON *k)
     return s;
 }
 
+/* What follows "predicted" in a variant's header comment, its wrapped lines joined (up to the first
+ * full stop, or a semicolon outside brackets), or "" when the header predicts nothing. */
+static void predicted_sentence(const char *comment, char *out, size_t len)
+{
+    size_t n = 0;
+    int depth = 0;
+    const char *s = strcasestr(comment, "predicted");
+    if (s) s += strspn(s + 9, ": ") + 9;
+    for (; s && *s && n + 1 < len; s++) {
+        depth += *s == '(' ? 1 : *s == ')' ? -1 : 0;
+        if ((*s == ';' && depth <= 0) || (*s == '.' && (s[1] == 0 || s[1] == ' ' || s[1] == '\n'))) break;
+        const char c = *s == '\n' ? ' ' : *s;
+        if (c == ' ' && n > 0 && out[n - 1] == ' ') continue;
+        out[n++] = c;
+    }
+    out[n] = 0;
+}
+
+static bool compute_bound(const cJSON *r);
+
+/* Predicted against measured: the header's prediction, then what each device measured on the workload
+ * the prediction names (the longest workload name found in it), else on the guide's workload. */
+static void predicted_vs_measured(FILE *f, const struct mod *md, const struct kl_variant *v, const char *comment,
+                                  const char *workload)
+{
+    char pred[512];
+    predicted_sentence(comment, pred, sizeof pred);
+    if (!pred[0]) return;
+    const char *named = NULL;
+    for (int w = 0; w < md->n_workloads; w++)
+        if (strstr(pred, md->workloads[w]) && (!named || strlen(md->workloads[w]) > strlen(named)))
+            named = md->workloads[w];
+    if (named) workload = named;
+    if (!workload) return;
+    fprintf(f, "**Predicted** (the file's header): %s. **Measured** on `%s`: ", pred, workload);
+    for (int d = 0; d < md->n_devices; d++) {
+        struct mod on = *md;
+        on.dev = md->devices[d];
+        const cJSON *r = find_row(&on, v->name, workload);
+        fprintf(f, "%s%s ", d ? "; " : "", md->labels[d]);
+        if (!r) {
+            fprintf(f, "not measured yet");
+            continue;
+        }
+        fprintf(f, "%s us", F("%.2f", num(r, "time_us.median")));
+        if (compute_bound(r)) fprintf(f, ", %s TFLOP/s", F("%.0f", num(r, "tflops")));
+        const char *metric = str(r, "gate.metric", NULL);
+        if (metric) fprintf(f, ", %s %s (target %s)", metric, F("%.3f", num(r, metric)), F("%.2f", num(r, "gate.target")));
+    }
+    fprintf(f, ".\n\n");
+}
+
 static void section_variants(FILE *f, const struct mod *md, const char *workload)
 {
     if (!md->m) return;
@@ -648,6 +700,7 @@ static void section_variants(FILE *f, const struct mod *md, const char *workload
         if (comment[0]) {
             fprintf(f, "```text\n%s\n```\n\n", comment);
         }
+        predicted_vs_measured(f, md, v, comment, workload);
         const cJSON *r = workload ? find_row(md, v->name, workload) : NULL;
         const cJSON *k = r ? get(r, "counters.launch") : NULL;
         if (k) {
@@ -688,7 +741,6 @@ static void section_cpu_story(FILE *f, const cJSON *r, const char *workload, con
             F("%.0f", num(r, "ns_per_match")), F("%.2f", num(r, "gbs")));
 }
 
-static bool compute_bound(const cJSON *r);
 static void section_compute_story(FILE *f, const struct mod *md, const cJSON *r, const char *workload,
                                   const char *variant);
 
