@@ -865,6 +865,63 @@ static const char *compute_stall_meaning(const char *name)
     return stall_meaning(name);
 }
 
+/* element j of the number array at path in r, or NaN */
+static double at_index(const cJSON *r, const char *path, int j)
+{
+    const cJSON *a = get(r, path), *x = a ? cJSON_GetArrayItem(a, j) : NULL;
+    return cJSON_IsNumber(x) ? x->valuedouble : NAN;
+}
+
+/* The warp-specialized variants' trace of one CTA (lab/attention_prefill/perf.c's "timeline"): when the
+ * producer issued each key tile and when each consumer warpgroup had K, S, the softmax and P V, then
+ * the average phase lengths and what they say. */
+static void section_cta_timeline(FILE *f, const cJSON *r)
+{
+    const cJSON *tl = get(r, "timeline");
+    if (!tl) return;
+    const int tiles = (int)num(tl, "tiles"), n = cJSON_GetArraySize(get(tl, "issued"));
+    const double mhz = num(r, "sm_clock_mhz_before");
+    fprintf(f, "One CTA's producer and consumers, key tile by key tile (CTA 0: the longest work tile, %d key tiles; "
+               "a separate, untimed launch with params.trace set; SM clock cycles from the CTA's start%s%s%s):\n\n"
+               "```text\n      producer |        consumer warpgroup 0         |        consumer warpgroup 1\n"
+               " tile   issued |  K ready   S done  softmax P V done |  K ready   S done  softmax P V done\n",
+            tiles, isfinite(mhz) ? ", 1 us = " : "", isfinite(mhz) ? F("%.0f", mhz) : "", isfinite(mhz) ? " cycles" : "");
+    const char *ev[4] = {"k_ready", "s_done", "softmax_done", "pv_done"};
+    char path[64];
+    for (int j = 0; j < n; j++) {
+        if (n > 10 && j == 6) fprintf(f, "  ...\n");
+        if (n > 10 && j >= 6 && j < n - 3) continue;
+        fprintf(f, "%5d %8.0f |", j, at_index(tl, "issued", j));
+        for (int c = 0; c < 2; c++) {
+            for (int e = 0; e < 4; e++) {
+                snprintf(path, sizeof path, "consumers.%d.%s", c, ev[e]);
+                fprintf(f, " %8.0f", at_index(tl, path, j));
+            }
+            fprintf(f, "%s", c == 0 ? " |" : "\n");
+        }
+    }
+    /* Average phases of warpgroup 0: S (K ready -> S done), softmax, P V finishing after the softmax, and
+     * the period between K tiles; the producer's lead is how long before a consumer took a tile it was issued. */
+    double s_len = 0, sm_len = 0, pv_len = 0, period = 0, lead = 0;
+    for (int j = 0; j < n; j++) {
+        s_len += at_index(tl, "consumers.0.s_done", j) - at_index(tl, "consumers.0.k_ready", j);
+        sm_len += at_index(tl, "consumers.0.softmax_done", j) - at_index(tl, "consumers.0.s_done", j);
+        pv_len += at_index(tl, "consumers.0.pv_done", j) - at_index(tl, "consumers.0.softmax_done", j);
+        lead += at_index(tl, "consumers.0.k_ready", j) - at_index(tl, "issued", j);
+        if (j > 0) period += at_index(tl, "consumers.0.k_ready", j) - at_index(tl, "consumers.0.k_ready", j - 1);
+    }
+    fprintf(f, "```\n\nPer key tile, warpgroup 0 on average: %s cycles from K ready to S done, %s in the softmax, %s "
+               "from the softmax's end to its P V done, one tile every %s cycles; K was taken %s cycles after the "
+               "producer issued it",
+            F("%.0f", s_len / n), F("%.0f", sm_len / n), F("%.0f", pv_len / n), F("%.0f", n > 1 ? period / (n - 1) : NAN),
+            F("%.0f", lead / n));
+    if (n > 0 && sm_len >= s_len) fprintf(f, ". The softmax takes as long as the product it follows: hiding it (v9's "
+                                             "overlap and ping-pong) is worth more than faster copies");
+    else if (n > 0 && lead / n < s_len / n) fprintf(f, ". The consumers take tiles soon after they were issued: the copies, "
+                                                       "not the math, set the pace");
+    fprintf(f, ".\n\n");
+}
+
 static void section_compute_story(FILE *f, const struct mod *md, const cJSON *r, const char *workload,
                                   const char *variant)
 {
@@ -935,6 +992,7 @@ static void section_compute_story(FILE *f, const struct mod *md, const cJSON *r,
     if (isfinite(cs) && cs > 0.05) fprintf(f, "; bank conflicts are a visible share of the shared-memory work");
     fprintf(f, "\nTime %s us    last CTA retires: %s TFLOP/s = %s of the measured GEMM rate\n```\n\n", F("%.2f", t),
             F("%.1f", num(r, "tflops")), F("%.3f", num(r, "tc_frac")));
+    section_cta_timeline(f, r);
     /* The peers on the same workload, for scale. */
     int peers = 0;
     for (int i = 0; i < md->n_variants; i++) {

@@ -32,6 +32,22 @@
 extern "C" {
 #endif
 
+/* The life of one CTA of a warp-specialized variant (v8 and up), for the guide's execution story:
+ * SM clock cycles (clock64) when each event happened, per key tile j < KL_PREFILL_TRACE_TILES of the
+ * CTA's first work tile, for the producer and for each of the two consumer warpgroups (its first
+ * thread). Recorded by CTA 0 only, when params.trace is set (a separate launch from the timed ones). */
+#define KL_PREFILL_TRACE_TILES 32
+struct kl_prefill_trace {
+    unsigned long long start;                             /* the CTA began */
+    unsigned long long issued[KL_PREFILL_TRACE_TILES];    /* producer: tile j's K and V copies issued */
+    unsigned long long k_ready[2][KL_PREFILL_TRACE_TILES]; /* consumer c: its wait for K_j returned */
+    unsigned long long s_done[2][KL_PREFILL_TRACE_TILES];  /* S_j = Q K_j^T complete */
+    unsigned long long softmax_done[2][KL_PREFILL_TRACE_TILES];
+    unsigned long long pv_done[2][KL_PREFILL_TRACE_TILES]; /* O += P_j V_j complete */
+    unsigned long long end[2];                             /* the warpgroup's rows stored */
+    int tiles;                                             /* key tiles of the work tile (0: not traced) */
+};
+
 struct kl_attention_prefill_params {
     const void *q;                   /* [total_q, num_qo_heads, head_dim] */
     const void *k_cache;             /* [num_pages, page_size, num_kv_heads, head_dim] */
@@ -56,6 +72,7 @@ struct kl_attention_prefill_params {
     float sm_scale;                  /* > 0, usually 1 / sqrt(head_dim) (kernels take the max of raw logits) */
     bool causal;
     enum kl_dtype dtype;             /* q, k_cache, v_cache and out: KL_F32, KL_F16 or KL_BF16 */
+    struct kl_prefill_trace *trace;  /* device, optional: NULL except for the bench's one traced launch */
 };
 
 typedef cudaError_t (*kl_attention_prefill_launch_fn)(const struct kl_attention_prefill_params *p,

@@ -72,16 +72,18 @@ struct ring_slot {
  * kv_head, into the ring as the CTA's tiles it0, it0 + 1, ... (the caller advances its count by
  * n_tiles); `tails` counts the CTA's uses of the tail barrier (its parity). box_rows > 0: one warp
  * issues a TMA per box_rows keys and 64-column block (the other warps return); 0: all 128 threads
- * gather rows with cp.async. Called by every producer thread. */
+ * gather rows with cp.async. Called by every producer thread. issued: the trace's per-tile times the
+ * copies were issued, or nullptr. */
 template <typename T, int D>
 __device__ __forceinline__ void produce_kv(const kv_ring<T, D> &sm, const CUtensorMap *k_map, const CUtensorMap *v_map,
                                            const kl_attention_prefill_params &p, const prefill::request &r,
                                            const prefill::fast_div &page, int kv_head, int box_rows, int n_tiles,
-                                           uint32_t it0, uint32_t &tails)
+                                           uint32_t it0, uint32_t &tails, unsigned long long *issued)
 {
     constexpr int BN = kv_ring<T, D>::BN;
     using KL = swizzled_tile<BN, D>;
     const int lane = threadIdx.x % 32;
+    auto issued_at = [&](int j) { return issued && threadIdx.x == 0 && j < KL_PREFILL_TRACE_TILES ? issued + j : nullptr; };
     if (box_rows > 0) {
         if (threadIdx.x >= 32) return;
         const uint32_t box_bytes = (uint32_t)box_rows * D * 2; /* all 64-column blocks of box_rows keys */
@@ -110,6 +112,7 @@ __device__ __forceinline__ void produce_kv(const kv_ring<T, D> &sm, const CUtens
             mbar_wait(&sm.empty_v[at.stage], at.phase ^ 1);
             if (valid == BN) {
                 issue(v_map, sm.v_stage(at.stage), &sm.full_v[at.stage]);
+                mark(issued_at(j));
                 continue;
             }
             /* The request's last tile: V lands on the tail barrier, its rows valid .. BN - 1 (a page's unused
@@ -123,6 +126,7 @@ __device__ __forceinline__ void produce_kv(const kv_ring<T, D> &sm, const CUtens
             fence_async_smem();
             __syncwarp();
             if (lane == 0) mbar_arrive(&sm.full_v[at.stage]);
+            mark(issued_at(j));
         }
         return;
     }
@@ -146,6 +150,7 @@ __device__ __forceinline__ void produce_kv(const kv_ring<T, D> &sm, const CUtens
                                          return prefill::cache_offset(p, p.kv_indices, r, page, key, kv_head);
                                      });
         mma::cp_async_commit();
+        mark(issued_at(j));
         if (j > 0) {
             mma::cp_async_wait<1>(); /* tile j - 1's copies landed */
             publish(j - 1);

@@ -48,14 +48,19 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int wg = threadIdx.x / 128, lane = threadIdx.x % 32;
     const int n_tiles = (w.keys_of(p, w.row0 + BM - 1) + BN - 1) / BN;
 
-    if (threadIdx.x == 0) sm.init(box_rows > 0);
+    kl_prefill_trace *const trace = traced_cta(p);
+    if (threadIdx.x == 0) {
+        if (trace) trace->tiles = n_tiles, mark(&trace->start);
+        sm.init(box_rows > 0);
+    }
     __syncthreads();
 
     if (wg == 0) {
         /* ---- producer: fills the ring (kv_ring.cuh) ---- */
         release_registers_to<kProducerRegs>();
         uint32_t tails = 0;
-        produce_kv(sm, &k_map, &v_map, p, w.r, page, w.kv_head, box_rows, n_tiles, 0, tails);
+        produce_kv(sm, &k_map, &v_map, p, w.r, page, w.kv_head, box_rows, n_tiles, 0, tails,
+                   trace ? trace->issued : nullptr);
         return;
     }
 
@@ -64,6 +69,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int c = wg - 1, wg_row0 = w.row0 + 64 * c, row = wg_row0 + 16 * (threadIdx.x / 32 % 4) + lane / 4;
     const int mask_from = w.keys_of(p, wg_row0);
     auto limit = [&](int, int h) { return w.keys_of(p, row + 8 * h); };
+    /* the trace's slot of an event of tile j, kept by the warpgroup's first thread */
+    auto at = [&](trace_event e, int j) { return threadIdx.x % 128 == 0 ? trace_slot(trace, e, c, j) : nullptr; };
     load_q_rows<T, D>(sm.q, 64 * c, 1 + c, (const T *)p.q, [&](int i) -> const T * {
         return wg_row0 + i < w.rows ? (const T *)p.q + w.row_offset(p, wg_row0 + i) : nullptr;
     });
@@ -73,10 +80,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     const float scale_log2 = p.sm_scale * kl::prefill::kLog2e;
     const uint32_t q_wg = smem_addr(sm.q) + 64 * c * 128; /* this warpgroup's 64 rows in block 0 */
     for (int j = 0; j < n_tiles; j++) {
-        const ring_slot at(j);
+        const ring_slot slot(j);
         float s[1][NT][4];
-        mbar_wait(&sm.full_k[at.stage], at.phase);
-        const uint32_t k_tile = smem_addr(sm.k_stage(at.stage)), v_tile = smem_addr(sm.v_stage(at.stage));
+        mbar_wait(&sm.full_k[slot.stage], slot.phase);
+        mark(at(kKReady, j));
+        const uint32_t k_tile = smem_addr(sm.k_stage(slot.stage)), v_tile = smem_addr(sm.v_stage(slot.stage));
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < D / 16; kk++)
@@ -84,24 +92,28 @@ __global__ void __launch_bounds__(kThreads, 1)
         wgmma_commit();
         wgmma_wait<0>();
         pin(s[0]);
-        if (lane == 0) mbar_arrive(&sm.empty_k[at.stage]); /* this warp is done reading K */
+        mark(at(kSDone, j));
+        if (lane == 0) mbar_arrive(&sm.empty_k[slot.stage]); /* this warp is done reading K */
 
         if ((j + 1) * BN > mask_from) mask_tile(s, j * BN, lane, limit);
         online_softmax(s, m, l, o, scale_log2);
+        mark(at(kSoftmaxDone, j));
 
         uint32_t a[BN / 16][4];
         pack_p<T>(a, s[0]);
-        mbar_wait(&sm.full_v[at.stage], at.phase);
+        mbar_wait(&sm.full_v[slot.stage], slot.phase);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++) wgmma_rs<T, D>(o[0], a[kk], mnmajor_desc<KL>(v_tile, kk), 1);
         wgmma_commit();
         wgmma_wait<0>();
         pin(o[0]);
-        if (lane == 0) mbar_arrive(&sm.empty_v[at.stage]);
+        mark(at(kPvDone, j));
+        if (lane == 0) mbar_arrive(&sm.empty_v[slot.stage]);
     }
 
     store_packed_rows<T, DT>(o, m, l, scale_log2, lane, p, w, row);
+    if (trace && threadIdx.x % 128 == 0) mark(&trace->end[c]);
 #else
     __trap(); /* built without sm_90a: the launcher is only reached on sm_90 (min_cc) */
 #endif

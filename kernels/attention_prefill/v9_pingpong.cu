@@ -13,7 +13,7 @@
  * has 16 MUFU ops a clock per SM for 1024 dense FLOPs of bf16 MMA: the softmax of a 128-key tile
  * costs about half of its two products). Predicted: ~560-620 TFLOP/s (0.71-0.79 of the cuBLAS rate)
  * on causal-8k, FlashAttention-3's figure; bound by issue slots around the products and the register
- * budget (S, P and O live at once: ~200 of the 232 a consumer thread has).
+ * budget (S, P and O live at once: ~200 of the 224 a consumer thread has).
  * Run alone: build/kernlab bench attention_prefill --variant v9_pingpong */
 #include "kernels/attention_prefill/kv_ring.cuh"
 #include "lab/core/registry.h"
@@ -56,7 +56,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     };
     auto key_tiles = [&](const packed_tile &t) { return (t.keys_of(p, t.row0 + BM - 1) + BN - 1) / BN; };
 
-    if (threadIdx.x == 0) sm.init(box_rows > 0);
+    /* The trace (when asked for) follows CTA 0's first work tile with rows. */
+    kl_prefill_trace *const trace = traced_cta(p);
+    if (threadIdx.x == 0) {
+        if (trace) mark(&trace->start);
+        sm.init(box_rows > 0);
+    }
     __syncthreads();
 
     if (wg == 0) {
@@ -68,7 +73,8 @@ __global__ void __launch_bounds__(kThreads, 1)
             const packed_tile t = tile_of(w);
             if (t.row0 >= t.rows) continue; /* past a shorter request's rows */
             const int n = key_tiles(t);
-            produce_kv(sm, &k_map, &v_map, p, t.r, page, t.kv_head, box_rows, n, produced, tails);
+            produce_kv(sm, &k_map, &v_map, p, t.r, page, t.kv_head, box_rows, n, produced, tails,
+                       trace && produced == 0 ? trace->issued : nullptr);
             produced += n;
         }
         return;
@@ -90,6 +96,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int wg_row0 = t.row0 + 64 * c, row = wg_row0 + 16 * (threadIdx.x / 32 % 4) + lane / 4;
         const int mask_from = t.keys_of(p, wg_row0);
         auto limit = [&](int, int h) { return t.keys_of(p, row + 8 * h); };
+        kl_prefill_trace *const traced = consumed == 0 && threadIdx.x % 128 == 0 ? trace : nullptr;
+        auto at = [&](trace_event e, int j) { return trace_slot(traced, e, c, j); };
+        if (traced && c == 0) traced->tiles = n;
         load_q_rows<T, D>(sm.q, 64 * c, kQBarrier + c, (const T *)p.q, [&](int i) -> const T * {
             return wg_row0 + i < t.rows ? (const T *)p.q + t.row_offset(p, wg_row0 + i) : nullptr;
         });
@@ -112,16 +121,26 @@ __global__ void __launch_bounds__(kThreads, 1)
         };
         auto softmax = [&](int j) { /* tile j's S, once its product is waited for: mask, exponentials, K handed back */
             pin(s[0]);
+            mark(at(kSDone, j));
             if (lane == 0) mbar_arrive(&sm.empty_k[ring_slot(consumed + j).stage]);
             if ((j + 1) * BN > mask_from) mask_tile(s, j * BN, lane, limit);
             softmax_rows(s, m, l, alpha, scale_log2);
+            mark(at(kSoftmaxDone, j));
         };
         auto pv_done = [&](int j) { /* tile j's P V waited for: V handed back */
             pin(o[0]);
+            mark(at(kPvDone, j));
             if (lane == 0) mbar_arrive(&sm.empty_v[ring_slot(consumed + j).stage]);
         };
-        auto wait_k = [&](int j) { const ring_slot at(consumed + j); mbar_wait(&sm.full_k[at.stage], at.phase); };
-        auto wait_v = [&](int j) { const ring_slot at(consumed + j); mbar_wait(&sm.full_v[at.stage], at.phase); };
+        auto wait_k = [&](int j) {
+            const ring_slot slot(consumed + j);
+            mbar_wait(&sm.full_k[slot.stage], slot.phase);
+            mark(at(kKReady, j));
+        };
+        auto wait_v = [&](int j) {
+            const ring_slot slot(consumed + j);
+            mbar_wait(&sm.full_v[slot.stage], slot.phase);
+        };
 
         if (n > 0) {
             /* n + 1 turns a warpgroup: S_0; then S_j with P_{j-1} V_{j-1}; then P_{n-1} V_{n-1}. Warpgroup 1
@@ -160,8 +179,9 @@ __global__ void __launch_bounds__(kThreads, 1)
             wgmma_wait<0>();
             pv_done(n - 1);
         }
-        consumed += n;
         store_packed_rows<T, DT>(o, m, l, scale_log2, lane, p, t, row);
+        if (traced) mark(&traced->end[c]);
+        consumed += n;
     }
 #else
     __trap(); /* built without sm_90a: the launcher is only reached on sm_90 (min_cc) */

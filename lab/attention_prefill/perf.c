@@ -87,6 +87,7 @@ struct state {
     int sets;
     struct kl_attention_prefill_params *k;
     int64_t *rows, n_rows; /* the sampled re-check's (token * qo_heads + head) rows; NULL: the whole output */
+    struct kl_prefill_trace trace; /* CTA 0's life in one extra launch, for variants that record it (tiles > 0) */
 };
 
 static void teardown(void *p)
@@ -175,6 +176,21 @@ static int check_rows(struct state *s, const struct kl_outputs *got, struct kl_c
     return 0;
 }
 
+/* One more launch, untimed, with params.trace set: the warp-specialized variants record when CTA 0's
+ * producer issued each key tile and when each consumer warpgroup got K, finished S, the softmax and
+ * P V (attention_prefill.h). Others ignore the field and the trace stays empty. */
+static void trace_one_launch(const struct kl_variant *v, struct state *s)
+{
+    memset(&s->trace, 0, sizeof s->trace);
+    struct kl_prefill_trace *dev = NULL;
+    if (kl_dev_alloc((void **)&dev, sizeof *dev) || kl_dev_fill_bytes(dev, 0, sizeof *dev)) return;
+    struct kl_attention_prefill_params k = s->k[0];
+    k.trace = dev;
+    if (((kl_attention_prefill_launch_fn)v->launch)(&k, 0) == cudaSuccess && kl_dev_sync() == 0)
+        kl_dev_download(&s->trace, dev, sizeof s->trace);
+    kl_dev_free(dev);
+}
+
 static int check(const struct kl_variant *v, void *p, struct kl_cmp *out, struct kl_err *err)
 {
     struct state *s = p;
@@ -189,7 +205,33 @@ static int check(const struct kl_variant *v, void *p, struct kl_cmp *out, struct
         kl_cmp_merge(out, &c);
     }
     kl_outputs_free(&got), kl_outputs_free(&want);
+    if (!rc) trace_one_launch(v, s);
     return rc;
+}
+
+/* The trace as "timeline": SM clock cycles from the CTA's start, per key tile (at most
+ * KL_PREFILL_TRACE_TILES), for the producer and each consumer warpgroup. */
+static void add_timeline(cJSON *o, const struct kl_prefill_trace *t)
+{
+    const int n = t->tiles < KL_PREFILL_TRACE_TILES ? t->tiles : KL_PREFILL_TRACE_TILES;
+    cJSON *tl = cJSON_AddObjectToObject(o, "timeline");
+    cJSON_AddStringToObject(tl, "unit", "SM clock cycles from CTA 0's start");
+    cJSON_AddNumberToObject(tl, "tiles", t->tiles);
+    const unsigned long long t0 = t->start;
+    cJSON *issued = cJSON_AddArrayToObject(tl, "issued");
+    for (int j = 0; j < n; j++) cJSON_AddItemToArray(issued, cJSON_CreateNumber((double)(t->issued[j] - t0)));
+    cJSON *wgs = cJSON_AddArrayToObject(tl, "consumers");
+    for (int c = 0; c < 2; c++) {
+        cJSON *wg = cJSON_CreateObject();
+        const char *names[4] = {"k_ready", "s_done", "softmax_done", "pv_done"};
+        const unsigned long long(*ev[4])[KL_PREFILL_TRACE_TILES] = {t->k_ready, t->s_done, t->softmax_done, t->pv_done};
+        for (int e = 0; e < 4; e++) {
+            cJSON *a = cJSON_AddArrayToObject(wg, names[e]);
+            for (int j = 0; j < n; j++) cJSON_AddItemToArray(a, cJSON_CreateNumber((double)(ev[e][c][j] - t0)));
+        }
+        cJSON_AddNumberToObject(wg, "end", (double)(t->end[c] - t0));
+        cJSON_AddItemToArray(wgs, wg);
+    }
 }
 
 /* What the re-check covered, and the work in (query, head) rows and unmasked pairs, for the results line. */
@@ -210,6 +252,7 @@ static void extra(void *p, cJSON *o)
     cJSON *work = cJSON_AddObjectToObject(o, "work");
     cJSON_AddNumberToObject(work, "rows", (double)(sh->total_q * sh->num_qo_heads));
     cJSON_AddNumberToObject(work, "pairs", pairs(s->w) * (double)sh->num_qo_heads);
+    if (s->trace.tiles > 0) add_timeline(o, &s->trace);
 }
 
 static cJSON *params(const struct kl_workload *w)

@@ -2,6 +2,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 const cJSON *kl_json_get(const cJSON *o, const char *path)
@@ -11,7 +12,9 @@ const cJSON *kl_json_get(const cJSON *o, const char *path)
         const char *dot = strchr(path, '.');
         const size_t len = dot ? (size_t)(dot - path) : strlen(path);
         snprintf(key, sizeof key, "%.*s", (int)len, path);
-        o = cJSON_GetObjectItemCaseSensitive(o, key);
+        /* in an array, a key of digits is an index: "consumers.0.k_ready" */
+        o = cJSON_IsArray(o) && len > 0 && strspn(key, "0123456789") == len ? cJSON_GetArrayItem(o, atoi(key))
+                                                                         : cJSON_GetObjectItemCaseSensitive(o, key);
         path += len + (dot != NULL);
     }
     return o;

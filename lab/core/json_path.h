@@ -9,7 +9,8 @@
 extern "C" {
 #endif
 
-/* The item at path under o, or NULL when any step is missing. Keys are at most 63 bytes. */
+/* The item at path under o, or NULL when any step is missing. Keys are at most 63 bytes; in an
+ * array a key of digits is an index ("timeline.consumers.0.k_ready"). */
 const cJSON *kl_json_get(const cJSON *o, const char *path);
 /* Its number, NAN when absent or not a number (the guides print NAN as "-"). */
 double kl_json_num(const cJSON *o, const char *path);

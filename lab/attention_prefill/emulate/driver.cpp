@@ -42,6 +42,23 @@ template <typename T> static float to_float(T v)
     else return __half2float(v);
 }
 
+/* The trace of CTA 0 (v8, v9): every key tile's events present and in the order the kernel passes them
+ * (K ready, S done, softmax done, P V done; v9 finishes P_j V_j only after the softmax of tile j + 1). */
+static bool trace_in_order(const kl_prefill_trace &t, bool overlapped)
+{
+    const int n = std::min(t.tiles, KL_PREFILL_TRACE_TILES);
+    bool ok = t.tiles > 0 && t.start > 0;
+    for (int c = 0; c < 2; c++)
+        for (int j = 0; j < n; j++) {
+            ok &= t.issued[j] >= t.start && t.k_ready[c][j] >= t.start;
+            ok &= t.k_ready[c][j] <= t.s_done[c][j] && t.s_done[c][j] <= t.softmax_done[c][j];
+            ok &= t.softmax_done[c][j] <= t.pv_done[c][j] && t.pv_done[c][j] <= t.end[c];
+            if (overlapped && j + 1 < n) ok &= t.softmax_done[c][j + 1] <= t.pv_done[c][j];
+        }
+    if (!ok) printf("FAIL: the trace of CTA 0 is missing events or out of order (%d tiles)\n", t.tiles);
+    return ok;
+}
+
 template <typename T, int D> static bool check(const problem &pr, const std::string &variant, unsigned seed)
 {
     std::mt19937 rng(seed);
@@ -84,6 +101,7 @@ template <typename T, int D> static bool check(const problem &pr, const std::str
     }
 
     kl_attention_prefill_params p{};
+    kl_prefill_trace trace{};
     p.q = q.data(), p.k_cache = k.data(), p.v_cache = v.data(), p.qo_indptr = qo_indptr.data();
     p.kv_indptr = kv_indptr.data(), p.kv_indices = indices.data(), p.kv_last_page_len = last.data();
     p.out = out.data(), p.lse = lse.data(), p.batch = batch, p.total_q = total_q, p.num_qo_heads = pr.qo_heads;
@@ -109,6 +127,7 @@ template <typename T, int D> static bool check(const problem &pr, const std::str
             emu_v6_gqa_packed::prefill_v6<T, D>(p, page, kl::prefill::make_fast_div((uint32_t)group));
         });
     else {
+        p.trace = &trace; /* the warp-specialized variants record CTA 0's events: checked below */
         cudaError_t rc = cudaErrorInvalidValue;
         if (variant == "v7") rc = emu_v7_wgmma::launch(&p, nullptr);
         else if (variant == "v8") rc = emu_v8_warp_specialized::launch(&p, nullptr);
@@ -138,7 +157,8 @@ template <typename T, int D> static bool check(const problem &pr, const std::str
         else lse_abs = std::max(lse_abs, std::fabs(lse[i] - ref_lse[i]));
     }
     const double rel = std::sqrt(err2 / ref2), limit = std::is_same<T, __half>::value ? 0x1p-9 : 0x1p-7;
-    const bool ok = nonfinite == 0 && rel < limit && lse_abs < 1e-3;
+    bool ok = nonfinite == 0 && rel < limit && lse_abs < 1e-3;
+    if (variant == "v8" || variant == "v9") ok &= trace_in_order(trace, variant == "v9");
     std::string q_lens;
     for (int x : pr.q_lens) q_lens += (q_lens.empty() ? "" : "/") + std::to_string(x);
     printf("%s %s head_dim=%d %s q=%s heads=%d/%d page=%d %s: rel_l2 %.3g max_abs %.3g lse %.3g, %ld non-finite\n",

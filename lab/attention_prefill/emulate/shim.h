@@ -152,6 +152,11 @@ inline float __shfl_xor_sync(unsigned, float v, int off)
     memcpy(&r, &o, 4);
     return r;
 }
+inline long long clock64()
+{
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
 template <typename T> inline T __ldg(const T *p) { return *p; } /* the read-only path is a plain load here */
 inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((uint64_t)a * b) >> 32); }
 inline float __uint_as_float(uint32_t u)
