@@ -471,15 +471,16 @@ KL_MODULE(attention_prefill,
               "layer time).",
           .tensor = &ops, .perf = &kl_attention_prefill_perf, .tolerance = kl_attention_tolerance_text,
           .exercises =
-              "1. Hopper: a v7 with .min_cc = 90 that copies K/V tiles with TMA (cp.async.bulk.tensor over a 4-D "
-              "tensor map of [num_pages, page_size, kv_heads, head_dim], one page-16 box per 16 keys) into an "
-              "mbarrier-tracked ring, and multiplies with wgmma from two consumer warpgroups that ping-pong softmax "
-              "and GEMM while a producer warp copies (FlashAttention-3). Its launcher reads the same params (the "
-              "tensor maps are built there). Before writing it, read the tensor-pipe share and the stall reasons of "
-              "v6 on causal-8k: they say how much the mma.sync path leaves on the table.\n"
+              "1. Read the CTA timeline of the execution story (v9 on causal-8k): per key tile, how long S takes, "
+              "how long the softmax, and whether one warpgroup's softmax sits under the other's products. Then "
+              "remove one idea at a time from a copy of v9 (the ping-pong barriers; the overlap of S_j with "
+              "P_{j-1} V_{j-1}) and measure which of the two buys what (v8 has neither, nor the persistent grid).\n"
               "2. The softmax's exponentials run on the special-function unit (16 per SM per clock): count MUFU.EX2 "
-              "against HMMA in v6's SASS (`cuobjdump --dump-sass`), compute the share of a tile's time they take, "
+              "against HGMMA in v9's SASS (`cuobjdump --dump-sass`), compute the share of a tile's time they take, "
               "then evaluate a quarter of them as a polynomial on the FMA pipe (FlashAttention-3's trick) and "
               "measure causal-8k.\n"
-              "3. Persistent CTAs: launch 2 x SMs blocks that take (request, kv head, tile) items off an atomic "
-              "counter in params.workspace, heaviest first, and compare ragged-b16 with v5's grid order.");
+              "3. Page 1 (causal-8k-p1): the producer warpgroup gathers rows with cp.async (kernels/attention_prefill/"
+              "kv_ring.cuh). Replace it with one cp.async.bulk (a 1-D bulk copy of a key's 256-byte row) per key, "
+              "completing on the same mbarrier, and compare against page 16.\n"
+              "4. Scheduling: v9 walks its work tiles with a fixed stride of the grid. Take them off an atomic "
+              "counter in params.workspace instead, heaviest first, and compare ragged-b16 and causal-b4x2k.");
