@@ -205,15 +205,27 @@ template <int N> __device__ __forceinline__ void wgmma_wait()
 {
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
-/* Pins accumulators in their registers across an asynchronous product: without it the compiler may
- * copy them between the issue and the wait, and read a value the tensor cores have not written. */
-template <int C> __device__ __forceinline__ void pin(float (&d)[C][4])
+/* Pins a product's register operands (accumulators, or P's A fragments) in their registers: the
+ * compiler must finish the ordinary code that writes them before this point, and may not copy them
+ * elsewhere between a product's issue and its wait (it would read values the tensor cores have not
+ * written, or feed them stale ones). */
+template <typename R, int C> __device__ __forceinline__ void pin(R (&d)[C][4])
 {
 #pragma unroll
     for (int i = 0; i < C; i++)
 #pragma unroll
-        for (int e = 0; e < 4; e++)
-            asm volatile("" : "+f"(d[i][e])::"memory");
+        for (int e = 0; e < 4; e++) {
+            if constexpr (std::is_same<R, float>::value) asm volatile("" : "+f"(d[i][e])::"memory");
+            else asm volatile("" : "+r"(d[i][e])::"memory");
+        }
+}
+/* The start of a batch of products: the register operands they read or write pinned, then
+ * wgmma.fence (PTX: registers written by ordinary code before a wgmma reads them need the fence,
+ * and the pins keep that code from sinking past it). */
+template <class... Regs> __device__ __forceinline__ void wgmma_begin(Regs &...regs)
+{
+    (pin(regs), ...);
+    wgmma_fence();
 }
 
 /* Register lists of the asm statements below: N / 2 accumulators, then the other operands. */

@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         /* S = Q K^T: D / 16 products of 64 x BN x 16, the first overwriting s. */
         float s[1][NT][4];
         const uint32_t k_tile = smem_addr(k_stage(st)), v_tile = smem_addr(v_stage(st));
-        wgmma_fence();
+        wgmma_begin(s[0]);
 #pragma unroll
         for (int kk = 0; kk < D / 16; kk++)
             wgmma_ss<T, BN>(s[0], kmajor_desc<QL>(q_wg, kk), kmajor_desc<KL>(k_tile, kk), kk > 0);
@@ -112,7 +112,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         /* O += P V: BN / 16 products of 64 x D x 16, P's A fragments straight from S's registers. */
         uint32_t a[BN / 16][4];
         pack_p<T>(a, s[0]);
-        wgmma_fence();
+        wgmma_begin(a, o[0]);
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++) wgmma_rs<T, D>(o[0], a[kk], mnmajor_desc<KL>(v_tile, kk), 1);
         wgmma_commit();

@@ -26,7 +26,10 @@ using namespace kl::hopper;
 using kl::prefill::visible_keys;
 
 constexpr int kThreads = 384; /* producer warpgroup + 2 consumer warpgroups */
-[[maybe_unused]] constexpr int kProducerRegs = 40, kConsumerRegs = 232; /* 128 (40 + 2 x 232) <= 65536 */
+/* setmaxnreg only moves registers within what the CTA got at launch: 384 threads x 168 (the most
+ * __launch_bounds__(384, 1) allows, 65536 / 384 rounded down to 8). 40 + 2 x 232 = 3 x 168. */
+[[maybe_unused]] constexpr int kProducerRegs = 40, kConsumerRegs = 232, kLaunchRegs = 65536 / kThreads / 8 * 8;
+static_assert(128 * (kProducerRegs + 2 * kConsumerRegs) <= kThreads * kLaunchRegs, "more registers than the CTA has");
 
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads, 1)
@@ -85,7 +88,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         mbar_wait(&sm.full_k[slot.stage], slot.phase);
         mark(at(kKReady, j));
         const uint32_t k_tile = smem_addr(sm.k_stage(slot.stage)), v_tile = smem_addr(sm.v_stage(slot.stage));
-        wgmma_fence();
+        wgmma_begin(s[0]);
 #pragma unroll
         for (int kk = 0; kk < D / 16; kk++)
             wgmma_ss<T, BN>(s[0], kmajor_desc<QL>(q_wg, kk), kmajor_desc<KL>(k_tile, kk), kk > 0);
@@ -102,7 +105,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         uint32_t a[BN / 16][4];
         pack_p<T>(a, s[0]);
         mbar_wait(&sm.full_v[slot.stage], slot.phase);
-        wgmma_fence();
+        wgmma_begin(a, o[0]);
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++) wgmma_rs<T, D>(o[0], a[kk], mnmajor_desc<KL>(v_tile, kk), 1);
         wgmma_commit();

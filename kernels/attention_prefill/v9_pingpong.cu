@@ -24,8 +24,10 @@ using namespace kl::mma;
 using namespace kl::hopper;
 
 constexpr int kThreads = 384; /* producer warpgroup + 2 consumer warpgroups */
-/* The producer's share leaves room for its gather path (40 spilled there); 224 hold S, P and O. */
-[[maybe_unused]] constexpr int kProducerRegs = 56, kConsumerRegs = 224; /* 128 (56 + 2 x 224) <= 65536 */
+/* The producer's share leaves room for its gather path (40 spilled there); 224 hold S, P and O. setmaxnreg
+ * only moves registers within what the CTA got at launch: 384 threads x 168 (v8's kLaunchRegs). */
+[[maybe_unused]] constexpr int kProducerRegs = 56, kConsumerRegs = 224, kLaunchRegs = 65536 / kThreads / 8 * 8;
+static_assert(128 * (kProducerRegs + 2 * kConsumerRegs) <= kThreads * kLaunchRegs, "more registers than the CTA has");
 /* Named barriers: 1, 2 publish a warpgroup's Q; 3 + c is consumer warpgroup c's turn to issue products. */
 enum { kQBarrier = 1, kTurnBarrier = 3 };
 
@@ -148,7 +150,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             if (c == 1) their_turn();
             wait_k(0);
             my_turn();
-            wgmma_fence();
+            wgmma_begin(s[0]);
             issue_qk(0);
             their_turn();
             wgmma_wait<0>();
@@ -158,8 +160,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                 wait_k(j);
                 wait_v(j - 1);
                 my_turn();
-                pin(o[0]);
-                wgmma_fence();
+                wgmma_begin(s[0], a, o[0]);
                 issue_qk(j);
                 issue_pv(j - 1);
                 their_turn();
@@ -172,8 +173,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
             wait_v(n - 1);
             my_turn();
-            pin(o[0]);
-            wgmma_fence();
+            wgmma_begin(a, o[0]);
             issue_pv(n - 1);
             if (c == 0) their_turn();
             wgmma_wait<0>();

@@ -43,11 +43,13 @@ template <typename T> static float to_float(T v)
 }
 
 /* The trace of CTA 0 (v8, v9): every key tile's events present and in the order the kernel passes them
- * (K ready, S done, softmax done, P V done; v9 finishes P_j V_j only after the softmax of tile j + 1). */
+ * (K ready, S done, softmax done, P V done; v9 finishes P_j V_j only after the softmax of tile j + 1).
+ * tiles 0: CTA 0 had no rows (v8's block 0 is request 0's last tile, past a shorter request's rows). */
 static bool trace_in_order(const kl_prefill_trace &t, bool overlapped)
 {
     const int n = std::min(t.tiles, KL_PREFILL_TRACE_TILES);
-    bool ok = t.tiles > 0 && t.start > 0;
+    if (t.tiles == 0) return true;
+    bool ok = t.start > 0;
     for (int c = 0; c < 2; c++)
         for (int j = 0; j < n; j++) {
             ok &= t.issued[j] >= t.start && t.k_ready[c][j] >= t.start;

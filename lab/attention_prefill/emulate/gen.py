@@ -105,8 +105,8 @@ HOPPER_EMULATED = {
         "template <int N> __device__ __forceinline__ void wgmma_wait() { emu::warp_sync(); }",
     "__device__ __forceinline__ void wgmma_fence()": "__device__ __forceinline__ void wgmma_fence() {}",
     "__device__ __forceinline__ void wgmma_commit()": "__device__ __forceinline__ void wgmma_commit() {}",
-    "template <int C> __device__ __forceinline__ void pin(":
-        "template <int C> __device__ __forceinline__ void pin(float (&)[C][4]) {}",
+    "template <typename R, int C> __device__ __forceinline__ void pin(":
+        "template <typename R, int C> __device__ __forceinline__ void pin(R (&)[C][4]) {}",
     "template <typename T, int N>\n__device__ __forceinline__ void wgmma_ss(": """struct emu_desc {
     uint32_t start, leading, stride;
 };
