@@ -55,14 +55,20 @@ static int cmd_list(int argc, char **argv)
 {
     if (argc > 0) return fprintf(stderr, "kernlab list: unexpected argument '%s'\n", argv[0]), 2;
     char cc[16];
+    int width = 34; /* the longest module/variant name sets the column */
+    for (int i = 0; i < kl_module_count(); i++)
+        for (int j = 0; j < kl_variant_count(kl_module_at(i)->name, false); j++) {
+            const int n = (int)(strlen(kl_module_at(i)->name) + 1 + strlen(kl_variant_at(kl_module_at(i)->name, j, false)->name));
+            if (n > width) width = n;
+        }
     for (int i = 0; i < kl_module_count(); i++) {
         const struct kl_module *m = kl_module_at(i);
-        printf("%-36s %-6s %s\n", m->name, cc_str(m->min_cc, cc, sizeof cc), m->summary);
+        printf("%-*s %-6s %s\n", width + 2, m->name, cc_str(m->min_cc, cc, sizeof cc), m->summary);
         for (int j = 0; j < kl_variant_count(m->name, false); j++) {
             const struct kl_variant *v = kl_variant_at(m->name, j, false);
             char full[96];
             snprintf(full, sizeof full, "%s/%s", m->name, v->name);
-            printf("  %-34s %-6s %s\n", full, cc_str(v->min_cc, cc, sizeof cc), v->summary);
+            printf("  %-*s %-6s %s\n", width, full, cc_str(v->min_cc, cc, sizeof cc), v->summary);
         }
     }
     return 0;
