@@ -865,6 +865,28 @@ static const char *compute_stall_meaning(const char *name)
     return stall_meaning(name);
 }
 
+/* A warp-specialized kernel's register split after setmaxnreg, read from its source's constants
+ * (kProducerRegs = P, kConsumerRegs = C): the launch record only knows the cap at entry. 0 if none. */
+static int setmaxnreg_split(const char *variant, const char *module, int *producer, int *consumer)
+{
+    *producer = *consumer = 0;
+    const struct kl_variant *v = kl_variant_find(module, variant);
+    char path[1200], line[1024];
+    if (!v) return 0;
+    snprintf(path, sizeof path, KL_SOURCE_DIR "/%s", rel_path(v->file));
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    while (fgets(line, sizeof line, f)) {
+        const char *p = strstr(line, "kProducerRegs = "), *c = strstr(line, "kConsumerRegs = ");
+        if (p && c) {
+            *producer = atoi(p + 16), *consumer = atoi(c + 16);
+            break;
+        }
+    }
+    fclose(f);
+    return *producer > 0 && *consumer > 0;
+}
+
 /* element j of the number array at path in r, or NaN */
 static double at_index(const cJSON *r, const char *path, int j)
 {
@@ -948,6 +970,11 @@ static void section_compute_story(FILE *f, const struct mod *md, const cJSON *r,
         fprintf(f, "├── Resources: %s registers/thread, %s B shared memory/CTA, %s B local/thread (%s)\n",
                 F("%.0f", num(k, "registers")), F("%.0f", num(k, "static_smem") + num(k, "dynamic_smem")),
                 F("%.0f", num(k, "local_bytes")), num(k, "local_bytes") > 0 ? "spills or a stack frame" : "no spills");
+        int producer, consumer;
+        if (setmaxnreg_split(variant, md->name, &producer, &consumer))
+            fprintf(f, "│   └── after setmaxnreg: the producer warpgroup %d registers/thread, each consumer warpgroup %d "
+                       "(the %s above is the cap every warp starts with)\n",
+                    producer, consumer, F("%.0f", num(k, "registers")));
     }
     const double rows = num(r, "work.rows"), pairs = num(r, "work.pairs"), d = num(r, "params.head_dim");
     if (blocks > 0 && isfinite(rows) && isfinite(pairs) && isfinite(d)) {
