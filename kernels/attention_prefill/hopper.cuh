@@ -65,47 +65,8 @@ __device__ __forceinline__ unsigned char *align_1024(unsigned char *p)
     return p + (((a + 1023u) & ~1023u) - a);
 }
 
-/* ROWS rows of D 16-bit elements into a tile laid out by L, by THREADS threads of which this one
- * is `tid` (8 a row, chunk tid % 8 + 8k): cp.async, zeros where row_src(r) is nullptr. The caller
- * commits, waits, fences the async proxy (fence_async_smem) and synchronises. */
-template <class L, int ROWS, int D, int THREADS, typename T, class RowSrc>
-__device__ __forceinline__ void copy_rows(T *tile, int tid, const T *base, RowSrc row_src)
-{
-    static_assert(THREADS % 8 == 0 && ROWS % (THREADS / 8) == 0, "whole passes of 8 threads a row");
-    const uint32_t dst = smem_addr(tile);
-#pragma unroll
-    for (int i = 0; i < ROWS / (THREADS / 8); i++) {
-        const int row = tid / 8 + i * (THREADS / 8);
-        const T *src = row_src(row);
-#pragma unroll
-        for (int k = 0; k < D / 64; k++) {
-            const int chunk = tid % 8 + 8 * k;
-            mma::cp_async_16(dst + 2 * L::offset(row, chunk), src ? src + chunk * 8 : base, src != nullptr);
-        }
-    }
-}
-
-/* The K and V rows of one key tile by THREADS threads (this one `tid`), as copy_rows; row_offset(r) is
- * the element offset of key row r in the caches, or -1 past the keys (zeros: a zero V row times a
- * zero probability is 0, where stale shared memory could hold a NaN). */
-template <class L, int ROWS, int D, int THREADS, typename T, class RowOffset>
-__device__ __forceinline__ void copy_kv_rows(T *k_tile, T *v_tile, int tid, const T *kc, const T *vc,
-                                             RowOffset row_offset)
-{
-    static_assert(THREADS % 8 == 0 && ROWS % (THREADS / 8) == 0, "whole passes of 8 threads a row");
-    const uint32_t kdst = smem_addr(k_tile), vdst = smem_addr(v_tile);
-#pragma unroll
-    for (int i = 0; i < ROWS / (THREADS / 8); i++) {
-        const int row = tid / 8 + i * (THREADS / 8);
-        const int64_t off = row_offset(row);
-#pragma unroll
-        for (int k = 0; k < D / 64; k++) {
-            const int chunk = tid % 8 + 8 * k, so = 2 * L::offset(row, chunk);
-            mma::cp_async_16(kdst + so, off >= 0 ? kc + off + chunk * 8 : kc, off >= 0);
-            mma::cp_async_16(vdst + so, off >= 0 ? vc + off + chunk * 8 : vc, off >= 0);
-        }
-    }
-}
+using mma::copy_kv_rows; /* cp.async row copies by a given thread of a group (mma.cuh) */
+using mma::copy_rows;
 
 /* ---- the work of a CTA: v6's packed rows ----
  * kv head `kv_head` of request r and its packed rows row0 .. row0 + 127, packed row pr being query

@@ -149,59 +149,63 @@ template <int D> struct tile_shape {
 
 /* ---- block-level tile copies (cp.async: the caller commits, waits and synchronises) ---- */
 
-/* How a CTA copies a tile of rows of D 16-bit elements: 8 threads per row, thread t of the 8
- * taking the 16-byte chunks t, t + 8, ... (D / 64 of them), THREADS / 8 rows per pass. A warp's
- * copy instruction then covers 4 rows x 128 contiguous bytes (coalesced), each thread does one page
- * lookup per row it copies, and its shared-memory offsets differ by constants: rows per pass is a
- * multiple of 8, so a row's swizzle term (row % 8) is the same in every pass, and chunk + 8k
- * XOR (row % 8) = (chunk XOR (row % 8)) + 8k. */
-template <int D, int THREADS> struct copy_plan {
-    static constexpr int kChunksPerThread = D / 64, kRowsPerPass = THREADS / 8;
-    static_assert(D % 64 == 0 && THREADS % 64 == 0, "8 threads a row, whole rows per pass");
-    static __device__ __forceinline__ int row0() { return threadIdx.x / 8; }
-    static __device__ __forceinline__ int chunk0() { return threadIdx.x % 8; }
-};
-
-/* ROWS rows into a tile laid out by L; row_src(r) is the global row, or nullptr for zeros. No data
+/* How THREADS threads copy a tile of rows of D 16-bit elements: 8 threads per row, thread t of the
+ * 8 taking the 16-byte chunks t, t + 8, ... (D / 64 of them), THREADS / 8 rows per pass; `tid` is
+ * this thread's index among them (unsigned: / 8 and % 8 are then a shift and a mask). A warp's copy instruction then covers 4 rows x 128 contiguous
+ * bytes (coalesced), each thread does one page lookup per row it copies, and its shared-memory
+ * offsets differ by constants: rows per pass is a multiple of 8, so a row's swizzle term (row % 8)
+ * is the same in every pass, and chunk + 8k XOR (row % 8) = (chunk XOR (row % 8)) + 8k.
+ * ROWS rows into a tile laid out by L; row_src(r) is the global row, or nullptr for zeros. No data
  * passes through registers. */
 template <class L, int ROWS, int D, int THREADS, typename T, class RowSrc>
-__device__ __forceinline__ void load_tile(T *tile, const T *base, RowSrc row_src)
+__device__ __forceinline__ void copy_rows(T *tile, unsigned tid, const T *base, RowSrc row_src)
 {
-    using C = copy_plan<D, THREADS>;
-    static_assert(ROWS % C::kRowsPerPass == 0, "whole passes");
+    static_assert(D % 64 == 0 && THREADS % 64 == 0 && ROWS % (THREADS / 8) == 0, "8 threads a row, whole passes");
     const uint32_t dst = smem_addr(tile);
 #pragma unroll
-    for (int i = 0; i < ROWS / C::kRowsPerPass; i++) {
-        const int row = C::row0() + i * C::kRowsPerPass;
+    for (int i = 0; i < ROWS / (THREADS / 8); i++) {
+        const int row = (int)(tid / 8) + i * (THREADS / 8);
         const T *src = row_src(row);
 #pragma unroll
-        for (int k = 0; k < C::kChunksPerThread; k++) {
-            const int chunk = C::chunk0() + 8 * k;
+        for (int k = 0; k < D / 64; k++) {
+            const int chunk = (int)(tid % 8) + 8 * k;
             cp_async_16(dst + 2 * L::offset(row, chunk), src ? src + chunk * 8 : base, src != nullptr);
         }
     }
 }
 
-/* The K and V rows of one key tile: the same rows of both caches, so one page lookup serves both.
- * row_offset(r) is the element offset of key row r in the caches, or -1 past kv_len (zeros: a zero
- * V row times P = 0 is 0, where stale shared memory could hold a NaN and make 0 * NaN). */
+/* The K and V rows of one key tile, as copy_rows: the same rows of both caches, so one page lookup
+ * serves both. row_offset(r) is the element offset of key row r in the caches, or -1 past kv_len
+ * (zeros: a zero V row times P = 0 is 0, where stale shared memory could hold a NaN and make 0 * NaN). */
 template <class L, int ROWS, int D, int THREADS, typename T, class RowOffset>
-__device__ __forceinline__ void load_kv_tile(T *k_tile, T *v_tile, const T *kc, const T *vc, RowOffset row_offset)
+__device__ __forceinline__ void copy_kv_rows(T *k_tile, T *v_tile, unsigned tid, const T *kc, const T *vc,
+                                             RowOffset row_offset)
 {
-    using C = copy_plan<D, THREADS>;
-    static_assert(ROWS % C::kRowsPerPass == 0, "whole passes");
+    static_assert(D % 64 == 0 && THREADS % 64 == 0 && ROWS % (THREADS / 8) == 0, "8 threads a row, whole passes");
     const uint32_t kdst = smem_addr(k_tile), vdst = smem_addr(v_tile);
 #pragma unroll
-    for (int i = 0; i < ROWS / C::kRowsPerPass; i++) {
-        const int row = C::row0() + i * C::kRowsPerPass;
+    for (int i = 0; i < ROWS / (THREADS / 8); i++) {
+        const int row = (int)(tid / 8) + i * (THREADS / 8);
         const int64_t off = row_offset(row);
 #pragma unroll
-        for (int k = 0; k < C::kChunksPerThread; k++) {
-            const int chunk = C::chunk0() + 8 * k, so = 2 * L::offset(row, chunk);
+        for (int k = 0; k < D / 64; k++) {
+            const int chunk = (int)(tid % 8) + 8 * k, so = 2 * L::offset(row, chunk);
             cp_async_16(kdst + so, off >= 0 ? kc + off + chunk * 8 : kc, off >= 0);
             cp_async_16(vdst + so, off >= 0 ? vc + off + chunk * 8 : vc, off >= 0);
         }
     }
+}
+
+/* The same by the whole CTA of THREADS threads. */
+template <class L, int ROWS, int D, int THREADS, typename T, class RowSrc>
+__device__ __forceinline__ void load_tile(T *tile, const T *base, RowSrc row_src)
+{
+    copy_rows<L, ROWS, D, THREADS>(tile, threadIdx.x, base, row_src);
+}
+template <class L, int ROWS, int D, int THREADS, typename T, class RowOffset>
+__device__ __forceinline__ void load_kv_tile(T *k_tile, T *v_tile, const T *kc, const T *vc, RowOffset row_offset)
+{
+    copy_kv_rows<L, ROWS, D, THREADS>(k_tile, v_tile, threadIdx.x, kc, vc, row_offset);
 }
 
 /* The page numbers of the BN keys from k0 of request r into slot[0 .. BN): at most BN pages hold BN
@@ -281,14 +285,58 @@ __device__ __forceinline__ void mask_tile(float (&s)[MT][NT][4], int k0, int lan
         }
 }
 
-/* The online softmax for one key tile, in place: s (raw logits) becomes p = 2^(s c - m c) with
- * c = sm_scale log2(e) folded into one FFMA; m (raw running max per row) and l (this thread's
- * share of the running sum) are updated, and alpha = 2^((m_old - m) c) is what the output rows
- * must be scaled by (rescale_rows) before this tile's P V is added. The row max is over the 4
- * threads of a group (two shuffles); l stays a per-thread partial sum until the epilogue, since
- * all 4 threads of a row rescale alike. Requires sm_scale > 0 (the max of raw logits is then the
- * max of scaled ones). A row that has seen no key yet has m = -inf; it subtracts 0 instead, so
- * 2^(-inf) = 0 and never -inf - -inf. */
+/* The online softmax for one key tile, in place, for this thread's row g + 8h of block mt: s (raw
+ * logits) becomes p = 2^(s c - m c) with c = sm_scale log2(e) folded into one FFMA; m (raw running
+ * max) and l (this thread's share of the running sum) are updated, and the return value alpha =
+ * 2^((m_old - m) c) is what the row's output must be scaled by before this tile's P V is added. The
+ * row max is over the 4 threads of a group (two shuffles); l stays a per-thread partial sum until
+ * the epilogue, since all 4 threads of a row rescale alike. Requires sm_scale > 0 (the max of raw
+ * logits is then the max of scaled ones). A row that has seen no key yet has m = -inf; it subtracts
+ * 0 instead, so 2^(-inf) = 0 and never -inf - -inf. */
+template <int MT, int NT>
+__device__ __forceinline__ float softmax_row(float (&s)[MT][NT][4], float (&m)[MT][2], float (&l)[MT][2], int mt,
+                                             int h, float scale_log2)
+{
+    float mx = m[mt][h];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+        mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float ref = mx == -INFINITY ? 0.f : mx * scale_log2;
+    const float alpha = exp2_fast(fmaf(m[mt][h], scale_log2, -ref));
+    m[mt][h] = mx;
+    float sum = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int e = 2 * h; e < 2 * h + 2; e++) {
+            const float pe = exp2_fast(fmaf(s[mt][nt][e], scale_log2, -ref));
+            s[mt][nt][e] = pe;
+            sum += pe;
+        }
+    l[mt][h] = l[mt][h] * alpha + sum;
+    return alpha;
+}
+
+/* Every row of the tile, the output rescaled at once (the FlashAttention-2 step). */
+template <int MT, int NT, int DT>
+__device__ __forceinline__ void online_softmax(float (&s)[MT][NT][4], float (&m)[MT][2], float (&l)[MT][2],
+                                               float (&o)[MT][DT][4], float scale_log2)
+{
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const float alpha = softmax_row(s, m, l, mt, h, scale_log2);
+#pragma unroll
+            for (int dt = 0; dt < DT; dt++)
+                o[mt][dt][2 * h] *= alpha, o[mt][dt][2 * h + 1] *= alpha;
+        }
+}
+
+/* Every row of the tile, the output's scale factors returned for later (rescale_rows): a kernel
+ * whose previous P V is still running may not touch o yet. */
 template <int MT, int NT>
 __device__ __forceinline__ void softmax_rows(float (&s)[MT][NT][4], float (&m)[MT][2], float (&l)[MT][2],
                                              float (&alpha)[MT][2], float scale_log2)
@@ -296,27 +344,7 @@ __device__ __forceinline__ void softmax_rows(float (&s)[MT][NT][4], float (&m)[M
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            float mx = m[mt][h];
-#pragma unroll
-            for (int nt = 0; nt < NT; nt++)
-                mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float ref = mx == -INFINITY ? 0.f : mx * scale_log2;
-            alpha[mt][h] = exp2_fast(fmaf(m[mt][h], scale_log2, -ref));
-            m[mt][h] = mx;
-            float sum = 0.f;
-#pragma unroll
-            for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-                for (int e = 2 * h; e < 2 * h + 2; e++) {
-                    const float pe = exp2_fast(fmaf(s[mt][nt][e], scale_log2, -ref));
-                    s[mt][nt][e] = pe;
-                    sum += pe;
-                }
-            l[mt][h] = l[mt][h] * alpha[mt][h] + sum;
-        }
+        for (int h = 0; h < 2; h++) alpha[mt][h] = softmax_row(s, m, l, mt, h, scale_log2);
 }
 
 /* o *= alpha, row by row (alpha from softmax_rows). */
@@ -329,16 +357,6 @@ __device__ __forceinline__ void rescale_rows(float (&o)[MT][DT][4], const float 
         for (int dt = 0; dt < DT; dt++)
             o[mt][dt][0] *= alpha[mt][0], o[mt][dt][1] *= alpha[mt][0], o[mt][dt][2] *= alpha[mt][1],
                 o[mt][dt][3] *= alpha[mt][1];
-}
-
-/* Both: the softmax step of a tile whose output rows can be rescaled at once. */
-template <int MT, int NT, int DT>
-__device__ __forceinline__ void online_softmax(float (&s)[MT][NT][4], float (&m)[MT][2], float (&l)[MT][2],
-                                               float (&o)[MT][DT][4], float scale_log2)
-{
-    float alpha[MT][2];
-    softmax_rows(s, m, l, alpha, scale_log2);
-    rescale_rows(o, alpha);
 }
 
 /* o += P V with P from the registers of s (after online_softmax) rounded to T, and V's B fragments

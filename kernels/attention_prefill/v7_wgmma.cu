@@ -61,7 +61,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     auto limit = [&](int, int h) { return w.keys_of(p, row + 8 * h); };
 
     const T *kc = (const T *)p.k_cache, *vc = (const T *)p.v_cache;
-    copy_rows<QL, BM, D, kThreads>(q_tile, threadIdx.x, (const T *)p.q, [&](int i) -> const T * {
+    load_tile<QL, BM, D, kThreads>(q_tile, (const T *)p.q, [&](int i) -> const T * {
         return w.row0 + i < w.rows ? (const T *)p.q + w.row_offset(p, w.row0 + i) : nullptr;
     });
     auto copy_tile = [&](int j, int st, auto page_of) {
