@@ -21,7 +21,6 @@ namespace {
 
 using namespace kl::mma;
 using namespace kl::hopper;
-using kl::prefill::visible_keys;
 
 constexpr int kThreads = 256; /* 2 warpgroups */
 

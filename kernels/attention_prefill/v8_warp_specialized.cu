@@ -23,7 +23,6 @@ namespace {
 
 using namespace kl::mma;
 using namespace kl::hopper;
-using kl::prefill::visible_keys;
 
 constexpr int kThreads = 384; /* producer warpgroup + 2 consumer warpgroups */
 /* setmaxnreg only moves registers within what the CTA got at launch: 384 threads x 168 (the most
