@@ -182,12 +182,14 @@ int main(int argc, char **argv)
     int passed = 0, failed = 0;
     for (const std::string &v : variants) {
         /* quick: every head_dim, both 16-bit types, a ragged batch with an empty request, two query tiles
-         * and up to four key tiles, pages of 16 (partial), 7 and 1, GQA 1 and 2, causal and not;
+         * and up to four key tiles, pages of 16 (partial), 7, 1 and 32, GQA 1 and 2, causal and not;
          * --full adds larger batches, GQA 4/8, an extend over 300 keys and odd pages of 5. */
         bool ok = check<__nv_bfloat16, 64>({4, 2, 16, true, {40, 0, 3}, {70, 9, 100}}, v, 1);
         ok &= check<__nv_bfloat16, 128>({2, 1, 7, true, {130}, {130}}, v, 2);
         ok &= check<__half, 128>({2, 2, 16, true, {37}, {200}}, v, 3);
         ok &= check<__nv_bfloat16, 256>({2, 1, 1, false, {40}, {100}}, v, 4);
+        /* head_dim 256 by TMA (pages of 32, two per 64-key tile), both consumer warpgroups busy, a tail */
+        ok &= check<__nv_bfloat16, 256>({4, 2, 32, false, {64}, {200}}, v, 9);
         if (full) {
             ok &= check<__nv_bfloat16, 128>({8, 2, 16, true, {150, 1}, {150, 260}}, v, 5);
             ok &= check<__half, 64>({8, 1, 5, false, {33, 64}, {90, 64}}, v, 6);
