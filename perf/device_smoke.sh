@@ -28,7 +28,7 @@ t0=$(date +%s)
 echo "== build ok ($(( $(date +%s) - t0 )) s)"
 for v in $variants; do
   timeout 300 build/kernlab verify "golden/$module" --variant "$v" > "$logs/verify-$v.log" 2>&1
-  echo "verify $v: rc=$? $(grep -c '^PASS' "$logs/verify-$v.log") PASS, $(grep -c '^FAIL' "$logs/verify-$v.log") FAIL"
+  echo "verify $v: rc=$? $(grep -c '^PASS' "$logs/verify-$v.log") PASS, $(grep -c '^FAIL' "$logs/verify-$v.log") FAIL, $(grep -c '^SKIP' "$logs/verify-$v.log") SKIP"
   grep -m3 '^FAIL' "$logs/verify-$v.log"
   for tool in memcheck racecheck synccheck; do
     timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 99 build/kernlab verify "golden/$module" --variant "$v" \
@@ -45,6 +45,7 @@ done
 timeout 400 build/test_$module --filter "${module}_gpu/*" -j1 > "$logs/gpu-suite.log" 2>&1
 echo "gpu suite: rc=$? $(grep -E 'Synthesis' "$logs/gpu-suite.log")"
 grep -m10 -E '\[FAIL\]|FAIL' "$logs/gpu-suite.log"
+command -v cuobjdump > /dev/null || echo "sass: no cuobjdump on PATH"
 for v in $variants; do
   o=$(find build -name "$v.cu.o" | head -1)
   [ -n "$o" ] || continue
