@@ -210,7 +210,8 @@ static int check(const struct kl_variant *v, void *p, struct kl_cmp *out, struct
 }
 
 /* The trace as "timeline": SM clock cycles from the CTA's start, per key tile (at most
- * KL_PREFILL_TRACE_TILES), for the producer and each consumer warpgroup. */
+ * KL_PREFILL_TRACE_TILES), for the producer and each consumer warpgroup; -1 for an event not recorded. */
+static double since(unsigned long long t, unsigned long long t0) { return t >= t0 && t ? (double)(t - t0) : -1; }
 static void add_timeline(cJSON *o, const struct kl_prefill_trace *t)
 {
     const int n = t->tiles < KL_PREFILL_TRACE_TILES ? t->tiles : KL_PREFILL_TRACE_TILES;
@@ -219,7 +220,7 @@ static void add_timeline(cJSON *o, const struct kl_prefill_trace *t)
     cJSON_AddNumberToObject(tl, "tiles", t->tiles);
     const unsigned long long t0 = t->start;
     cJSON *issued = cJSON_AddArrayToObject(tl, "issued");
-    for (int j = 0; j < n; j++) cJSON_AddItemToArray(issued, cJSON_CreateNumber((double)(t->issued[j] - t0)));
+    for (int j = 0; j < n; j++) cJSON_AddItemToArray(issued, cJSON_CreateNumber(since(t->issued[j], t0)));
     cJSON *wgs = cJSON_AddArrayToObject(tl, "consumers");
     for (int c = 0; c < 2; c++) {
         cJSON *wg = cJSON_CreateObject();
@@ -227,9 +228,9 @@ static void add_timeline(cJSON *o, const struct kl_prefill_trace *t)
         const unsigned long long(*ev[4])[KL_PREFILL_TRACE_TILES] = {t->k_ready, t->s_done, t->softmax_done, t->pv_done};
         for (int e = 0; e < 4; e++) {
             cJSON *a = cJSON_AddArrayToObject(wg, names[e]);
-            for (int j = 0; j < n; j++) cJSON_AddItemToArray(a, cJSON_CreateNumber((double)(ev[e][c][j] - t0)));
+            for (int j = 0; j < n; j++) cJSON_AddItemToArray(a, cJSON_CreateNumber(since(ev[e][c][j], t0)));
         }
-        cJSON_AddNumberToObject(wg, "end", (double)(t->end[c] - t0));
+        cJSON_AddNumberToObject(wg, "end", since(t->end[c], t0));
         cJSON_AddItemToArray(wgs, wg);
     }
 }
