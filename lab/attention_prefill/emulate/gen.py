@@ -99,12 +99,24 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
 # 62-63), element addresses follow the canonical 128-byte-swizzle layouts, and the swizzle XORs address
 # bits 4-6 with bits 7-9 of the shared-memory address, for the tensor cores as for the TMA.
 HOPPER_EMULATED = {
-    # the products run at issue here; the wait is .sync.aligned, every lane of the warp past it together
-    # (a warp's lane 0 then hands a stage back for all of them)
-    "template <int N> __device__ __forceinline__ void wgmma_wait()":
-        "template <int N> __device__ __forceinline__ void wgmma_wait() { emu::warp_sync(); }",
+    # Products are deferred (shim.h's emu::wgmma_queue): issuing one queues it, commit closes a group, and
+    # the wait runs every group but the newest N, reading shared memory and writing the accumulators only
+    # then, as the tensor cores may do anywhere before it. A kernel that reads an accumulator, or hands a
+    # stage back, before the wait that covers its product sees stale values. The wait is .sync.aligned:
+    # every lane of the warp is past it together (a warp's lane 0 then hands a stage back for all).
+    "template <int N> __device__ __forceinline__ void wgmma_wait()": """template <int N> __device__ __forceinline__ void wgmma_wait()
+{
+    emu::wgmma_queue &q = emu::t_wgmma;
+    for (; q.committed.size() > N; q.committed.erase(q.committed.begin()))
+        for (auto &product : q.committed.front()) product();
+    emu::warp_sync();
+}""",
     "__device__ __forceinline__ void wgmma_fence()": "__device__ __forceinline__ void wgmma_fence() {}",
-    "__device__ __forceinline__ void wgmma_commit()": "__device__ __forceinline__ void wgmma_commit() {}",
+    "__device__ __forceinline__ void wgmma_commit()": """__device__ __forceinline__ void wgmma_commit()
+{
+    emu::t_wgmma.committed.push_back(std::move(emu::t_wgmma.open));
+    emu::t_wgmma.open.clear();
+}""",
     "template <typename R, int C> __device__ __forceinline__ void pin(":
         "template <typename R, int C> __device__ __forceinline__ void pin(R (&)[C][4]) {}",
     "template <typename T, int N>\n__device__ __forceinline__ void wgmma_ss(": """struct emu_desc {
@@ -140,13 +152,15 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t a, uint6
 {
     const emu_desc da = emu_decode(a), db = emu_decode(b);
     const int w = emu::wid() % 4, g = emu::lane() / 4, t = emu::lane() % 4;
-    for (int c = 0; c < N / 8; c++)
-        for (int e = 0; e < 4; e++) {
-            const int row = 16 * w + g + 8 * (e / 2), col = 8 * c + 2 * t + e % 2;
-            float acc = 0.f;
-            for (int k = 0; k < 16; k++) acc += emu_kmajor<T>(da, row, k) * emu_kmajor<T>(db, col, k);
-            d[c][e] = accumulate ? d[c][e] + acc : acc;
-        }
+    emu::t_wgmma.open.push_back([&d, da, db, accumulate, w, g, t] {
+        for (int c = 0; c < N / 8; c++)
+            for (int e = 0; e < 4; e++) {
+                const int row = 16 * w + g + 8 * (e / 2), col = 8 * c + 2 * t + e % 2;
+                float acc = 0.f;
+                for (int k = 0; k < 16; k++) acc += emu_kmajor<T>(da, row, k) * emu_kmajor<T>(db, col, k);
+                d[c][e] = accumulate ? d[c][e] + acc : acc;
+            }
+    });
 }""",
     "template <typename T, int N>\n__device__ __forceinline__ void wgmma_rs(": """template <typename T, int N>
 __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t b, int accumulate)
@@ -169,13 +183,16 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&
     emu::warp_sync();
     const emu_desc db = emu_decode(b);
     const int g = l / 4, t = l % 4;
-    for (int c = 0; c < N / 8; c++)
-        for (int e = 0; e < 4; e++) {
-            const int row = g + 8 * (e / 2), col = 8 * c + 2 * t + e % 2;
-            float acc = 0.f;
-            for (int k = 0; k < 16; k++) acc += A[row][k] * emu_mnmajor<T>(db, k, col);
-            d[c][e] = accumulate ? d[c][e] + acc : acc;
-        }
+    std::vector<float> a_rows(&A[0][0], &A[0][0] + 16 * 16); /* the registers as they were at the issue */
+    emu::t_wgmma.open.push_back([&d, a_rows, db, accumulate, g, t] {
+        for (int c = 0; c < N / 8; c++)
+            for (int e = 0; e < 4; e++) {
+                const int row = g + 8 * (e / 2), col = 8 * c + 2 * t + e % 2;
+                float acc = 0.f;
+                for (int k = 0; k < 16; k++) acc += a_rows[row * 16 + k] * emu_mnmajor<T>(db, k, col);
+                d[c][e] = accumulate ? d[c][e] + acc : acc;
+            }
+    });
 }""",
     "__device__ __forceinline__ void fence_async_smem()": "__device__ __forceinline__ void fence_async_smem() {}",
     "__device__ __forceinline__ void named_sync(": """__device__ __forceinline__ void named_sync(int id, int threads)

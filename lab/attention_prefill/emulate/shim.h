@@ -3,9 +3,10 @@
  * without a GPU: one std::thread per CUDA thread of a CTA, std::barrier for __syncthreads, named
  * barriers and the exchanges a warp-wide instruction needs (shuffles, ldmatrix, mma.sync, wgmma's
  * register operand). gen.py swaps the PTX wrappers for emulated ones: ldmatrix, mma.sync and wgmma
- * by the PTX ISA's fragment tables and shared-memory descriptor format, cp.async and bulk tensor
- * copies as immediate copies (the TMA's 128-byte swizzle applied to the destination address), and
- * mbarriers as arrival and byte counters with phases (below). The order of copies, barriers and
+ * by the PTX ISA's fragment tables and shared-memory descriptor format (wgmma deferred to the wait
+ * that covers it, so an accumulator read or a stage released too early shows), cp.async and bulk
+ * tensor copies as immediate copies (the TMA's 128-byte swizzle applied to the destination
+ * address), and mbarriers as arrival and byte counters with phases (below). The order of copies, barriers and
  * reads is then still checked: a tile read before its copy was issued reads stale bytes, which the
  * driver fills with garbage, and a protocol that never completes a phase is reported as a deadlock.
  * What it cannot see: races that need real asynchrony (compute-sanitizer's racecheck does), timing,
@@ -21,6 +22,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -124,6 +126,16 @@ inline void mbar_wait(uint32_t at, int parity)
         fail("deadlock: an mbarrier phase never completed within 60 s", at);
 }
 
+/* ---- wgmma: a thread's products issued and not yet waited for ----
+ * open: issued since the last commit; committed: one list per commit_group, oldest first. wgmma_wait<N>
+ * runs the products of every group but the newest N (gen.py), so their shared-memory reads and
+ * accumulator writes happen there, as late as the hardware may make them. */
+struct wgmma_queue {
+    std::vector<std::function<void()>> open;
+    std::vector<std::vector<std::function<void()>>> committed;
+};
+inline thread_local wgmma_queue t_wgmma;
+
 /* ---- named barriers (bar.sync / bar.arrive id, threads) ---- */
 inline std::barrier<> &named_barrier(int id, int threads)
 {
@@ -199,6 +211,8 @@ void emu::run_grid(unsigned gx, unsigned gy, unsigned gz, unsigned threads, size
                         emu_threadIdx = {t, 0, 0};
                         emu_blockIdx = {x, y, z};
                         kernel();
+                        if (!t_wgmma.open.empty() || !t_wgmma.committed.empty())
+                            fail("the thread exits with wgmma products it never waited for", 0);
                         c.block->arrive_and_drop();
                         c.warp[t / 32]->arrive_and_drop();
                     });
