@@ -76,19 +76,31 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
     for (int e = 0; e < 4; e++)
         for (int k = 0; k < 16; k++) d[e] += A[rows[e]][k] * B[k][cols[e]];
 }""",
+    # cp.async is deferred like wgmma (shim.h's emu::async_queue): a copy lands at the cp.async.wait_group
+    # that covers it, so data read before its wait is stale (the driver's garbage or an older tile).
     "__device__ __forceinline__ void cp_async_16(": """__device__ __forceinline__ void cp_async_16(uint32_t dst, const void *src, bool valid)
 {
-    if (valid) memcpy(emu::g_cta->smem.data() + dst, src, 16);
-    else memset(emu::g_cta->smem.data() + dst, 0, 16);
+    emu::t_cp_async.open.push_back([dst, src, valid] {
+        if (valid) memcpy(emu::g_cta->smem.data() + dst, src, 16);
+        else memset(emu::g_cta->smem.data() + dst, 0, 16);
+    });
 }""",
     "__device__ __forceinline__ void cp_async_4(": """__device__ __forceinline__ void cp_async_4(uint32_t dst, const void *src, bool valid)
 {
-    if (valid) memcpy(emu::g_cta->smem.data() + dst, src, 4);
-    else memset(emu::g_cta->smem.data() + dst, 0, 4);
+    emu::t_cp_async.open.push_back([dst, src, valid] {
+        if (valid) memcpy(emu::g_cta->smem.data() + dst, src, 4);
+        else memset(emu::g_cta->smem.data() + dst, 0, 4);
+    });
 }""",
-    "__device__ __forceinline__ void cp_async_commit()": "__device__ __forceinline__ void cp_async_commit() {}",
-    "template <int N> __device__ __forceinline__ void cp_async_wait()":
-        "template <int N> __device__ __forceinline__ void cp_async_wait() {}",
+    "__device__ __forceinline__ void cp_async_commit()": """__device__ __forceinline__ void cp_async_commit()
+{
+    emu::t_cp_async.committed.push_back(std::move(emu::t_cp_async.open));
+    emu::t_cp_async.open.clear();
+}""",
+    "template <int N> __device__ __forceinline__ void cp_async_wait()": """template <int N> __device__ __forceinline__ void cp_async_wait()
+{
+    emu::t_cp_async.run_all_but<N>();
+}""",
     "__device__ __forceinline__ float exp2_fast(": "__device__ __forceinline__ float exp2_fast(float x) { return exp2f(x); }",
     # the launcher's <<<>>> is not C++
     "template <auto Kernel, class... Args>\ncudaError_t launch_kernel(": "",
@@ -99,16 +111,14 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
 # 62-63), element addresses follow the canonical 128-byte-swizzle layouts, and the swizzle XORs address
 # bits 4-6 with bits 7-9 of the shared-memory address, for the tensor cores as for the TMA.
 HOPPER_EMULATED = {
-    # Products are deferred (shim.h's emu::wgmma_queue): issuing one queues it, commit closes a group, and
+    # Products are deferred (shim.h's emu::async_queue): issuing one queues it, commit closes a group, and
     # the wait runs every group but the newest N, reading shared memory and writing the accumulators only
     # then, as the tensor cores may do anywhere before it. A kernel that reads an accumulator, or hands a
     # stage back, before the wait that covers its product sees stale values. The wait is .sync.aligned:
     # every lane of the warp is past it together (a warp's lane 0 then hands a stage back for all).
     "template <int N> __device__ __forceinline__ void wgmma_wait()": """template <int N> __device__ __forceinline__ void wgmma_wait()
 {
-    emu::wgmma_queue &q = emu::t_wgmma;
-    for (; q.committed.size() > N; q.committed.erase(q.committed.begin()))
-        for (auto &product : q.committed.front()) product();
+    emu::t_wgmma.run_all_but<N>();
     emu::warp_sync();
 }""",
     "__device__ __forceinline__ void wgmma_fence()": "__device__ __forceinline__ void wgmma_fence() {}",

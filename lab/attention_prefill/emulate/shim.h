@@ -4,9 +4,10 @@
  * barriers and the exchanges a warp-wide instruction needs (shuffles, ldmatrix, mma.sync, wgmma's
  * register operand). gen.py swaps the PTX wrappers for emulated ones: ldmatrix, mma.sync and wgmma
  * by the PTX ISA's fragment tables and shared-memory descriptor format (wgmma deferred to the wait
- * that covers it, so an accumulator read or a stage released too early shows), cp.async and bulk
- * tensor copies as immediate copies (the TMA's 128-byte swizzle applied to the destination
- * address), and mbarriers as arrival and byte counters with phases (below). The order of copies, barriers and
+ * that covers it, so an accumulator read or a stage released too early shows), cp.async deferred
+ * the same way to its wait_group, bulk tensor copies as immediate copies (the TMA's 128-byte
+ * swizzle applied to the destination address), and mbarriers as arrival and byte counters with
+ * phases (below). The order of copies, barriers and
  * reads is then still checked: a tile read before its copy was issued reads stale bytes, which the
  * driver fills with garbage, and a protocol that never completes a phase is reported as a deadlock.
  * What it cannot see: races that need real asynchrony (compute-sanitizer's racecheck does), timing,
@@ -126,15 +127,20 @@ inline void mbar_wait(uint32_t at, int parity)
         fail("deadlock: an mbarrier phase never completed within 60 s", at);
 }
 
-/* ---- wgmma: a thread's products issued and not yet waited for ----
- * open: issued since the last commit; committed: one list per commit_group, oldest first. wgmma_wait<N>
- * runs the products of every group but the newest N (gen.py), so their shared-memory reads and
- * accumulator writes happen there, as late as the hardware may make them. */
-struct wgmma_queue {
+/* ---- asynchronous work of a thread: wgmma products and cp.async copies ----
+ * open: issued since the last commit; committed: one list per commit group, oldest first. The wait for
+ * "at most N groups in flight" runs every group but the newest N, so a product's shared-memory reads
+ * and accumulator writes, and a copy's landing, happen there: as late as the hardware may make them. */
+struct async_queue {
     std::vector<std::function<void()>> open;
     std::vector<std::vector<std::function<void()>>> committed;
+    template <int N> void run_all_but()
+    {
+        for (; committed.size() > N; committed.erase(committed.begin()))
+            for (auto &work : committed.front()) work();
+    }
 };
-inline thread_local wgmma_queue t_wgmma;
+inline thread_local async_queue t_wgmma, t_cp_async;
 
 /* ---- named barriers (bar.sync / bar.arrive id, threads) ---- */
 inline std::barrier<> &named_barrier(int id, int threads)
@@ -213,6 +219,7 @@ void emu::run_grid(unsigned gx, unsigned gy, unsigned gz, unsigned threads, size
                         kernel();
                         if (!t_wgmma.open.empty() || !t_wgmma.committed.empty())
                             fail("the thread exits with wgmma products it never waited for", 0);
+                        t_cp_async.open.clear(), t_cp_async.committed.clear(); /* copies never waited for: unused */
                         c.block->arrive_and_drop();
                         c.warp[t / 32]->arrive_and_drop();
                     });
