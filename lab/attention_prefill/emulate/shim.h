@@ -1,5 +1,5 @@
 /* Host emulation of the CUDA pieces the attention_prefill tensor-core kernels use, so their exact
- * source (mma.cuh, hopper.cuh and the kernels of v2..v8, gen.py copies them) runs on a machine
+ * source (mma.cuh, hopper.cuh, kv_ring.cuh and the kernels of v2..v9, gen.py copies them) runs on a machine
  * without a GPU: one std::thread per CUDA thread of a CTA, std::barrier for __syncthreads, named
  * barriers and the exchanges a warp-wide instruction needs (shuffles, ldmatrix, mma.sync, wgmma's
  * register operand). gen.py swaps the PTX wrappers for emulated ones: ldmatrix, mma.sync and wgmma
