@@ -1,17 +1,17 @@
 /* Host emulation of the CUDA pieces the attention_prefill tensor-core kernels use, so their exact
- * source (mma.cuh, hopper.cuh, kv_ring.cuh and the kernels of v2..v9, gen.py copies them) runs on a machine
- * without a GPU: one std::thread per CUDA thread of a CTA, std::barrier for __syncthreads, named
- * barriers and the exchanges a warp-wide instruction needs (shuffles, ldmatrix, mma.sync, wgmma's
- * register operand). gen.py swaps the PTX wrappers for emulated ones: ldmatrix, mma.sync and wgmma
- * by the PTX ISA's fragment tables and shared-memory descriptor format (wgmma deferred to the wait
- * that covers it, so an accumulator read or a stage released too early shows), cp.async deferred
- * the same way to its wait_group, bulk tensor copies as immediate copies (the TMA's 128-byte
- * swizzle applied to the destination address), and mbarriers as arrival and byte counters with
- * phases (below). The order of copies, barriers and
- * reads is then still checked: a tile read before its copy was issued reads stale bytes, which the
- * driver fills with garbage, and a protocol that never completes a phase is reported as a deadlock.
- * What it cannot see: races that need real asynchrony (compute-sanitizer's racecheck does), timing,
- * register limits, and a misreading of the hardware shared by the kernel and this emulation. */
+ * source (mma.cuh, hopper.cuh, kv_ring.cuh and the kernels of v2..v9, gen.py copies them) runs on
+ * a machine without a GPU: one std::thread per CUDA thread of a CTA, std::barrier for
+ * __syncthreads, named barriers and the exchanges a warp-wide instruction needs (shuffles,
+ * ldmatrix, mma.sync, wgmma's register operand). gen.py swaps the PTX wrappers for emulated ones:
+ * ldmatrix, mma.sync and wgmma by the PTX ISA's fragment tables and shared-memory descriptor format
+ * (wgmma deferred to the wait that covers it, so an accumulator read or a stage released too early
+ * shows), cp.async deferred the same way to its wait_group, bulk tensor copies as immediate copies
+ * (the TMA's 128-byte swizzle applied to the destination address), and mbarriers as arrival and
+ * byte counters with phases (below). The order of copies, barriers and reads is then checked: a
+ * tile read before its copy landed reads stale bytes, which the driver fills with garbage, and a
+ * protocol that never completes a phase is reported as a deadlock. What it cannot see: races that
+ * need real asynchrony (compute-sanitizer's racecheck does), timing, register limits, and a
+ * misreading of the hardware shared by the kernel and this emulation. */
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
