@@ -635,7 +635,7 @@ static void predicted_sentence(const char *comment, char *out, size_t len)
     size_t n = 0;
     int depth = 0;
     const char *s = strcasestr(comment, "predicted");
-    if (s) s += strspn(s + 9, ": ") + 9;
+    if (s) s += strlen("predicted"), s += strspn(s, ": ");
     for (; s && *s && n + 1 < len; s++) {
         depth += *s == '(' ? 1 : *s == ')' ? -1 : 0;
         if ((*s == ';' && depth <= 0) || (*s == '.' && (s[1] == 0 || s[1] == ' ' || s[1] == '\n'))) break;

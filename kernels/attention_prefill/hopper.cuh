@@ -58,6 +58,15 @@ template <int ROWS, int D> struct swizzled_tile {
     }
 };
 
+/* The tiles of a Hopper variant's CTA: 128 packed rows, 64 per (consumer) warpgroup, and key tiles
+ * of kBN (64 for head_dim 256, where O alone takes 128 registers a thread). */
+template <int D> struct wg_tiles {
+    static constexpr int kBM = 128;
+    static constexpr int kBN = D <= 128 ? 128 : 64;
+    using QTile = swizzled_tile<kBM, D>;
+    using KvTile = swizzled_tile<kBN, D>;
+};
+
 /* The first 1024-byte aligned address at or after p (the 128-byte swizzle's atom). */
 __device__ __forceinline__ unsigned char *align_1024(unsigned char *p)
 {
@@ -276,6 +285,26 @@ template <typename T, int NT> __device__ __forceinline__ void pack_p(uint32_t (&
     }
 }
 
+/* The two products of a key tile for a warpgroup's 64 rows, each committed as one group (the caller
+ * opens with wgmma_begin and waits). S = Q K^T: D / 16 products of 64 x 8NT x 16 from the Q rows' and
+ * the K tile's descriptors, the first overwriting s. */
+template <typename T, int D, class QL, class KL, int NT>
+__device__ __forceinline__ void issue_qk(float (&s)[NT][4], uint32_t q_rows, uint32_t k_tile)
+{
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++)
+        wgmma_ss<T, 8 * NT>(s, kmajor_desc<QL>(q_rows, kk), kmajor_desc<KL>(k_tile, kk), kk > 0);
+    wgmma_commit();
+}
+/* O += P V: one product of 64 x 8DT x 16 per 16 keys, P's A fragments from registers (pack_p). */
+template <typename T, class KL, int DT, int KS>
+__device__ __forceinline__ void issue_pv(float (&o)[DT][4], const uint32_t (&a)[KS][4], uint32_t v_tile)
+{
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++) wgmma_rs<T, 8 * DT>(o, a[kk], mnmajor_desc<KL>(v_tile, kk), 1);
+    wgmma_commit();
+}
+
 /* ---- ordering ---- */
 
 /* Shared memory written by ordinary stores or cp.async and read next by the tensor cores or the
@@ -338,10 +367,6 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap *map
                  "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(smem_addr(bar))
                  : "memory");
 }
-__device__ __forceinline__ void tma_prefetch_map(const CUtensorMap *map)
-{
-    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
-}
 
 /* ---- register reallocation between warpgroups (setmaxnreg): the whole warpgroup executes it ---- */
 template <int R> __device__ __forceinline__ void release_registers_to()
@@ -390,33 +415,8 @@ inline cudaError_t make_cache_map(CUtensorMap *map, const void *cache, bool bf16
     return cudaSuccess;
 }
 
-/* The grid of the packed-row variants: (kv heads, requests, packed tiles of bm rows), or
- * cudaErrorInvalidValue with the reason printed when the tiles overflow grid z. */
-inline cudaError_t packed_grid(const kl_attention_prefill_params *p, int bm, const char *variant, dim3 *grid)
-{
-    const int64_t rows = p->max_q_len * (p->num_qo_heads / p->num_kv_heads), tiles = (rows + bm - 1) / bm;
-    if (tiles > 65535 || rows > INT32_MAX) {
-        fprintf(stderr, "attention_prefill %s: %lld packed rows, %lld tiles > 65535 (grid z)\n", variant,
-                (long long)rows, (long long)tiles);
-        return cudaErrorInvalidValue;
-    }
-    *grid = dim3((unsigned)p->num_kv_heads, (unsigned)p->batch, (unsigned)tiles);
-    return cudaSuccess;
-}
-
 /* The SMs of the current device: a persistent grid's size. */
 inline int sm_count() { return this_device().sms; }
-
-/* Kernel<<<grid, threads, smem>>>(args...) with its shared-memory limit raised first (the tensor-core
- * ladder's launch_kernel, with the thread count of a Hopper variant). */
-template <auto Kernel, class... Args>
-cudaError_t launch_kernel(dim3 grid, int threads, size_t smem, cudaStream_t stream, Args... args)
-{
-    cudaError_t rc = mma::allow_smem<Kernel>(smem);
-    if (rc != cudaSuccess) return rc;
-    Kernel<<<grid, threads, smem, stream>>>(args...);
-    return cudaGetLastError();
-}
 
 } // namespace hopper
 } // namespace kl

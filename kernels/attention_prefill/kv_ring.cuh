@@ -18,12 +18,10 @@ namespace hopper {
 
 constexpr int kRingStages = 2;
 
-/* A CTA of the warp-specialized variants: 128 packed rows (64 a consumer warpgroup) and tiles of kBN keys. */
-template <int D> struct ws_shape {
-    static constexpr int kBM = 128;
-    static constexpr int kBN = D <= 128 ? 128 : 64; /* 64 for head_dim 256: O then takes 128 registers */
-    using QTile = swizzled_tile<kBM, D>;
-    using KvTile = swizzled_tile<kBN, D>;
+/* A CTA of the warp-specialized variants: hopper.cuh's tiles, and the ring's shared memory. */
+template <int D> struct ws_shape : wg_tiles<D> {
+    using QTile = typename wg_tiles<D>::QTile;
+    using KvTile = typename wg_tiles<D>::KvTile;
     static constexpr size_t kBarriers = (4 * kRingStages + 1) * 8;
     static constexpr size_t kSmem = 1024 + QTile::kBytes + 2 * kRingStages * KvTile::kBytes + kBarriers;
 };

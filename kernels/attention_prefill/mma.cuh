@@ -503,14 +503,34 @@ inline cudaError_t launch_checks(const kl_attention_prefill_params *p, const cha
     return cudaSuccess;
 }
 
-/* Kernel<<<grid, kCtaThreads, smem>>>(args...) with its shared-memory limit raised first. */
+/* The grid of the GQA-packed variants (v6 and up): (kv heads, requests, tiles of bm packed rows), or
+ * cudaErrorInvalidValue with the reason printed when the tiles overflow grid z. */
+inline cudaError_t packed_grid(const kl_attention_prefill_params *p, int bm, const char *variant, dim3 *grid)
+{
+    const int64_t rows = p->max_q_len * (p->num_qo_heads / p->num_kv_heads), tiles = (rows + bm - 1) / bm;
+    if (tiles > 65535 || rows > INT32_MAX) {
+        fprintf(stderr, "attention_prefill %s: %lld packed rows, %lld tiles > 65535 (grid z)\n", variant,
+                (long long)rows, (long long)tiles);
+        return cudaErrorInvalidValue;
+    }
+    *grid = dim3((unsigned)p->num_kv_heads, (unsigned)p->batch, (unsigned)tiles);
+    return cudaSuccess;
+}
+
+/* Kernel<<<grid, threads, smem>>>(args...) with its shared-memory limit raised first. */
 template <auto Kernel, class... Args>
-cudaError_t launch_kernel(dim3 grid, size_t smem, cudaStream_t stream, Args... args)
+cudaError_t launch_kernel_with(dim3 grid, int threads, size_t smem, cudaStream_t stream, Args... args)
 {
     cudaError_t rc = allow_smem<Kernel>(smem);
     if (rc != cudaSuccess) return rc;
-    Kernel<<<grid, kCtaThreads, smem, stream>>>(args...);
+    Kernel<<<grid, threads, smem, stream>>>(args...);
     return cudaGetLastError();
+}
+/* The same with the FlashAttention-2 ladder's kCtaThreads (v2..v6). */
+template <auto Kernel, class... Args>
+cudaError_t launch_kernel(dim3 grid, size_t smem, cudaStream_t stream, Args... args)
+{
+    return launch_kernel_with<Kernel>(grid, kCtaThreads, smem, stream, args...);
 }
 
 } // namespace mma

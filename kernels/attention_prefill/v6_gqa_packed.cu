@@ -113,14 +113,10 @@ cudaError_t launch(const struct kl_attention_prefill_params *p, cudaStream_t str
         using T = decltype(t);
         constexpr int D = decltype(d)::value;
         using S = tile_shape<D>;
-        const int64_t group = p->num_qo_heads / p->num_kv_heads, rows = p->max_q_len * group;
-        const int64_t tiles = (rows + S::kBM - 1) / S::kBM;
-        if (tiles > 65535 || rows > INT32_MAX) {
-            fprintf(stderr, "attention_prefill v6_gqa_packed: %lld packed rows, %lld tiles > 65535 (grid z)\n",
-                    (long long)rows, (long long)tiles);
-            return cudaErrorInvalidValue;
-        }
-        const dim3 grid((unsigned)p->num_kv_heads, (unsigned)p->batch, (unsigned)tiles);
+        const int64_t group = p->num_qo_heads / p->num_kv_heads;
+        dim3 grid;
+        cudaError_t grc = packed_grid(p, S::kBM, "v6_gqa_packed", &grid);
+        if (grc != cudaSuccess) return grc;
         const size_t smem = (size_t)(S::kBM + 4 * S::kBN) * D * sizeof(T) + 2 * S::kBN * sizeof(int32_t);
         return launch_kernel<prefill_v6<T, D>>(grid, smem, stream, *p,
                                                kl::prefill::make_fast_div((uint32_t)p->page_size),

@@ -24,12 +24,12 @@ using namespace kl::hopper;
 
 constexpr int kThreads = 256; /* 2 warpgroups */
 
-template <int D> struct shape {
-    static constexpr int kBM = 128;              /* packed rows a CTA: 64 a warpgroup */
-    static constexpr int kBN = D <= 128 ? 128 : 64; /* keys a tile (64 for 256: O needs 128 registers) */
-    using QTile = swizzled_tile<kBM, D>;
-    using KvTile = swizzled_tile<kBN, D>;
-    static constexpr size_t kSmem = 1024 /* alignment slack */ + QTile::kBytes + 4 * KvTile::kBytes + 2 * kBN * 4;
+/* hopper.cuh's tiles; shared memory: Q, two stages of K and V, two slots of page numbers. */
+template <int D> struct shape : wg_tiles<D> {
+    using QTile = typename wg_tiles<D>::QTile;
+    using KvTile = typename wg_tiles<D>::KvTile;
+    static constexpr size_t kSmem =
+        1024 /* alignment slack */ + QTile::kBytes + 4 * KvTile::kBytes + 2 * wg_tiles<D>::kBN * sizeof(int32_t);
 };
 
 template <typename T, int D>
@@ -96,12 +96,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
         /* S = Q K^T: D / 16 products of 64 x BN x 16, the first overwriting s. */
         float s[1][NT][4];
-        const uint32_t k_tile = smem_addr(k_stage(st)), v_tile = smem_addr(v_stage(st));
         wgmma_begin(s[0]);
-#pragma unroll
-        for (int kk = 0; kk < D / 16; kk++)
-            wgmma_ss<T, BN>(s[0], kmajor_desc<QL>(q_wg, kk), kmajor_desc<KL>(k_tile, kk), kk > 0);
-        wgmma_commit();
+        issue_qk<T, D, QL, KL>(s[0], q_wg, smem_addr(k_stage(st)));
         wgmma_wait<0>();
         pin(s[0]);
 
@@ -112,9 +108,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         uint32_t a[BN / 16][4];
         pack_p<T>(a, s[0]);
         wgmma_begin(a, o[0]);
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++) wgmma_rs<T, D>(o[0], a[kk], mnmajor_desc<KL>(v_tile, kk), 1);
-        wgmma_commit();
+        issue_pv<T, KL>(o[0], a, smem_addr(v_stage(st)));
         wgmma_wait<0>();
         pin(o[0]);
     }
@@ -137,10 +131,9 @@ cudaError_t launch(const struct kl_attention_prefill_params *p, cudaStream_t str
         dim3 grid;
         cudaError_t grc = packed_grid(p, S::kBM, "v7_wgmma", &grid);
         if (grc != cudaSuccess) return grc;
-        return kl::hopper::launch_kernel<prefill_v7<T, D>>(grid, kThreads, S::kSmem, stream, *p,
-                                                           kl::prefill::make_fast_div((uint32_t)p->page_size),
-                                                           kl::prefill::make_fast_div(
-                                                               (uint32_t)(p->num_qo_heads / p->num_kv_heads)));
+        return launch_kernel_with<prefill_v7<T, D>>(grid, kThreads, S::kSmem, stream, *p,
+                                                    kl::prefill::make_fast_div((uint32_t)p->page_size),
+                                                    kl::prefill::make_fast_div((uint32_t)(p->num_qo_heads / p->num_kv_heads)));
     });
 }
 

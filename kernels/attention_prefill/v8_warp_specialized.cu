@@ -86,12 +86,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         float s[1][NT][4];
         mbar_wait(&sm.full_k[slot.stage], slot.phase);
         mark(at(kKReady, j));
-        const uint32_t k_tile = smem_addr(sm.k_stage(slot.stage)), v_tile = smem_addr(sm.v_stage(slot.stage));
         wgmma_begin(s[0]);
-#pragma unroll
-        for (int kk = 0; kk < D / 16; kk++)
-            wgmma_ss<T, BN>(s[0], kmajor_desc<QL>(q_wg, kk), kmajor_desc<KL>(k_tile, kk), kk > 0);
-        wgmma_commit();
+        issue_qk<T, D, QL, KL>(s[0], q_wg, smem_addr(sm.k_stage(slot.stage)));
         wgmma_wait<0>();
         pin(s[0]);
         mark(at(kSDone, j));
@@ -105,9 +101,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         pack_p<T>(a, s[0]);
         mbar_wait(&sm.full_v[slot.stage], slot.phase);
         wgmma_begin(a, o[0]);
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++) wgmma_rs<T, D>(o[0], a[kk], mnmajor_desc<KL>(v_tile, kk), 1);
-        wgmma_commit();
+        issue_pv<T, KL>(o[0], a, smem_addr(sm.v_stage(slot.stage)));
         wgmma_wait<0>();
         pin(o[0]);
         mark(at(kPvDone, j));
@@ -137,11 +131,10 @@ cudaError_t launch(const struct kl_attention_prefill_params *p, cudaStream_t str
         int box_rows;
         cudaError_t mrc = plan_kv_copies(p, S::kBN, &k_map, &v_map, &box_rows);
         if (mrc != cudaSuccess) return mrc;
-        return kl::hopper::launch_kernel<prefill_v8<T, D>>(grid, kThreads, S::kSmem, stream, k_map, v_map, *p,
-                                                           kl::prefill::make_fast_div((uint32_t)p->page_size),
-                                                           kl::prefill::make_fast_div(
-                                                               (uint32_t)(p->num_qo_heads / p->num_kv_heads)),
-                                                           box_rows);
+        return launch_kernel_with<prefill_v8<T, D>>(grid, kThreads, S::kSmem, stream, k_map, v_map, *p,
+                                                    kl::prefill::make_fast_div((uint32_t)p->page_size),
+                                                    kl::prefill::make_fast_div((uint32_t)(p->num_qo_heads / p->num_kv_heads)),
+                                                    box_rows);
     });
 }
 

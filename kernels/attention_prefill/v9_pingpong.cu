@@ -108,19 +108,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         float o[1][DT][4], m[1][2], l[1][2], alpha[1][2], s[1][NT][4];
         uint32_t a[BN / 16][4]; /* P of the tile whose P V is next */
         init_rows(o, m, l);
-        auto issue_qk = [&](int j) {
-            const uint32_t k_tile = smem_addr(sm.k_stage(ring_slot(consumed + j).stage));
-#pragma unroll
-            for (int kk = 0; kk < D / 16; kk++)
-                wgmma_ss<T, BN>(s[0], kmajor_desc<QL>(q_wg, kk), kmajor_desc<KL>(k_tile, kk), kk > 0);
-            wgmma_commit();
-        };
-        auto issue_pv = [&](int j) {
-            const uint32_t v_tile = smem_addr(sm.v_stage(ring_slot(consumed + j).stage));
-#pragma unroll
-            for (int kk = 0; kk < BN / 16; kk++) wgmma_rs<T, D>(o[0], a[kk], mnmajor_desc<KL>(v_tile, kk), 1);
-            wgmma_commit();
-        };
+        auto qk = [&](int j) { issue_qk<T, D, QL, KL>(s[0], q_wg, smem_addr(sm.k_stage(ring_slot(consumed + j).stage))); };
+        auto pv = [&](int j) { issue_pv<T, KL>(o[0], a, smem_addr(sm.v_stage(ring_slot(consumed + j).stage))); };
         auto softmax = [&](int j) { /* tile j's S, once its product is waited for: mask, exponentials, K handed back */
             pin(s[0]);
             mark(at(kSDone, j));
@@ -151,7 +140,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             wait_k(0);
             my_turn();
             wgmma_begin(s[0]);
-            issue_qk(0);
+            qk(0);
             their_turn();
             wgmma_wait<0>();
             softmax(0);
@@ -161,8 +150,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                 wait_v(j - 1);
                 my_turn();
                 wgmma_begin(s[0], a, o[0]);
-                issue_qk(j);
-                issue_pv(j - 1);
+                qk(j);
+                pv(j - 1);
                 their_turn();
                 wgmma_wait<1>(); /* S_j; P_{j-1} V_{j-1} may still run under the softmax */
                 softmax(j);
@@ -174,7 +163,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             wait_v(n - 1);
             my_turn();
             wgmma_begin(a, o[0]);
-            issue_pv(n - 1);
+            pv(n - 1);
             if (c == 0) their_turn();
             wgmma_wait<0>();
             pv_done(n - 1);
@@ -200,18 +189,18 @@ cudaError_t launch(const struct kl_attention_prefill_params *p, cudaStream_t str
         dim3 tiles;
         cudaError_t grc = packed_grid(p, S::kBM, "v9_pingpong", &tiles);
         if (grc != cudaSuccess) return grc;
-        const walk works = {(int)tiles.x, (int)tiles.y, (int)tiles.z};
-        if ((int64_t)tiles.x * tiles.y * tiles.z > INT32_MAX) {
-            fprintf(stderr, "attention_prefill v9_pingpong: more than 2^31 work tiles\n");
+        const int64_t n_works = (int64_t)tiles.x * tiles.y * tiles.z;
+        if (n_works > INT32_MAX) {
+            fprintf(stderr, "attention_prefill v9_pingpong: %lld work tiles > 2^31 - 1\n", (long long)n_works);
             return cudaErrorInvalidValue;
         }
+        const walk works = {(int)tiles.x, (int)tiles.y, (int)tiles.z};
         CUtensorMap k_map, v_map;
         int box_rows;
         cudaError_t mrc = plan_kv_copies(p, S::kBN, &k_map, &v_map, &box_rows);
         if (mrc != cudaSuccess) return mrc;
-        const int ctas = works.kv_heads * works.batch * works.tiles < sm_count() ? works.kv_heads * works.batch * works.tiles
-                                                                               : sm_count();
-        return kl::hopper::launch_kernel<prefill_v9<T, D>>(
+        const int ctas = n_works < sm_count() ? (int)n_works : sm_count(); /* persistent: one CTA per SM at most */
+        return launch_kernel_with<prefill_v9<T, D>>(
             dim3((unsigned)ctas), kThreads, S::kSmem, stream, k_map, v_map, *p,
             kl::prefill::make_fast_div((uint32_t)p->page_size),
             kl::prefill::make_fast_div((uint32_t)(p->num_qo_heads / p->num_kv_heads)), box_rows, works);

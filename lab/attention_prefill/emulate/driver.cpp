@@ -45,10 +45,12 @@ template <typename T> static float to_float(T v)
 /* The trace of CTA 0 (v8, v9): every key tile's events present and in the order the kernel passes them
  * (K ready, S done, softmax done, P V done; v9 finishes P_j V_j only after the softmax of tile j + 1).
  * tiles 0: CTA 0 had no rows (v8's block 0 is request 0's last tile, past a shorter request's rows). */
+static int traced_cases; /* of the current variant: at least one must have traced CTA 0 */
 static bool trace_in_order(const kl_prefill_trace &t, bool overlapped)
 {
     const int n = std::min(t.tiles, KL_PREFILL_TRACE_TILES);
     if (t.tiles == 0) return true;
+    traced_cases++;
     bool ok = t.start > 0;
     for (int c = 0; c < 2; c++)
         for (int j = 0; j < n; j++) {
@@ -181,6 +183,7 @@ int main(int argc, char **argv)
     if (variants.empty()) variants = {"v2", "v3", "v4", "v5", "v6", "v7", "v8", "v9"};
     int passed = 0, failed = 0;
     for (const std::string &v : variants) {
+        traced_cases = 0;
         /* quick: every head_dim, both 16-bit types, a ragged batch with an empty request, two query tiles
          * and up to four key tiles, pages of 16 (partial), 7, 1 and 32, GQA 1 and 2, causal and not;
          * --full adds larger batches, GQA 4/8, an extend over 300 keys and odd pages of 5. */
@@ -195,6 +198,10 @@ int main(int argc, char **argv)
             ok &= check<__half, 64>({8, 1, 5, false, {33, 64}, {90, 64}}, v, 6);
             ok &= check<__nv_bfloat16, 256>({4, 2, 16, true, {70}, {200}}, v, 7);
             ok &= check<__nv_bfloat16, 128>({8, 8, 16, true, {70, 5, 0, 140}, {70, 300, 3, 140}}, v, 8);
+        }
+        if ((v == "v8" || v == "v9") && traced_cases == 0) {
+            printf("FAIL %s: no problem traced CTA 0 (params.trace ignored?)\n", v.c_str());
+            ok = false;
         }
         ok ? passed++ : failed++;
     }
