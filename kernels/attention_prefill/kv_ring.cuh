@@ -16,37 +16,45 @@
 namespace kl {
 namespace hopper {
 
-constexpr int kRingStages = 2;
-
-/* A CTA of the warp-specialized variants: hopper.cuh's tiles, and the ring's shared memory. */
+/* A CTA of the warp-specialized variants: hopper.cuh's tiles, and the ring's shared memory. Three
+ * stages where they fit (a tile lands about 3000 clocks after its copy is issued on an H100, longer
+ * than a stage's compute: the ring must cover it), two for head_dim 256 (3 x 64 KB would not fit). */
 template <int D> struct ws_shape : wg_tiles<D> {
     using QTile = typename wg_tiles<D>::QTile;
     using KvTile = typename wg_tiles<D>::KvTile;
-    static constexpr size_t kBarriers = (4 * kRingStages + 1) * 8;
-    static constexpr size_t kSmem = 1024 + QTile::kBytes + 2 * kRingStages * KvTile::kBytes + kBarriers;
+    static constexpr int kStages = D <= 128 ? 3 : 2;
+    static constexpr size_t kBarriers = (4 * kStages + 1) * 8;
+    static constexpr size_t kSmem = 1024 + QTile::kBytes + 2 * kStages * KvTile::kBytes + kBarriers;
+    static_assert(kSmem <= 227 * 1024, "more shared memory than an sm_90 CTA may have");
+};
+
+/* Where tile `it` of a CTA's life lives and which round of its stage it is. */
+struct ring_slot {
+    int stage, phase;
 };
 
 /* The shared memory of a CTA: Q, the K ring, the V ring (1024-byte aligned tiles), then the barriers. */
 template <typename T, int D> struct kv_ring {
-    static constexpr int BM = ws_shape<D>::kBM, BN = ws_shape<D>::kBN;
+    static constexpr int BM = ws_shape<D>::kBM, BN = ws_shape<D>::kBN, kStages = ws_shape<D>::kStages;
     T *q, *k, *v;
     uint64_t *full_k, *full_v, *empty_k, *empty_v, *tail;
     __device__ explicit kv_ring(unsigned char *raw)
     {
         q = reinterpret_cast<T *>(align_1024(raw));
         k = q + BM * D;
-        v = k + kRingStages * BN * D;
-        full_k = reinterpret_cast<uint64_t *>(v + kRingStages * BN * D);
-        full_v = full_k + kRingStages, empty_k = full_v + kRingStages, empty_v = empty_k + kRingStages;
-        tail = empty_v + kRingStages;
+        v = k + kStages * BN * D;
+        full_k = reinterpret_cast<uint64_t *>(v + kStages * BN * D);
+        full_v = full_k + kStages, empty_k = full_v + kStages, empty_v = empty_k + kStages;
+        tail = empty_v + kStages;
     }
     __device__ T *k_stage(int st) const { return k + st * BN * D; }
     __device__ T *v_stage(int st) const { return v + st * BN * D; }
+    __device__ static ring_slot slot(uint32_t it) { return {(int)(it % kStages), (int)(it / kStages) & 1}; }
 #if KL_SM90A
     /* By one thread, then a __syncthreads before any use. */
     __device__ void init(bool by_tma) const
     {
-        for (int st = 0; st < kRingStages; st++) {
+        for (int st = 0; st < kStages; st++) {
             mbar_init(&full_k[st], by_tma ? 1 : 128);
             mbar_init(&full_v[st], by_tma ? 1 : 128);
             mbar_init(&empty_k[st], 8);
@@ -58,25 +66,22 @@ template <typename T, int D> struct kv_ring {
 #endif
 };
 
-/* Where tile `it` of a CTA's life lives and which round of its stage it is. */
-struct ring_slot {
-    int stage, phase;
-    __device__ explicit ring_slot(uint32_t it) : stage((int)(it % kRingStages)), phase((int)(it / kRingStages) & 1) {}
-};
-
 #if KL_SM90A
 
 /* The producer warpgroup's work for one work tile: key tiles 0 .. n_tiles - 1 of request r, kv head
  * kv_head, into the ring as the CTA's tiles it0, it0 + 1, ... (the caller advances its count by
- * n_tiles); `tails` counts the CTA's uses of the tail barrier (its parity). box_rows > 0: one warp
- * issues a TMA per box_rows keys and 64-column block (the other warps return); 0: all 128 threads
- * gather rows with cp.async. Called by every producer thread. issued: the trace's per-tile times the
- * copies were issued, or nullptr. */
+ * n_tiles); `tails` counts the CTA's uses of the tail barrier (its parity). The copies go in the
+ * order the consumers need them: V trails K by v_lag tiles (0: K_j then V_j, for consumers that
+ * multiply P_j V_j right after S_j; 1: K_j then V_{j-1}, for consumers that issue S_j together with
+ * P_{j-1} V_{j-1}), so that a copy never waits for a stage that is freed only after a later one.
+ * box_rows > 0: one warp issues a TMA per box_rows keys and 64-column block (the other warps
+ * return); 0: all 128 threads gather rows with cp.async. Called by every producer thread. issued:
+ * the trace's per-tile times tile j's copies were all issued, or nullptr. */
 template <typename T, int D>
 __device__ __forceinline__ void produce_kv(const kv_ring<T, D> &sm, const CUtensorMap *k_map, const CUtensorMap *v_map,
                                            const kl_attention_prefill_params &p, const prefill::request &r,
                                            const prefill::fast_div &page, int kv_head, int box_rows, int n_tiles,
-                                           uint32_t it0, uint32_t &tails, unsigned long long *issued)
+                                           int v_lag, uint32_t it0, uint32_t &tails, unsigned long long *issued)
 {
     constexpr int BN = kv_ring<T, D>::BN;
     using KL = swizzled_tile<BN, D>;
@@ -85,38 +90,43 @@ __device__ __forceinline__ void produce_kv(const kv_ring<T, D> &sm, const CUtens
     if (box_rows > 0) {
         if (threadIdx.x >= 32) return;
         const uint32_t box_bytes = (uint32_t)box_rows * D * 2; /* all 64-column blocks of box_rows keys */
-        for (int j = 0; j < n_tiles; j++) {
-            const ring_slot at(it0 + j);
+        /* Tile j of one cache into `tile`, counted on `bar`: lane b copies box b, keys j BN + b box_rows ..
+         * from its page (box_rows divides the page, or the page the tile). Returns the tile's keys. */
+        auto issue = [&](int j, const CUtensorMap *map, T *tile, uint64_t *bar) {
             const int k0 = j * BN, valid = min(BN, r.kv_len - k0);
             const int boxes = (valid + box_rows - 1) / box_rows;
-            /* lane b copies box b: keys k0 + b box_rows .., from its page (box_rows divides the page or the page the tile) */
             int slot0 = 0;
             if (lane < boxes) {
                 uint32_t pi, off;
                 page.divmod((uint32_t)(k0 + lane * box_rows), pi, off);
                 slot0 = p.kv_indices[r.first_page + (int)pi] * (int)p.page_size + (int)off;
             }
-            auto issue = [&](const CUtensorMap *map, T *tile, uint64_t *bar) {
-                if (lane == 0) mbar_arrive_expect(bar, (uint32_t)boxes * box_bytes);
-                __syncwarp();
-                if (lane < boxes)
+            if (lane == 0) mbar_arrive_expect(bar, (uint32_t)boxes * box_bytes);
+            __syncwarp();
+            if (lane < boxes)
 #pragma unroll
-                    for (int blk = 0; blk < D / 64; blk++)
-                        tma_load_3d(smem_addr(tile) + blk * KL::kBlockBytes + lane * box_rows * 128, map, blk * 64,
-                                    kv_head, slot0, bar);
-            };
+                for (int blk = 0; blk < D / 64; blk++)
+                    tma_load_3d(smem_addr(tile) + blk * KL::kBlockBytes + lane * box_rows * 128, map, blk * 64,
+                                kv_head, slot0, bar);
+            return valid;
+        };
+        auto load_k = [&](int j) {
+            const ring_slot at = sm.slot(it0 + j);
             mbar_wait(&sm.empty_k[at.stage], at.phase ^ 1);
-            issue(k_map, sm.k_stage(at.stage), &sm.full_k[at.stage]);
+            issue(j, k_map, sm.k_stage(at.stage), &sm.full_k[at.stage]);
+        };
+        auto load_v = [&](int j) {
+            const ring_slot at = sm.slot(it0 + j);
             mbar_wait(&sm.empty_v[at.stage], at.phase ^ 1);
-            if (valid == BN) {
-                issue(v_map, sm.v_stage(at.stage), &sm.full_v[at.stage]);
+            if ((j + 1) * BN <= r.kv_len) {
+                issue(j, v_map, sm.v_stage(at.stage), &sm.full_v[at.stage]);
                 mark(issued_at(j));
-                continue;
+                return;
             }
             /* The request's last tile: V lands on the tail barrier, its rows valid .. BN - 1 (a page's unused
              * slots, or stale rows of an earlier tile) are zeroed, and only then is the stage full. K's
              * stale rows need nothing: the mask overwrites their logits. */
-            issue(v_map, sm.v_stage(at.stage), sm.tail);
+            const int valid = issue(j, v_map, sm.v_stage(at.stage), sm.tail);
             mbar_wait(sm.tail, (int)(tails++ & 1));
             uint4 *v16 = reinterpret_cast<uint4 *>(sm.v_stage(at.stage));
             for (int i = lane; i < (BN - valid) * (D / 8); i += 32)
@@ -125,38 +135,48 @@ __device__ __forceinline__ void produce_kv(const kv_ring<T, D> &sm, const CUtens
             __syncwarp();
             if (lane == 0) mbar_arrive(&sm.full_v[at.stage]);
             mark(issued_at(j));
+        };
+        for (int step = 0; step < n_tiles + v_lag; step++) {
+            if (step < n_tiles) load_k(step);
+            if (step >= v_lag) load_v(step - v_lag);
         }
         return;
     }
-    /* Gather: every producer thread copies its rows (zeros past the keys) and arrives a tile later, once
-     * they landed, so that one tile's copies are in flight while the next is issued. */
-    const T *kc = (const T *)p.k_cache, *vc = (const T *)p.v_cache;
-    auto publish = [&](int j) {
-        const ring_slot at(it0 + j);
-        fence_async_smem();
-        mbar_arrive(&sm.full_k[at.stage]);
-        mbar_arrive(&sm.full_v[at.stage]);
-    };
-    for (int j = 0; j < n_tiles; j++) {
-        const ring_slot at(it0 + j);
-        mbar_wait(&sm.empty_k[at.stage], at.phase ^ 1);
-        mbar_wait(&sm.empty_v[at.stage], at.phase ^ 1);
-        copy_kv_rows<KL, BN, D, 128>(sm.k_stage(at.stage), sm.v_stage(at.stage), threadIdx.x % 128, kc, vc,
-                                     [&](int row) -> int64_t {
-                                         const int key = j * BN + row;
-                                         if (key >= r.kv_len) return -1;
-                                         return prefill::cache_offset(p, p.kv_indices, r, page, key, kv_head);
-                                     });
+    /* Gather: every producer thread copies its rows of one tile of one cache (zeros past the keys), and
+     * publishes that copy once it has issued the next one and the first has landed, so that one copy is
+     * in flight while the next is issued. */
+    uint64_t *pending = nullptr; /* the full barrier of the copy issued last, not yet published */
+    auto gather = [&](int j, const T *cache, T *tile, uint64_t *empty, uint64_t *full) {
+        mbar_wait(empty, sm.slot(it0 + j).phase ^ 1);
+        copy_rows<KL, BN, D, 128>(tile, threadIdx.x % 128, cache, [&](int row) -> const T * {
+            const int key = j * BN + row;
+            return key < r.kv_len ? cache + prefill::cache_offset(p, p.kv_indices, r, page, key, kv_head) : nullptr;
+        });
         mma::cp_async_commit();
-        mark(issued_at(j));
-        if (j > 0) {
-            mma::cp_async_wait<1>(); /* tile j - 1's copies landed */
-            publish(j - 1);
+        if (pending) {
+            mma::cp_async_wait<1>(); /* the previous copy landed */
+            fence_async_smem();
+            mbar_arrive(pending);
+        }
+        pending = full;
+    };
+    const T *kc = (const T *)p.k_cache, *vc = (const T *)p.v_cache;
+    for (int step = 0; step < n_tiles + v_lag; step++) {
+        if (step < n_tiles) {
+            const ring_slot at = sm.slot(it0 + step);
+            gather(step, kc, sm.k_stage(at.stage), &sm.empty_k[at.stage], &sm.full_k[at.stage]);
+        }
+        if (step >= v_lag) {
+            const int j = step - v_lag;
+            const ring_slot at = sm.slot(it0 + j);
+            gather(j, vc, sm.v_stage(at.stage), &sm.empty_v[at.stage], &sm.full_v[at.stage]);
+            mark(issued_at(j));
         }
     }
-    if (n_tiles > 0) {
+    if (pending) {
         mma::cp_async_wait<0>();
-        publish(n_tiles - 1);
+        fence_async_smem();
+        mbar_arrive(pending);
     }
 }
 

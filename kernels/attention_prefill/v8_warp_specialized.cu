@@ -9,7 +9,7 @@
  * copies) to the consumers (232), which hold S, O and P.
  * Pages: page_size a multiple of 16 that divides the tile (or that the tile divides) goes by TMA; any
  * other (page 1: one page a key) is gathered by the whole producer warpgroup with cp.async, each
- * thread fencing its copies for the tensor cores and arriving on the full barrier a tile later.
+ * thread fencing its copies for the tensor cores and arriving on the full barrier one copy later.
  * The last tile's V rows past the keys are zeroed by the producer before the consumers see them
  * (a page's unused slots may hold anything, and NaN times a zero probability is NaN).
  * Why faster: the consumers issue no copies and wait on no barrier but their stage's, and the tensor
@@ -61,7 +61,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         /* ---- producer: fills the ring (kv_ring.cuh) ---- */
         release_registers_to<kProducerRegs>();
         uint32_t tails = 0;
-        produce_kv(sm, &k_map, &v_map, p, w.r, page, w.kv_head, box_rows, n_tiles, 0, tails,
+        produce_kv(sm, &k_map, &v_map, p, w.r, page, w.kv_head, box_rows, n_tiles, /*v_lag=*/0, 0, tails,
                    trace ? trace->issued : nullptr);
         return;
     }
@@ -82,7 +82,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const float scale_log2 = p.sm_scale * kl::prefill::kLog2e;
     const uint32_t q_wg = smem_addr(sm.q) + 64 * c * 128; /* this warpgroup's 64 rows in block 0 */
     for (int j = 0; j < n_tiles; j++) {
-        const ring_slot slot(j);
+        const ring_slot slot = sm.slot(j);
         float s[1][NT][4];
         mbar_wait(&sm.full_k[slot.stage], slot.phase);
         mark(at(kKReady, j));

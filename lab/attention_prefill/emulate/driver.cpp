@@ -193,6 +193,9 @@ int main(int argc, char **argv)
         ok &= check<__nv_bfloat16, 256>({2, 1, 1, false, {40}, {100}}, v, 4);
         /* head_dim 256 by TMA (pages of 32, two per 64-key tile), both consumer warpgroups busy, a tail */
         ok &= check<__nv_bfloat16, 256>({4, 2, 32, false, {64}, {200}}, v, 9);
+        /* the gather (pages of 3) over four key tiles: a producer that publishes a tile only after it has
+         * issued the next one must not wait on a stage the consumers free only after that tile */
+        ok &= check<__half, 64>({2, 1, 3, true, {20, 150}, {420, 150}}, v, 10);
         if (full) {
             ok &= check<__nv_bfloat16, 128>({8, 2, 16, true, {150, 1}, {150, 260}}, v, 5);
             ok &= check<__half, 64>({8, 1, 5, false, {33, 64}, {90, 64}}, v, 6);
