@@ -86,7 +86,9 @@ __device__ __forceinline__ void produce_kv(const kv_ring<T, D> &sm, const CUtens
     constexpr int BN = kv_ring<T, D>::BN;
     using KL = swizzled_tile<BN, D>;
     const int lane = threadIdx.x % 32;
-    auto issued_at = [&](int j) { return issued && threadIdx.x == 0 && j < KL_PREFILL_TRACE_TILES ? issued + j : nullptr; };
+    auto issued_at = [&](int j) {
+        return issued && threadIdx.x == 0 && j < KL_PREFILL_TRACE_TILES ? issued + j : nullptr;
+    };
     if (box_rows > 0) {
         if (threadIdx.x >= 32) return;
         const uint32_t box_bytes = (uint32_t)box_rows * D * 2; /* all 64-column blocks of box_rows keys */

@@ -15,6 +15,9 @@
  * costs about half of its two products). Predicted: ~560-620 TFLOP/s (0.71-0.79 of the cuBLAS rate)
  * on causal-8k, FlashAttention-3's figure; bound by issue slots around the products and the register
  * budget (S, P and O live at once: ~200 of the 224 a consumer thread has).
+ * Measured on an H100: 0.55, below v8's 0.60. Its CTA timeline (the guide) shows the first consumer
+ * warpgroup reaching each tile before that tile's V was issued: the K/V supply sets the pace, and
+ * copies of v9 without the turns, without the overlap, or with neither all ran as fast as v9.
  * Run alone: build/kernlab bench attention_prefill --variant v9_pingpong */
 #include "kernels/attention_prefill/kv_ring.cuh"
 #include "lab/core/registry.h"
@@ -118,12 +121,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         float o[1][DT][4], m[1][2], l[1][2], alpha[1][2], s[1][NT][4];
         uint32_t a[BN / 16][4]; /* P of the tile whose P V is next */
         init_rows(o, m, l);
-        auto qk = [&](int j) { issue_qk<T, D, QL, KL>(s[0], q_wg, smem_addr(sm.k_stage(sm.slot(consumed + j).stage))); };
-        auto pv = [&](int j) { issue_pv<T, KL>(o[0], a, smem_addr(sm.v_stage(sm.slot(consumed + j).stage))); };
+        auto stage = [&](int j) { return sm.slot(consumed + j).stage; };
+        auto qk = [&](int j) { issue_qk<T, D, QL, KL>(s[0], q_wg, smem_addr(sm.k_stage(stage(j)))); };
+        auto pv = [&](int j) { issue_pv<T, KL>(o[0], a, smem_addr(sm.v_stage(stage(j)))); };
         auto softmax = [&](int j) { /* tile j's S, once its product is waited for: mask, exponentials, K handed back */
             pin(s[0]);
             mark(at(kSDone, j));
-            if (lane == 0) mbar_arrive(&sm.empty_k[sm.slot(consumed + j).stage]);
+            if (lane == 0) mbar_arrive(&sm.empty_k[stage(j)]);
             if ((j + 1) * BN > mask_from) mask_tile(s, j * BN, lane, limit);
             softmax_rows(s, m, l, alpha, scale_log2);
             mark(at(kSoftmaxDone, j));
@@ -131,7 +135,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         auto pv_done = [&](int j) { /* tile j's P V waited for: V handed back */
             pin(o[0]);
             mark(at(kPvDone, j));
-            if (lane == 0) mbar_arrive(&sm.empty_v[sm.slot(consumed + j).stage]);
+            if (lane == 0) mbar_arrive(&sm.empty_v[stage(j)]);
         };
         auto wait_k = [&](int j) {
             const ring_slot slot = sm.slot(consumed + j);

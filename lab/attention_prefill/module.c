@@ -471,16 +471,20 @@ KL_MODULE(attention_prefill,
               "layer time).",
           .tensor = &ops, .perf = &kl_attention_prefill_perf, .tolerance = kl_attention_tolerance_text,
           .exercises =
-              "1. Read the CTA timeline of the execution story (v9 on causal-8k): per key tile, how long S takes, "
-              "how long the softmax, and whether one warpgroup's softmax sits under the other's products. Then "
-              "remove one idea at a time from a copy of v9 (the ping-pong barriers; the overlap of S_j with "
-              "P_{j-1} V_{j-1}) and measure which of the two buys what (v8 has neither, nor the persistent grid).\n"
-              "2. The softmax's exponentials run on the special-function unit (16 per SM per clock): count MUFU.EX2 "
-              "against HGMMA in v9's SASS (`cuobjdump --dump-sass`), compute the share of a tile's time they take, "
-              "then evaluate a quarter of them as a polynomial on the FMA pipe (FlashAttention-3's trick) and "
-              "measure causal-8k.\n"
+              "1. Read v9's CTA timeline (the `timeline` of its causal-8k row in reports/data/attention_prefill.jsonl; "
+              "the execution story prints the best variant's the same way). On the H100 a key tile takes "
+              "~4400 clocks for ~2050 clocks of tensor work, and the first warpgroup reaches each tile before "
+              "its V has even been issued: the producer, not the softmax, sets the pace. We removed the ping-pong "
+              "barriers, the S/PV overlap, and both, and tried a tree-shaped softmax: every version took 1228-1291 us "
+              "against v9's 1233-1257. Make the data arrive faster and only then measure what the overlap buys.\n"
+              "2. K/V supply: at page 16 the producer issues 16 TMA boxes of 16 rows x 128 bytes per 32 KB "
+              "tile, about 15-18 bytes a clock per SM in all. Write a micro-benchmark that loads one key tile "
+              "with that many boxes and then with 2 boxes of 128 rows (the cache with contiguous pages), and "
+              "compare. Then give v9 a 2-CTA cluster whose two work tiles share a kv head and multicast each "
+              "K/V box to both CTAs: that halves the L2-to-shared-memory traffic per FLOP.\n"
               "3. Page 1 (causal-8k-p1): the producer warpgroup gathers rows with cp.async (kernels/attention_prefill/"
-              "kv_ring.cuh). Replace it with one cp.async.bulk (a 1-D bulk copy of a key's 256-byte row) per key, "
-              "completing on the same mbarrier, and compare against page 16.\n"
-              "4. Scheduling: v9 walks its work tiles with a fixed stride of the grid. Take them off an atomic "
-              "counter in params.workspace instead, heaviest first, and compare ragged-b16 and causal-b4x2k.");
+              "kv_ring.cuh), one page lookup per row, in 56 registers (it spills). Replace it with one "
+              "cp.async.bulk (a 1-D bulk copy of a key's 256-byte row) per key, completing on the same mbarrier, "
+              "and compare against page 16.\n"
+              "4. Scheduling: v9 walks its work tiles in a snake over rounds of the grid (heaviest first). Take "
+              "them off an atomic counter in params.workspace instead and compare ragged-b16 and causal-b4x2k.");
