@@ -185,7 +185,7 @@ int main(int argc, char **argv)
     for (const std::string &v : variants) {
         traced_cases = 0;
         /* quick: every head_dim, both 16-bit types, a ragged batch with an empty request, two query tiles
-         * and up to four key tiles, pages of 16 (partial), 7, 1 and 32, GQA 1 and 2, causal and not;
+         * and up to four key tiles, pages of 16 (partial), 7, 3, 1 and 32, GQA 1 and 2, causal and not;
          * --full adds larger batches, GQA 4/8, an extend over 300 keys and odd pages of 5. */
         bool ok = check<__nv_bfloat16, 64>({4, 2, 16, true, {40, 0, 3}, {70, 9, 100}}, v, 1);
         ok &= check<__nv_bfloat16, 128>({2, 1, 7, true, {130}, {130}}, v, 2);
