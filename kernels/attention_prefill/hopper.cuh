@@ -368,6 +368,40 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap *map
                  : "memory");
 }
 
+/* ---- clusters: CTAs launched together on one GPC, each reaching the others' shared memory ---- */
+
+/* This CTA's rank in its cluster. */
+__device__ __forceinline__ uint32_t cluster_rank()
+{
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+/* Every thread of every CTA of the cluster meets here: what each wrote before (barrier inits
+ * included) is visible to all after, and no CTA leaves while another may still write into it. */
+__device__ __forceinline__ void cluster_sync()
+{
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+/* An arrival on the mbarrier at bar's offset in the shared memory of CTA `rank` of the cluster. */
+__device__ __forceinline__ void mbar_arrive_cluster(uint64_t *bar, uint32_t rank)
+{
+    uint32_t remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(smem_addr(bar)), "r"(rank));
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
+}
+/* tma_load_3d into dst of every CTA of the cluster whose bit is set in cta_mask, each counting the
+ * bytes on the mbarrier at bar's offset in its own shared memory: one read of global memory (and of
+ * L2) for several CTAs. */
+__device__ __forceinline__ void tma_load_3d_multicast(uint32_t dst, const CUtensorMap *map, int c0, int c1, int c2,
+                                                      uint64_t *bar, uint16_t cta_mask)
+{
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 ".multicast::cluster [%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(dst),
+                 "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(smem_addr(bar)), "h"(cta_mask)
+                 : "memory");
+}
+
 /* ---- register reallocation between warpgroups (setmaxnreg): the whole warpgroup executes it ---- */
 template <int R> __device__ __forceinline__ void release_registers_to()
 {
@@ -413,6 +447,23 @@ inline cudaError_t make_cache_map(CUtensorMap *map, const void *cache, bool bf16
         return cudaErrorInvalidValue;
     }
     return cudaSuccess;
+}
+
+/* Kernel<<<grid, threads, smem>>>(args...) launched in clusters of cluster_z CTAs along z (grid.z a
+ * multiple of it), with its shared-memory limit raised first. */
+template <auto Kernel, class... Args>
+cudaError_t launch_cluster_kernel_with(dim3 grid, unsigned cluster_z, int threads, size_t smem, cudaStream_t stream,
+                                       Args... args)
+{
+    cudaError_t rc = mma::allow_smem<Kernel>(smem);
+    if (rc != cudaSuccess) return rc;
+    cudaLaunchAttribute cluster = {};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = 1, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = cluster_z;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid, config.blockDim = dim3((unsigned)threads), config.dynamicSmemBytes = smem;
+    config.stream = stream, config.attrs = &cluster, config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, Kernel, args...);
 }
 
 /* The SMs of the current device: a persistent grid's size. */

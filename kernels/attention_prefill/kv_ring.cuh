@@ -53,14 +53,15 @@ template <typename T, int D> struct kv_ring {
     __device__ T *v_stage(int st) const { return v + st * BN * D; }
     __device__ static ring_slot slot(uint32_t it) { return {(int)(it % kStages), (int)(it / kStages) & 1}; }
 #if KL_SM90A
-    /* By one thread, then a __syncthreads before any use. */
-    __device__ void init(bool by_tma) const
+    /* By one thread, then a __syncthreads (or a cluster_sync) before any use. readers: the consumer warps
+     * that hand each stage back (16 where the two CTAs of a cluster both read it). */
+    __device__ void init(bool by_tma, int readers = 8) const
     {
         for (int st = 0; st < kStages; st++) {
             mbar_init(&full_k[st], by_tma ? 1 : 128);
             mbar_init(&full_v[st], by_tma ? 1 : 128);
-            mbar_init(&empty_k[st], 8);
-            mbar_init(&empty_v[st], 8);
+            mbar_init(&empty_k[st], readers);
+            mbar_init(&empty_v[st], readers);
         }
         mbar_init(tail, 1);
         mbar_init_fence();
@@ -69,6 +70,25 @@ template <typename T, int D> struct kv_ring {
 };
 
 #if KL_SM90A
+
+/* The request's last V tile, by the TMA warp once its copy was issued on the tail barrier (tails: the
+ * CTA's uses of it so far): the rows valid .. BN - 1 (a page's unused slots, or stale rows of an
+ * earlier tile) are zeroed when it has landed, and only then is the stage full. K's stale rows need
+ * nothing: the mask overwrites their logits. */
+template <typename T, int D>
+__device__ __forceinline__ void publish_last_v(const kv_ring<T, D> &sm, int stage, int valid, uint32_t &tails)
+{
+    constexpr int BN = kv_ring<T, D>::BN;
+    using KL = swizzled_tile<BN, D>;
+    const int lane = threadIdx.x % 32;
+    mbar_wait(sm.tail, (int)(tails++ & 1));
+    uint4 *v16 = reinterpret_cast<uint4 *>(sm.v_stage(stage));
+    for (int i = lane; i < (BN - valid) * (D / 8); i += 32)
+        v16[KL::offset(valid + i / (D / 8), i % (D / 8)) / 8] = make_uint4(0, 0, 0, 0);
+    fence_async_smem();
+    __syncwarp();
+    if (lane == 0) mbar_arrive(&sm.full_v[stage]);
+}
 
 /* The producer warpgroup's work for one work tile: key tiles 0 .. n_tiles - 1 of request r, kv head
  * kv_head, into the ring as the CTA's tiles it0, it0 + 1, ... (the caller advances its count by
@@ -127,17 +147,8 @@ __device__ __forceinline__ void produce_kv(const kv_ring<T, D> &sm, const CUtens
                 mark(issued_at(j));
                 return;
             }
-            /* The request's last tile: V lands on the tail barrier, its rows valid .. BN - 1 (a page's unused
-             * slots, or stale rows of an earlier tile) are zeroed, and only then is the stage full. K's
-             * stale rows need nothing: the mask overwrites their logits. */
-            const int valid = issue(j, v_map, sm.v_stage(at.stage), sm.tail);
-            mbar_wait(sm.tail, (int)(tails++ & 1));
-            uint4 *v16 = reinterpret_cast<uint4 *>(sm.v_stage(at.stage));
-            for (int i = lane; i < (BN - valid) * (D / 8); i += 32)
-                v16[KL::offset(valid + i / (D / 8), i % (D / 8)) / 8] = make_uint4(0, 0, 0, 0);
-            fence_async_smem();
-            __syncwarp();
-            if (lane == 0) mbar_arrive(&sm.full_v[at.stage]);
+            /* the request's last tile: on the tail barrier, then made whole (publish_last_v) */
+            publish_last_v(sm, at.stage, issue(j, v_map, sm.v_stage(at.stage), sm.tail), tails);
             mark(issued_at(j));
         };
         for (int step = 0; step < n_tiles + v_lag; step++) {

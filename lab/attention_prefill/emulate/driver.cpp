@@ -1,4 +1,4 @@
-/* Runs the tensor-core attention_prefill kernels (v2..v9, their exact source through gen.py) on the
+/* Runs the tensor-core attention_prefill kernels (v2..v10, their exact source through gen.py) on the
  * CPU under emulation (shim.h) and compares them with the float64 reference: a check of their
  * indexing, masking, paging, pipelining order, barrier protocol and fragment and shared-memory
  * layouts that needs no GPU. v2..v6 are launched here; v7 and up through their own launchers.
@@ -17,7 +17,7 @@ extern "C" {
 
 thread_local emu_dim3 emu_threadIdx, emu_blockIdx;
 emu_dim3 emu_gridDim;
-emu::cta *emu::g_cta;
+thread_local emu::cta *emu::g_cta;
 
 /* Runs kernel() as every CTA of the grid, 128 threads each (v2..v6). */
 template <class F> static void run_grid(unsigned gx, unsigned gy, unsigned gz, size_t smem, F kernel)
@@ -42,7 +42,7 @@ template <typename T> static float to_float(T v)
     else return __half2float(v);
 }
 
-/* The trace of CTA 0 (v8, v9): every key tile's events present and in the order the kernel passes them
+/* The trace of CTA 0 (v8, v9, v10): every key tile's events present and in the order the kernel passes them
  * (K ready, S done, softmax done, P V done; v9 finishes P_j V_j only after the softmax of tile j + 1).
  * tiles 0: CTA 0 had no rows (v8's block 0 is request 0's last tile, past a shorter request's rows). */
 static int traced_cases; /* of the current variant: at least one must have traced CTA 0 */
@@ -136,6 +136,7 @@ template <typename T, int D> static bool check(const problem &pr, const std::str
         if (variant == "v7") rc = emu_v7_wgmma::launch(&p, nullptr);
         else if (variant == "v8") rc = emu_v8_warp_specialized::launch(&p, nullptr);
         else if (variant == "v9") rc = emu_v9_pingpong::launch(&p, nullptr);
+        else if (variant == "v10") rc = emu_v10_multicast::launch(&p, nullptr);
         else fprintf(stderr, "no variant %s\n", variant.c_str());
         if (rc != cudaSuccess) {
             printf("FAIL %s: the launcher returned %d\n", variant.c_str(), (int)rc);
@@ -162,7 +163,7 @@ template <typename T, int D> static bool check(const problem &pr, const std::str
     }
     const double rel = std::sqrt(err2 / ref2), limit = std::is_same<T, __half>::value ? 0x1p-9 : 0x1p-7;
     bool ok = nonfinite == 0 && rel < limit && lse_abs < 1e-3;
-    if (variant == "v8" || variant == "v9") ok &= trace_in_order(trace, variant == "v9");
+    if (variant == "v8" || variant == "v9" || variant == "v10") ok &= trace_in_order(trace, variant == "v9");
     std::string q_lens;
     for (int x : pr.q_lens) q_lens += (q_lens.empty() ? "" : "/") + std::to_string(x);
     printf("%s %s head_dim=%d %s q=%s heads=%d/%d page=%d %s: rel_l2 %.3g max_abs %.3g lse %.3g, %ld non-finite\n",
@@ -180,7 +181,7 @@ int main(int argc, char **argv)
         if (std::string(argv[i]) == "--full") full = true;
         else variants.push_back(argv[i]);
     }
-    if (variants.empty()) variants = {"v2", "v3", "v4", "v5", "v6", "v7", "v8", "v9"};
+    if (variants.empty()) variants = {"v2", "v3", "v4", "v5", "v6", "v7", "v8", "v9", "v10"};
     int passed = 0, failed = 0;
     for (const std::string &v : variants) {
         traced_cases = 0;
@@ -196,13 +197,17 @@ int main(int argc, char **argv)
         /* the gather (pages of 3) over four key tiles: a producer that publishes a tile only after it has
          * issued the next one must not wait on a stage the consumers free only after that tile */
         ok &= check<__half, 64>({2, 1, 3, true, {20, 150}, {420, 150}}, v, 10);
+        /* pages of 16 by TMA, four packed tiles of one request (v10's CTA pairs, their key counts one
+         * apart under the causal mask, the last V tile partial) and a request of one tile (a pair with
+         * a CTA that has no rows) */
+        ok &= check<__nv_bfloat16, 128>({4, 1, 16, true, {100, 20}, {300, 20}}, v, 11);
         if (full) {
             ok &= check<__nv_bfloat16, 128>({8, 2, 16, true, {150, 1}, {150, 260}}, v, 5);
             ok &= check<__half, 64>({8, 1, 5, false, {33, 64}, {90, 64}}, v, 6);
             ok &= check<__nv_bfloat16, 256>({4, 2, 16, true, {70}, {200}}, v, 7);
             ok &= check<__nv_bfloat16, 128>({8, 8, 16, true, {70, 5, 0, 140}, {70, 300, 3, 140}}, v, 8);
         }
-        if ((v == "v8" || v == "v9") && traced_cases == 0) {
+        if ((v == "v8" || v == "v9" || v == "v10") && traced_cases == 0) {
             printf("FAIL %s: no problem traced CTA 0 (params.trace ignored?)\n", v.c_str());
             ok = false;
         }

@@ -12,7 +12,7 @@ import os
 import sys
 
 VARIANTS = ["v2_mma", "v3_swizzle", "v4_cp_async", "v5_longest_first", "v6_gqa_packed"]
-HOPPER_VARIANTS = ["v7_wgmma", "v8_warp_specialized", "v9_pingpong"]
+HOPPER_VARIANTS = ["v7_wgmma", "v8_warp_specialized", "v9_pingpong", "v10_multicast"]
 
 EMULATED = {
     "__device__ __forceinline__ uint32_t smem_addr(": """__device__ __forceinline__ uint32_t smem_addr(const void *p)
@@ -244,26 +244,61 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&
     uint32_t box[3], elem_bytes;
 };
 static_assert(sizeof(emu_map) <= sizeof(CUtensorMap), "fits the opaque map");
-__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap *map, int c0, int c1, int c2, uint64_t *bar)
+/* The box into CTA c's shared memory at dst, its bytes counted on c's mbarrier at offset bar. */
+inline void emu_tma_copy(emu::cta &c, uint32_t dst, const CUtensorMap *map, int c0, int c1, int c2, uint32_t bar)
 {
     emu_map m;
     memcpy(&m, map, sizeof m);
     if (dst % 128) emu::fail("bulk tensor copy: destination not 128-byte aligned", dst);
     const uint32_t bytes = m.box[0] * m.box[1] * m.box[2] * m.elem_bytes;
-    if (dst + bytes > emu::g_cta->smem.size()) emu::fail("bulk tensor copy past the end of shared memory", dst);
+    if (dst + bytes > c.smem.size()) emu::fail("bulk tensor copy past the end of shared memory", dst);
     uint32_t at = dst;
     for (uint32_t z = 0; z < m.box[2]; z++)
         for (uint32_t y = 0; y < m.box[1]; y++)
             for (uint32_t x = 0; x < m.box[0]; x++, at += m.elem_bytes) {
                 const int64_t gx = (int64_t)c0 + x, gy = (int64_t)c1 + y, gz = (int64_t)c2 + z;
                 const uint32_t phys = at ^ (((at >> 7) & 7) << 4);
-                unsigned char *s = emu::g_cta->smem.data() + phys;
+                unsigned char *s = c.smem.data() + phys;
                 if (gx < 0 || gy < 0 || gz < 0 || gx >= (int64_t)m.dims[0] || gy >= (int64_t)m.dims[1] ||
                     gz >= (int64_t)m.dims[2])
                     memset(s, 0, m.elem_bytes); /* out of bounds: zeros */
                 else memcpy(s, m.base + gx * m.elem_bytes + gy * m.strides[0] + gz * m.strides[1], m.elem_bytes);
             }
-    emu::mbar_update(smem_addr(bar), -(int64_t)bytes, false);
+    emu::mbar_update(c, bar, -(int64_t)bytes, false);
+}
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap *map, int c0, int c1, int c2, uint64_t *bar)
+{
+    emu_tma_copy(*emu::g_cta, dst, map, c0, c1, c2, smem_addr(bar));
+}""",
+    # a cluster's CTAs run at the same time (shim.h's run_grid): a multicast copy lands in each CTA of
+    # the mask and counts on each one's mbarrier; a remote arrival goes to the partner's barrier
+    "__device__ __forceinline__ void tma_load_3d_multicast(": """__device__ __forceinline__ void tma_load_3d_multicast(uint32_t dst, const CUtensorMap *map, int c0, int c1, int c2,
+                                                      uint64_t *bar, uint16_t cta_mask)
+{
+    emu::cluster &cl = *emu::g_cta->cl;
+    if (cta_mask >> cl.ctas.size()) emu::fail("multicast to a CTA outside the cluster", cta_mask);
+    for (size_t r = 0; r < cl.ctas.size(); r++)
+        if (cta_mask >> r & 1) emu_tma_copy(*cl.ctas[r], dst, map, c0, c1, c2, smem_addr(bar));
+}""",
+    "__device__ __forceinline__ uint32_t cluster_rank()": """__device__ __forceinline__ uint32_t cluster_rank() { return emu::g_cta->rank; }""",
+    "__device__ __forceinline__ void cluster_sync()": """__device__ __forceinline__ void cluster_sync()
+{
+    emu::g_cta->cl->sync->arrive_and_wait();
+}""",
+    "__device__ __forceinline__ void mbar_arrive_cluster(": """__device__ __forceinline__ void mbar_arrive_cluster(uint64_t *bar, uint32_t rank)
+{
+    emu::cluster &cl = *emu::g_cta->cl;
+    if (rank >= cl.ctas.size()) emu::fail("mapa: no such CTA in the cluster", rank);
+    emu::mbar_update(*cl.ctas[rank], smem_addr(bar), 0, true);
+}""",
+    "template <auto Kernel, class... Args>\ncudaError_t launch_cluster_kernel_with(": """template <auto Kernel, class... Args>
+cudaError_t launch_cluster_kernel_with(dim3 grid, unsigned cluster_z, int threads, size_t smem, cudaStream_t,
+                                       Args... args)
+{
+    if (smem > 227 * 1024) return cudaErrorInvalidValue; /* an H100's limit for one CTA */
+    if (grid.z % cluster_z) return cudaErrorInvalidValue;  /* cudaLaunchKernelEx's rule */
+    emu::run_grid(grid.x, grid.y, grid.z, (unsigned)threads, smem, [&] { Kernel(args...); }, cluster_z);
+    return cudaSuccess;
 }""",
     "template <int R> __device__ __forceinline__ void release_registers_to()":
         "template <int R> __device__ __forceinline__ void release_registers_to() {}",

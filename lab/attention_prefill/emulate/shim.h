@@ -1,5 +1,5 @@
 /* Host emulation of the CUDA pieces the attention_prefill tensor-core kernels use, so their exact
- * source (mma.cuh, hopper.cuh, kv_ring.cuh and the kernels of v2..v9, gen.py copies them) runs on
+ * source (mma.cuh, hopper.cuh, kv_ring.cuh and the kernels of v2..v10, gen.py copies them) runs on
  * a machine without a GPU: one std::thread per CUDA thread of a CTA, std::barrier for
  * __syncthreads, named barriers and the exchanges a warp-wide instruction needs (shuffles,
  * ldmatrix, mma.sync, wgmma's register operand). gen.py swaps the PTX wrappers for emulated ones:
@@ -67,7 +67,9 @@ struct mbarrier {
     int64_t tx = 0;
     unsigned completed = 0;
 };
-/* One CTA being run: its shared memory, its barriers, and a word exchange per warp lane. */
+struct cluster;
+/* One CTA being run: its shared memory, its barriers, a word exchange per warp lane, and its cluster
+ * (the CTAs run at the same time, each able to reach the others' shared memory and mbarriers). */
 struct cta {
     std::vector<unsigned char> smem;
     std::barrier<> *block;
@@ -77,8 +79,15 @@ struct cta {
     std::condition_variable cv;
     std::map<uint32_t, mbarrier> mbarriers; /* by shared-memory offset */
     std::map<int, std::unique_ptr<std::barrier<>>> named;
+    cluster *cl = nullptr;
+    unsigned rank = 0;
+    int live = 0; /* threads not yet exited (guarded by mu): a copy or arrival to a CTA without any fails */
 };
-extern cta *g_cta;
+struct cluster {
+    std::vector<cta *> ctas;
+    std::barrier<> *sync; /* barrier.cluster: every thread of every CTA */
+};
+extern thread_local cta *g_cta; /* the calling thread's CTA */
 inline int lane() { return threadIdx.x % 32; }
 inline int wid() { return threadIdx.x / 32; }
 inline void warp_sync() { g_cta->warp[wid()]->arrive_and_wait(); }
@@ -89,19 +98,19 @@ inline void warp_sync() { g_cta->warp[wid()]->arrive_and_wait(); }
     abort();
 }
 
-/* ---- mbarriers ---- */
-inline void complete_if_done(mbarrier &b, uint32_t at)
+/* ---- mbarriers (of the calling thread's CTA, or of CTA c of its cluster) ---- */
+inline void complete_if_done(cta &c, mbarrier &b, uint32_t at)
 {
     if (b.pending < 0) fail("more arrivals on an mbarrier than its count", at);
     if (b.pending == 0 && b.tx == 0) {
         b.completed++, b.pending = b.count;
-        g_cta->cv.notify_all();
+        c.cv.notify_all();
     }
 }
-inline mbarrier &find_mbarrier(uint32_t at)
+inline mbarrier &find_mbarrier(cta &c, uint32_t at)
 {
-    auto it = g_cta->mbarriers.find(at);
-    if (it == g_cta->mbarriers.end()) fail("mbarrier used before mbarrier.init", at);
+    auto it = c.mbarriers.find(at);
+    if (it == c.mbarriers.end()) fail("mbarrier used before mbarrier.init", at);
     return it->second;
 }
 inline void mbar_init(uint32_t at, int count)
@@ -109,19 +118,22 @@ inline void mbar_init(uint32_t at, int count)
     std::lock_guard<std::mutex> lock(g_cta->mu);
     g_cta->mbarriers[at] = mbarrier{count, count, 0, 0};
 }
-/* An arrival that first announces `bytes` (0 for a plain arrive); a copy's landing is arrive(at, -bytes, false). */
-inline void mbar_update(uint32_t at, int64_t bytes, bool arrival)
+/* An arrival that first announces `bytes` (0 for a plain arrive); a copy's landing is
+ * mbar_update(c, at, -bytes, false). */
+inline void mbar_update(cta &c, uint32_t at, int64_t bytes, bool arrival)
 {
-    std::lock_guard<std::mutex> lock(g_cta->mu);
-    mbarrier &b = find_mbarrier(at);
+    std::lock_guard<std::mutex> lock(c.mu);
+    if (c.live == 0) fail("an arrival or a copy reached a CTA of the cluster that had exited", at);
+    mbarrier &b = find_mbarrier(c, at);
     b.tx += bytes;
     if (arrival) b.pending--;
-    complete_if_done(b, at);
+    complete_if_done(c, b, at);
 }
+inline void mbar_update(uint32_t at, int64_t bytes, bool arrival) { mbar_update(*g_cta, at, bytes, arrival); }
 inline void mbar_wait(uint32_t at, int parity)
 {
     std::unique_lock<std::mutex> lock(g_cta->mu);
-    mbarrier &b = find_mbarrier(at);
+    mbarrier &b = find_mbarrier(*g_cta, at);
     /* The phase of parity P has completed when the current phase's parity (completed % 2) differs from P. */
     if (!g_cta->cv.wait_for(lock, std::chrono::seconds(60), [&] { return (int)(b.completed & 1) != parity; }))
         fail("deadlock: an mbarrier phase never completed within 60 s", at);
@@ -151,9 +163,12 @@ inline std::barrier<> &named_barrier(int id, int threads)
     return *b;
 }
 
-/* Runs kernel() as every CTA of the grid, one after the other, `threads` threads each. A thread that
- * returns drops out of __syncthreads and of its warp's exchanges, as an exited thread does. */
-template <class F> void run_grid(unsigned gx, unsigned gy, unsigned gz, unsigned threads, size_t smem, F kernel);
+/* Runs kernel() as every CTA of the grid, `threads` threads each: one cluster of cluster_z CTAs
+ * (consecutive along z) after the other, the CTAs of a cluster at the same time. A thread that returns
+ * drops out of __syncthreads, of its warp's exchanges and of the cluster barrier, as an exited thread
+ * does. */
+template <class F>
+void run_grid(unsigned gx, unsigned gy, unsigned gz, unsigned threads, size_t smem, F kernel, unsigned cluster_z = 1);
 } // namespace emu
 
 inline void __syncthreads() { emu::g_cta->block->arrive_and_wait(); }
@@ -193,36 +208,50 @@ inline uint32_t __float_as_uint(float f)
 inline void __trap() { emu::fail("__trap()", 0); }
 
 template <class F>
-void emu::run_grid(unsigned gx, unsigned gy, unsigned gz, unsigned threads, size_t smem, F kernel)
+void emu::run_grid(unsigned gx, unsigned gy, unsigned gz, unsigned threads, size_t smem, F kernel, unsigned cluster_z)
 {
     if (threads % 32 || threads / 32 > kMaxWarps) fail("unsupported CTA size", threads);
+    if (cluster_z == 0 || gz % cluster_z) fail("grid z not a multiple of the cluster", gz);
     emu_gridDim = {gx, gy, gz};
     emu_blockDim = {threads, 1, 1};
-    for (unsigned z = 0; z < gz; z++)
+    for (unsigned z0 = 0; z0 < gz; z0 += cluster_z)
         for (unsigned y = 0; y < gy; y++)
             for (unsigned x = 0; x < gx; x++) {
-                cta c;
-                c.smem.assign(smem, 0xAB); /* stale bytes: a tile read before it is copied shows */
-                std::barrier<> block(threads);
-                std::vector<std::unique_ptr<std::barrier<>>> warps;
-                for (unsigned w = 0; w < threads / 32; w++) {
-                    warps.push_back(std::make_unique<std::barrier<>>(32));
-                    c.warp[w] = warps.back().get();
+                std::vector<std::unique_ptr<cta>> ctas;
+                std::vector<std::unique_ptr<std::barrier<>>> barriers;
+                std::barrier<> cluster_sync(threads * cluster_z);
+                cluster cl{{}, &cluster_sync};
+                for (unsigned r = 0; r < cluster_z; r++) {
+                    ctas.push_back(std::make_unique<cta>());
+                    cta &c = *ctas.back();
+                    c.smem.assign(smem, 0xAB); /* stale bytes: a tile read before it is copied shows */
+                    barriers.push_back(std::make_unique<std::barrier<>>(threads));
+                    c.block = barriers.back().get();
+                    for (unsigned w = 0; w < threads / 32; w++) {
+                        barriers.push_back(std::make_unique<std::barrier<>>(32));
+                        c.warp[w] = barriers.back().get();
+                    }
+                    c.cl = &cl, c.rank = r, c.live = (int)threads;
+                    cl.ctas.push_back(&c);
                 }
-                c.block = &block;
-                g_cta = &c;
                 std::vector<std::thread> pool;
-                for (unsigned t = 0; t < threads; t++)
-                    pool.emplace_back([&, t] {
-                        emu_threadIdx = {t, 0, 0};
-                        emu_blockIdx = {x, y, z};
-                        kernel();
-                        if (!t_wgmma.open.empty() || !t_wgmma.committed.empty())
-                            fail("the thread exits with wgmma products it never waited for", 0);
-                        t_cp_async.open.clear(), t_cp_async.committed.clear(); /* copies never waited for: unused */
-                        c.block->arrive_and_drop();
-                        c.warp[t / 32]->arrive_and_drop();
-                    });
+                for (unsigned r = 0; r < cluster_z; r++)
+                    for (unsigned t = 0; t < threads; t++)
+                        pool.emplace_back([&, r, t] {
+                            cta &c = *ctas[r];
+                            g_cta = &c;
+                            emu_threadIdx = {t, 0, 0};
+                            emu_blockIdx = {x, y, z0 + r};
+                            kernel();
+                            if (!t_wgmma.open.empty() || !t_wgmma.committed.empty())
+                                fail("the thread exits with wgmma products it never waited for", 0);
+                            t_cp_async.open.clear(), t_cp_async.committed.clear(); /* never waited for: unused */
+                            c.block->arrive_and_drop();
+                            c.warp[t / 32]->arrive_and_drop();
+                            cluster_sync.arrive_and_drop();
+                            std::lock_guard<std::mutex> lock(c.mu);
+                            c.live--;
+                        });
                 for (auto &t : pool) t.join();
             }
 }
