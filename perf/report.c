@@ -844,10 +844,23 @@ static double conflict_share(const cJSON *r)
     return w > 0 ? c / w : NAN;
 }
 
+static int setmaxnreg_split(const char *variant, const char *module, int *producer, int *consumer);
+
 /* What the top stall of a compute-bound kernel usually means there (the generic table speaks of
- * memory-bound kernels). */
-static const char *compute_stall_meaning(const char *name)
+ * memory-bound kernels). A warp-specialized variant (a setmaxnreg split in its source) has no
+ * __syncthreads in its loop and its warps wait on mbarriers: two readings differ there. */
+static const char *compute_stall_meaning(const char *name, const char *variant, const char *module)
 {
+    int producer, consumer;
+    if (variant && setmaxnreg_split(variant, module, &producer, &consumer)) {
+        if (strcmp(name, "barrier") == 0)
+            return "waiting at a barrier, not a per-tile __syncthreads (this kernel has none in its loop): the named "
+                   "barriers of the Q copy or of v9's turns, or the cluster barrier; the CTA timeline shows where a "
+                   "tile's time goes";
+        if (strcmp(name, "long_scoreboard") == 0)
+            return "waiting on a global- or local-memory access (page-table reads, spilled registers); set it beside "
+                   "the CTA timeline, which shows whether the consumers wait for K and V";
+    }
     static const struct {
         const char *name, *meaning;
     } k[] = {
@@ -1013,7 +1026,7 @@ static void section_compute_story(FILE *f, const struct mod *md, const cJSON *r,
     int n = stalls_of(r, names, pct, 32);
     for (int i = 0; i < n && i < 4; i++)
         fprintf(f, "%s %-18s %5.1f%%  <- %s\n", i == 0 ? "├── Warp stalls:" : "│                ", names[i], pct[i],
-                compute_stall_meaning(names[i]));
+                compute_stall_meaning(names[i], variant, md->name));
     fprintf(f, "└── Interpretation: %s of the GEMM rate", F("%.2f", num(r, "tc_frac")));
     if (n) fprintf(f, "; the warps wait mostly on %s", names[0]);
     if (isfinite(cs) && cs > 0.05) fprintf(f, "; bank conflicts are a visible share of the shared-memory work");
@@ -1071,7 +1084,7 @@ static void section_compute_hardware(FILE *f, const struct mod *md, const char *
         int n = stalls_of(r, names, pct, 32);
         fprintf(f, "- **%s**: %s TFLOP/s, %s of the GEMM rate, tensor pipe %s%% active.", md->variants[i],
                 F("%.1f", num(r, "tflops")), F("%.3f", num(r, "tc_frac")), F("%.0f", num(r, "counters.tensor_pipe_pct")));
-        if (n) fprintf(f, " Its warps mostly stall on %s (%.0f%%): %s.", names[0], pct[0], compute_stall_meaning(names[0]));
+        if (n) fprintf(f, " Its warps mostly stall on %s (%.0f%%): %s.", names[0], pct[0], compute_stall_meaning(names[0], md->variants[i], md->name));
         double cs = conflict_share(r);
         if (isfinite(cs)) fprintf(f, " Bank conflicts: %.1f%% of its shared-memory wavefronts.", 100 * cs);
         fprintf(f, "\n");
