@@ -227,5 +227,22 @@ inline cudaError_t plan_kv_copies(const kl_attention_prefill_params *p, int bn, 
     return rc;
 }
 
+/* Host: what a warp-specialized launch needs besides its kernel: v6's packed grid, the copies' plan
+ * with its tensor maps (plan_kv_copies), and the divisors by the page size and the GQA group. */
+struct ws_launch {
+    CUtensorMap k_map, v_map;
+    dim3 grid;
+    int box_rows;
+    prefill::fast_div page, group;
+};
+template <int D> cudaError_t plan_ws_launch(const kl_attention_prefill_params *p, const char *variant, ws_launch *l)
+{
+    cudaError_t rc = mma::packed_grid(p, ws_shape<D>::kBM, variant, &l->grid);
+    if (rc == cudaSuccess) rc = plan_kv_copies(p, ws_shape<D>::kBN, &l->k_map, &l->v_map, &l->box_rows);
+    l->page = prefill::make_fast_div((uint32_t)p->page_size);
+    l->group = prefill::make_fast_div((uint32_t)(p->num_qo_heads / p->num_kv_heads));
+    return rc;
+}
+
 } // namespace hopper
 } // namespace kl

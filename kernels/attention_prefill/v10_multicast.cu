@@ -174,24 +174,17 @@ cudaError_t launch(const struct kl_attention_prefill_params *p, cudaStream_t str
     return dispatch(p, [&](auto t, auto d) {
         using T = decltype(t);
         constexpr int D = decltype(d)::value;
-        using S = ws_shape<D>;
-        dim3 grid;
-        cudaError_t grc = packed_grid(p, S::kBM, "v10_multicast", &grid);
-        if (grc != cudaSuccess) return grc;
-        const int tiles = (int)grid.z;
-        grid.z = (grid.z + kPair - 1) / kPair * kPair; /* whole pairs */
-        if (grid.z > 65535) {
-            fprintf(stderr, "attention_prefill v10_multicast: %u tiles in pairs > 65535 (grid z)\n", grid.z);
+        ws_launch l;
+        cudaError_t prc = plan_ws_launch<D>(p, "v10_multicast", &l);
+        if (prc != cudaSuccess) return prc;
+        const int tiles = (int)l.grid.z;
+        l.grid.z = (l.grid.z + kPair - 1) / kPair * kPair; /* whole pairs */
+        if (l.grid.z > 65535) {
+            fprintf(stderr, "attention_prefill v10_multicast: %u tiles in pairs > 65535 (grid z)\n", l.grid.z);
             return cudaErrorInvalidValue;
         }
-        CUtensorMap k_map, v_map;
-        int box_rows;
-        cudaError_t mrc = plan_kv_copies(p, S::kBN, &k_map, &v_map, &box_rows);
-        if (mrc != cudaSuccess) return mrc;
-        return launch_cluster_kernel_with<prefill_v10<T, D>>(
-            grid, kPair, kThreads, S::kSmem, stream, k_map, v_map, *p,
-            kl::prefill::make_fast_div((uint32_t)p->page_size),
-            kl::prefill::make_fast_div((uint32_t)(p->num_qo_heads / p->num_kv_heads)), box_rows, tiles);
+        return launch_cluster_kernel_with<prefill_v10<T, D>>(l.grid, kPair, kThreads, ws_shape<D>::kSmem, stream,
+                                                             l.k_map, l.v_map, *p, l.page, l.group, l.box_rows, tiles);
     });
 }
 

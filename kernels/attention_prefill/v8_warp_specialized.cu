@@ -123,18 +123,11 @@ cudaError_t launch(const struct kl_attention_prefill_params *p, cudaStream_t str
     return dispatch(p, [&](auto t, auto d) {
         using T = decltype(t);
         constexpr int D = decltype(d)::value;
-        using S = ws_shape<D>;
-        dim3 grid;
-        cudaError_t grc = packed_grid(p, S::kBM, "v8_warp_specialized", &grid);
-        if (grc != cudaSuccess) return grc;
-        CUtensorMap k_map, v_map;
-        int box_rows;
-        cudaError_t mrc = plan_kv_copies(p, S::kBN, &k_map, &v_map, &box_rows);
-        if (mrc != cudaSuccess) return mrc;
-        return launch_kernel_with<prefill_v8<T, D>>(grid, kThreads, S::kSmem, stream, k_map, v_map, *p,
-                                                    kl::prefill::make_fast_div((uint32_t)p->page_size),
-                                                    kl::prefill::make_fast_div((uint32_t)(p->num_qo_heads / p->num_kv_heads)),
-                                                    box_rows);
+        ws_launch l;
+        cudaError_t prc = plan_ws_launch<D>(p, "v8_warp_specialized", &l);
+        if (prc != cudaSuccess) return prc;
+        return launch_kernel_with<prefill_v8<T, D>>(l.grid, kThreads, ws_shape<D>::kSmem, stream, l.k_map, l.v_map,
+                                                    *p, l.page, l.group, l.box_rows);
     });
 }
 

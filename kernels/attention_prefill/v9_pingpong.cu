@@ -199,25 +199,18 @@ cudaError_t launch(const struct kl_attention_prefill_params *p, cudaStream_t str
     return dispatch(p, [&](auto t, auto d) {
         using T = decltype(t);
         constexpr int D = decltype(d)::value;
-        using S = ws_shape<D>;
-        dim3 tiles;
-        cudaError_t grc = packed_grid(p, S::kBM, "v9_pingpong", &tiles);
-        if (grc != cudaSuccess) return grc;
-        const int64_t n_works = (int64_t)tiles.x * tiles.y * tiles.z;
+        ws_launch l;
+        cudaError_t prc = plan_ws_launch<D>(p, "v9_pingpong", &l);
+        if (prc != cudaSuccess) return prc;
+        const int64_t n_works = (int64_t)l.grid.x * l.grid.y * l.grid.z;
         if (n_works > INT32_MAX) {
             fprintf(stderr, "attention_prefill v9_pingpong: %lld work tiles > 2^31 - 1\n", (long long)n_works);
             return cudaErrorInvalidValue;
         }
-        const walk works = {(int)tiles.x, (int)tiles.y, (int)tiles.z};
-        CUtensorMap k_map, v_map;
-        int box_rows;
-        cudaError_t mrc = plan_kv_copies(p, S::kBN, &k_map, &v_map, &box_rows);
-        if (mrc != cudaSuccess) return mrc;
+        const walk works = {(int)l.grid.x, (int)l.grid.y, (int)l.grid.z};
         const int ctas = n_works < sm_count() ? (int)n_works : sm_count(); /* persistent: one CTA per SM at most */
-        return launch_kernel_with<prefill_v9<T, D>>(
-            dim3((unsigned)ctas), kThreads, S::kSmem, stream, k_map, v_map, *p,
-            kl::prefill::make_fast_div((uint32_t)p->page_size),
-            kl::prefill::make_fast_div((uint32_t)(p->num_qo_heads / p->num_kv_heads)), box_rows, works);
+        return launch_kernel_with<prefill_v9<T, D>>(dim3((unsigned)ctas), kThreads, ws_shape<D>::kSmem, stream,
+                                                    l.k_map, l.v_map, *p, l.page, l.group, l.box_rows, works);
     });
 }
 

@@ -51,15 +51,14 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) { l
     if constexpr (std::is_same<T, __nv_bfloat16>::value) return __bfloat162float(v);
     else return __half2float(v);
 }
-template <typename T>
-__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+/* The warp's 16 x 16 A operand of an m16n8k16 product (mma.sync, or wgmma from registers), gathered
+ * from every lane's fragment by the PTX ISA's table: each lane gets the whole matrix. */
+template <typename T> void emu_gather_a(const uint32_t (&a)[4], float (&A)[16][16])
 {
     auto &x = emu::g_cta->xchg[emu::wid()];
     const int l = emu::lane();
     for (int i = 0; i < 4; i++) x[l][i] = a[i];
-    x[l][4] = b0, x[l][5] = b1;
     emu::warp_sync();
-    float A[16][16], B[16][8];
     auto lo = [](uint32_t v) { return emu_to_float<T>((uint16_t)(v & 0xffff)); };
     auto hi = [](uint32_t v) { return emu_to_float<T>((uint16_t)(v >> 16)); };
     for (int ln = 0; ln < 32; ln++) {
@@ -68,6 +67,22 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
         A[g + 8][2 * t] = lo(x[ln][1]), A[g + 8][2 * t + 1] = hi(x[ln][1]);
         A[g][2 * t + 8] = lo(x[ln][2]), A[g][2 * t + 9] = hi(x[ln][2]);
         A[g + 8][2 * t + 8] = lo(x[ln][3]), A[g + 8][2 * t + 9] = hi(x[ln][3]);
+    }
+    emu::warp_sync();
+}
+template <typename T>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+    float A[16][16], B[16][8];
+    emu_gather_a<T>(a, A);
+    auto &x = emu::g_cta->xchg[emu::wid()];
+    const int l = emu::lane();
+    x[l][4] = b0, x[l][5] = b1;
+    emu::warp_sync();
+    auto lo = [](uint32_t v) { return emu_to_float<T>((uint16_t)(v & 0xffff)); };
+    auto hi = [](uint32_t v) { return emu_to_float<T>((uint16_t)(v >> 16)); };
+    for (int ln = 0; ln < 32; ln++) {
+        const int g = ln / 4, t = ln % 4;
         B[2 * t][g] = lo(x[ln][4]), B[2 * t + 1][g] = hi(x[ln][4]);
         B[2 * t + 8][g] = lo(x[ln][5]), B[2 * t + 9][g] = hi(x[ln][5]);
     }
@@ -182,22 +197,10 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t a, uint6
     "template <typename T, int N>\n__device__ __forceinline__ void wgmma_rs(": """template <typename T, int N>
 __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t b, int accumulate)
 {
-    /* A: the warp's 16 rows, an m16n8k16 A fragment in each lane (mma_16816's table). */
-    auto &x = emu::g_cta->xchg[emu::wid()];
-    const int l = emu::lane();
-    for (int i = 0; i < 4; i++) x[l][i] = a[i];
-    emu::warp_sync();
+    /* A: the warp's 16 rows, an m16n8k16 A fragment in each lane */
     float A[16][16];
-    auto lo = [](uint32_t v) { return mma::emu_to_float<T>((uint16_t)(v & 0xffff)); };
-    auto hi = [](uint32_t v) { return mma::emu_to_float<T>((uint16_t)(v >> 16)); };
-    for (int ln = 0; ln < 32; ln++) {
-        const int g = ln / 4, t = ln % 4;
-        A[g][2 * t] = lo(x[ln][0]), A[g][2 * t + 1] = hi(x[ln][0]);
-        A[g + 8][2 * t] = lo(x[ln][1]), A[g + 8][2 * t + 1] = hi(x[ln][1]);
-        A[g][2 * t + 8] = lo(x[ln][2]), A[g][2 * t + 9] = hi(x[ln][2]);
-        A[g + 8][2 * t + 8] = lo(x[ln][3]), A[g + 8][2 * t + 9] = hi(x[ln][3]);
-    }
-    emu::warp_sync();
+    mma::emu_gather_a<T>(a, A);
+    const int l = emu::lane();
     const emu_desc db = emu_decode(b);
     const int g = l / 4, t = l % 4;
     std::vector<float> a_rows(&A[0][0], &A[0][0] + 16 * 16); /* the registers as they were at the issue */
