@@ -5,13 +5,16 @@
 # and the edge catalogue (`kernlab check`), runs it under compute-sanitizer (memcheck, racecheck,
 # synccheck) on the goldens, and benches it on the given workloads; then a SASS census of the
 # variants' kernels (tensor-core instructions, local-memory traffic), and with GPU_SUITE=1 the
-# module's whole GPU test suite (every variant and mutant: minutes). Short lines on stdout as they
+# module's whole GPU test suite (every variant and mutant: minutes). SMOKE_TIMEOUT (seconds, default
+# 300) bounds each verify, check, sanitizer and bench, so a hanging new variant costs little device
+# time. Short lines on stdout as they
 # come, full logs in $OUT/smoke.tgz. Uses the packed dependencies like device_run.sh:
 #   KL_COMMIT=$(git rev-parse --short=12 HEAD) perf/device_smoke.sh attention_prefill \
 #       "v7_wgmma v8_warp_specialized v9_pingpong" "causal-8k causal-8k-p1"
 set -uo pipefail
 module=${1:?usage: device_smoke.sh MODULE \"VARIANTS\" [\"WORKLOADS\"]} variants=${2:?no variants given} workloads=${3:-}
 export NCCL_NVLS_ENABLE=0
+limit=${SMOKE_TIMEOUT:-300}
 out=${OUT:-$PWD/device-out}
 logs=$(mktemp -d)
 mkdir -p "$out"
@@ -29,20 +32,20 @@ t0=$(date +%s)
   || { tail -40 "$logs/build.log"; exit 1; }
 echo "== build ok ($(( $(date +%s) - t0 )) s)"
 for v in $variants; do
-  timeout 300 build/kernlab verify "golden/$module" --variant "$v" > "$logs/verify-$v.log" 2>&1
+  timeout "$limit" build/kernlab verify "golden/$module" --variant "$v" > "$logs/verify-$v.log" 2>&1
   echo "verify $v: rc=$? $(grep -c '^PASS' "$logs/verify-$v.log") PASS, $(grep -c '^FAIL' "$logs/verify-$v.log") FAIL, $(grep -c '^SKIP' "$logs/verify-$v.log") SKIP"
   grep -m3 '^FAIL' "$logs/verify-$v.log"
-  timeout 200 build/kernlab check "$module" --variant "$v" > "$logs/check-$v.log" 2>&1
+  timeout "$limit" build/kernlab check "$module" --variant "$v" > "$logs/check-$v.log" 2>&1
   echo "check $v: rc=$? $(grep -c '^PASS' "$logs/check-$v.log") PASS, $(grep -c '^FAIL' "$logs/check-$v.log") FAIL"
   grep -m3 '^FAIL' "$logs/check-$v.log"
   for tool in memcheck racecheck synccheck; do
-    timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 99 build/kernlab verify "golden/$module" --variant "$v" \
+    timeout "$limit" compute-sanitizer --tool "$tool" --error-exitcode 99 build/kernlab verify "golden/$module" --variant "$v" \
       > "$logs/$tool-$v.log" 2>&1
     rc=$?
     echo "  $tool: rc=$rc"; [ $rc = 0 ] || grep -m5 -E 'Error|Hazard|error' "$logs/$tool-$v.log"
   done
   for w in $workloads; do
-    timeout 200 build/kernlab bench "$module" --variant "$v" --workload "$w" --json "$logs/bench-$v-$w.jsonl" \
+    timeout "$limit" build/kernlab bench "$module" --variant "$v" --workload "$w" --json "$logs/bench-$v-$w.jsonl" \
       > "$logs/bench-$v-$w.log" 2>&1
     echo "bench $v $w: rc=$? $(grep -E "^ *$v " "$logs/bench-$v-$w.log" | tail -1)"
   done
