@@ -855,7 +855,7 @@ static const char *compute_stall_meaning(const char *name, const char *variant, 
     if (variant && setmaxnreg_split(variant, module, &producer, &consumer)) {
         if (strcmp(name, "barrier") == 0)
             return "waiting at a barrier, not a per-tile __syncthreads (this kernel has none in its loop): the named "
-                   "barriers of the Q copy or of v9's turns, or the cluster barrier; the CTA timeline shows where a "
+                   "barriers of the Q copy or of v10's turns, or the cluster barrier; the CTA timeline shows where a "
                    "tile's time goes";
         if (strcmp(name, "long_scoreboard") == 0)
             return "waiting on a global- or local-memory access (page-table reads, spilled registers); set it beside "
@@ -947,10 +947,10 @@ static void section_cta_timeline(FILE *f, const cJSON *r)
     }
     fprintf(f, "```\n\nPer key tile, warpgroup 0 on average: %s cycles from K ready to S done, %s in the softmax, %s "
                "from the softmax's end to its P V done, one tile every %s cycles; K was taken %s cycles after the "
-               "producer issued it",
+               "producer had issued the tile's V",
             F("%.0f", s_len / n), F("%.0f", sm_len / n), F("%.0f", pv_len / n), F("%.0f", n > 1 ? period / (n - 1) : NAN),
             F("%.0f", lead / n));
-    if (n > 0 && sm_len >= s_len) fprintf(f, ". The softmax takes as long as the product it follows: hiding it (v9's "
+    if (n > 0 && sm_len >= s_len) fprintf(f, ". The softmax takes as long as the product it follows: hiding it (v10's "
                                              "overlap and ping-pong) is worth more than faster copies");
     else if (n > 0 && lead / n < s_len / n) fprintf(f, ". The consumers take tiles soon after they were issued: the copies, "
                                                        "not the math, set the pace");

@@ -19,7 +19,7 @@ namespace hopper {
 /* A CTA of the warp-specialized variants: hopper.cuh's tiles, and the ring's shared memory. Three
  * stages where they fit, two for head_dim 256 (3 x 64 KB would not fit): a tile lands about 3000
  * clocks after its copy is issued on an H100, more than a stage's compute. Measured there on
- * causal-8k, though, two stages ran as fast (v8 1144 against 1152 us, v9 1280 against 1256-1266):
+ * causal-8k, though, two stages ran as fast (v8 1144 against 1152 us, v10 1280 against 1256-1266, each with one producer warp):
  * the copies' rate, not their latency, is what the consumers wait for. */
 template <int D> struct ws_shape : wg_tiles<D> {
     using QTile = typename wg_tiles<D>::QTile;
@@ -92,13 +92,18 @@ __device__ __forceinline__ void publish_last_v(const kv_ring<T, D> &sm, int stag
 
 /* The producer warpgroup's work for one work tile: key tiles 0 .. n_tiles - 1 of request r, kv head
  * kv_head, into the ring as the CTA's tiles it0, it0 + 1, ... (the caller advances its count by
- * n_tiles); `tails` counts the CTA's uses of the tail barrier (its parity). The copies go in the
- * order the consumers need them: V trails K by v_lag tiles (0: K_j then V_j, for consumers that
- * multiply P_j V_j right after S_j; 1: K_j then V_{j-1}, for consumers that issue S_j together with
+ * n_tiles); `tails` counts the CTA's uses of the tail barrier (its parity).
+ * box_rows > 0: TMA, a box per box_rows keys and 64-column block. Warp 0 issues the K tiles and warp 1
+ * the V tiles, each as soon as its stage is free, with the next tile's page numbers already loaded
+ * (the other warps return). On an H100 one warp issuing both, looking each page up once its stage was
+ * free, fell behind the consumers at page 16 (32 boxes of 2 KB a tile): v10 ran causal-8k in 1239 us,
+ * and in 1068 with the two warps.
+ * box_rows 0: all 128 threads gather rows with cp.async, one copy after another, in the order the
+ * consumers need them: V trails K by v_lag tiles (0: K_j then V_j, for consumers that multiply
+ * P_j V_j right after S_j; 1: K_j then V_{j-1}, for consumers that issue S_j together with
  * P_{j-1} V_{j-1}), so that a copy never waits for a stage that is freed only after a later one.
- * box_rows > 0: one warp issues a TMA per box_rows keys and 64-column block (the other warps
- * return); 0: all 128 threads gather rows with cp.async. Called by every producer thread. issued:
- * the trace's per-tile times tile j's copies were all issued, or nullptr. */
+ * Called by every producer thread. issued: the trace's per-tile times tile j's V copies were all
+ * issued, or nullptr. */
 template <typename T, int D>
 __device__ __forceinline__ void produce_kv(const kv_ring<T, D> &sm, const CUtensorMap *k_map, const CUtensorMap *v_map,
                                            const kl_attention_prefill_params &p, const prefill::request &r,
@@ -107,24 +112,32 @@ __device__ __forceinline__ void produce_kv(const kv_ring<T, D> &sm, const CUtens
 {
     constexpr int BN = kv_ring<T, D>::BN;
     using KL = swizzled_tile<BN, D>;
-    const int lane = threadIdx.x % 32;
-    auto issued_at = [&](int j) {
-        return issued && threadIdx.x == 0 && j < KL_PREFILL_TRACE_TILES ? issued + j : nullptr;
-    };
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    auto issued_at = [&](int j) { return issued && j < KL_PREFILL_TRACE_TILES ? issued + j : nullptr; };
     if (box_rows > 0) {
-        if (threadIdx.x >= 32) return;
+        if (warp >= 2) return;
+        const bool v_warp = warp == 1;
         const uint32_t box_bytes = (uint32_t)box_rows * D * 2; /* all 64-column blocks of box_rows keys */
-        /* Tile j of one cache into `tile`, counted on `bar`: lane b copies box b, keys j BN + b box_rows ..
-         * from its page (box_rows divides the page, or the page the tile). Returns the tile's keys. */
-        auto issue = [&](int j, const CUtensorMap *map, T *tile, uint64_t *bar) {
-            const int k0 = j * BN, valid = min(BN, r.kv_len - k0);
-            const int boxes = (valid + box_rows - 1) / box_rows;
-            int slot0 = 0;
-            if (lane < boxes) {
-                uint32_t pi, off;
-                page.divmod((uint32_t)(k0 + lane * box_rows), pi, off);
-                slot0 = p.kv_indices[r.first_page + (int)pi] * (int)p.page_size + (int)off;
-            }
+        /* Lane b's box of tile j: its first slot in the cache (keys j BN + b box_rows .. from their page;
+         * box_rows divides the page, or the page the tile), 0 for a lane without a box. */
+        auto box_slot = [&](int j) {
+            const int key = j * BN + lane * box_rows;
+            if (j >= n_tiles || key >= r.kv_len) return 0;
+            uint32_t pi, off;
+            page.divmod((uint32_t)key, pi, off);
+            return p.kv_indices[r.first_page + (int)pi] * (int)p.page_size + (int)off;
+        };
+        const CUtensorMap *map = v_warp ? v_map : k_map;
+        int slot0 = box_slot(0);
+        for (int j = 0; j < n_tiles; j++) {
+            const int next = box_slot(j + 1); /* its load runs under the wait below */
+            const ring_slot at = sm.slot(it0 + j);
+            mbar_wait(v_warp ? &sm.empty_v[at.stage] : &sm.empty_k[at.stage], at.phase ^ 1);
+            const int valid = min(BN, r.kv_len - j * BN), boxes = (valid + box_rows - 1) / box_rows;
+            /* the request's last V tile goes on the tail barrier, then is made whole (publish_last_v) */
+            const bool last_v = v_warp && valid < BN;
+            T *tile = v_warp ? sm.v_stage(at.stage) : sm.k_stage(at.stage);
+            uint64_t *bar = last_v ? sm.tail : v_warp ? &sm.full_v[at.stage] : &sm.full_k[at.stage];
             if (lane == 0) mbar_arrive_expect(bar, (uint32_t)boxes * box_bytes);
             __syncwarp();
             if (lane < boxes)
@@ -132,28 +145,9 @@ __device__ __forceinline__ void produce_kv(const kv_ring<T, D> &sm, const CUtens
                 for (int blk = 0; blk < D / 64; blk++)
                     tma_load_3d(smem_addr(tile) + blk * KL::kBlockBytes + lane * box_rows * 128, map, blk * 64,
                                 kv_head, slot0, bar);
-            return valid;
-        };
-        auto load_k = [&](int j) {
-            const ring_slot at = sm.slot(it0 + j);
-            mbar_wait(&sm.empty_k[at.stage], at.phase ^ 1);
-            issue(j, k_map, sm.k_stage(at.stage), &sm.full_k[at.stage]);
-        };
-        auto load_v = [&](int j) {
-            const ring_slot at = sm.slot(it0 + j);
-            mbar_wait(&sm.empty_v[at.stage], at.phase ^ 1);
-            if ((j + 1) * BN <= r.kv_len) {
-                issue(j, v_map, sm.v_stage(at.stage), &sm.full_v[at.stage]);
-                mark(issued_at(j));
-                return;
-            }
-            /* the request's last tile: on the tail barrier, then made whole (publish_last_v) */
-            publish_last_v(sm, at.stage, issue(j, v_map, sm.v_stage(at.stage), sm.tail), tails);
-            mark(issued_at(j));
-        };
-        for (int step = 0; step < n_tiles + v_lag; step++) {
-            if (step < n_tiles) load_k(step);
-            if (step >= v_lag) load_v(step - v_lag);
+            if (last_v) publish_last_v(sm, at.stage, valid, tails);
+            if (v_warp && lane == 0) mark(issued_at(j));
+            slot0 = next;
         }
         return;
     }
@@ -185,7 +179,7 @@ __device__ __forceinline__ void produce_kv(const kv_ring<T, D> &sm, const CUtens
             const int j = step - v_lag;
             const ring_slot at = sm.slot(it0 + j);
             gather(j, vc, sm.v_stage(at.stage), &sm.empty_v[at.stage], &sm.full_v[at.stage]);
-            mark(issued_at(j));
+            if (threadIdx.x == 0) mark(issued_at(j));
         }
     }
     if (pending) {

@@ -6,7 +6,7 @@ add_test(NAME attention_prefill_sanitizer
 set_tests_properties(attention_prefill_sanitizer PROPERTIES LABELS "gpu;sanitizer" SKIP_RETURN_CODE 77
                      RESOURCE_LOCK gpu TIMEOUT 1800 WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 
-# The tensor-core kernels (v2..v9) run on the CPU under emulation and checked against the float64
+# The tensor-core kernels (v2..v10) run on the CPU under emulation and checked against the float64
 # reference (lab/attention_prefill/emulate/): their indexing, masks, paging, pipeline order, barrier
 # protocol and fragment and shared-memory layouts tested on every machine, GPU or not. gen.py copies
 # the kernels' exact source with the PTX wrappers of mma.cuh and hopper.cuh swapped for emulated

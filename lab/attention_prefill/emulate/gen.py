@@ -12,7 +12,7 @@ import os
 import sys
 
 VARIANTS = ["v2_mma", "v3_swizzle", "v4_cp_async", "v5_longest_first", "v6_gqa_packed"]
-HOPPER_VARIANTS = ["v7_wgmma", "v8_warp_specialized", "v9_pingpong", "v10_multicast"]
+HOPPER_VARIANTS = ["v7_wgmma", "v8_warp_specialized", "v9_multicast", "v10_pingpong"]
 
 EMULATED = {
     "__device__ __forceinline__ uint32_t smem_addr(": """__device__ __forceinline__ uint32_t smem_addr(const void *p)

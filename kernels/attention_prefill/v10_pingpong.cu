@@ -1,24 +1,28 @@
-/* v9_pingpong: v8 with the softmax hidden under the tensor cores, and one CTA per SM. What changed:
+/* v10_pingpong: v8 with the softmax hidden under the tensor cores, and one CTA per SM (v9's multicast
+ * is not carried over: it ran slower than v8). What changed:
  * - Inside a warpgroup (FlashAttention-3's "intra-warpgroup overlap"): tile j's S = Q K_j^T and the
- *   previous tile's O += P_{j-1} V_{j-1} are issued back to back; the warpgroup waits for S alone,
- *   runs tile j's softmax while P V is still on the tensor cores, and only then waits for P V and
- *   rescales O. The exponentials of one tile overlap the other tile's product.
+ *   previous tile's O += P_{j-1} V_{j-1} are issued back to back, O rescaled by tile j - 1's factors
+ *   in between (while S_j is on the tensor cores); the warpgroup waits for S alone, runs tile j's
+ *   softmax while P V is still on the tensor cores, and only then waits for P V. The exponentials of
+ *   one tile overlap the other tile's product.
  * - Between the two consumer warpgroups ("ping-pong"): a pair of named barriers lets them issue
  *   their products in turn, so that one's softmax runs while the other's products occupy the tensor
  *   cores, instead of both fighting for them at once and then both idling in their softmax.
  * - Persistent: as many CTAs as SMs, each walking the work tiles (v6's packed tiles, the longest
  *   under a causal mask first) in a snake over rounds of the grid; the producer goes straight on to
  *   the next tile's K/V while the consumers finish a tile, the ring's stages and phases counting on.
- *   Its copies bring V one tile behind K, the order its consumers use them in (kv_ring.cuh).
  * Why faster: v8 leaves the tensor cores idle while both warpgroups compute exponentials (an H100
  * has 16 MUFU ops a clock per SM for 1024 dense FLOPs of bf16 MMA: the softmax of a 128-key tile
  * costs about half of its two products). Predicted: ~560-620 TFLOP/s (0.71-0.79 of the cuBLAS rate)
  * on causal-8k, FlashAttention-3's figure; bound by issue slots around the products and the register
- * budget (S, P and O live at once: ~200 of the 224 a consumer thread has).
- * Measured on an H100: 0.55, below v8's 0.60. Its CTA timeline (the guide) shows the first consumer
- * warpgroup reaching each tile before that tile's V was issued: the K/V supply sets the pace, and
- * copies of v9 without the turns, without the overlap, or with neither all ran as fast as v9.
- * Run alone: build/kernlab bench attention_prefill --variant v9_pingpong */
+ * budget (S, P and O live at once).
+ * Measured on an H100: first 0.55, below v8's 0.60, while one producer warp issued both K and V: the
+ * consumers reached each tile before its V was even issued. With K and V issued by two warps
+ * (kv_ring.cuh) the same consumers ran 0.65-0.68 (1030-1067 us on causal-8k, the card throttled to
+ * 1.6-1.7 GHz), and with no copies at all (the ring's barriers completed empty) 837 us: about a fifth
+ * of the time is still the copies, much of it through the clock they cost. The softmax phase of the
+ * timeline, 1100-1800 clocks for some 512 clocks of exponentials, is the rest.
+ * Run alone: build/kernlab bench attention_prefill --variant v10_pingpong */
 #include "kernels/attention_prefill/kv_ring.cuh"
 #include "lab/core/registry.h"
 
@@ -28,9 +32,9 @@ using namespace kl::mma;
 using namespace kl::hopper;
 
 constexpr int kThreads = 384; /* producer warpgroup + 2 consumer warpgroups */
-/* The producer's share leaves room for its gather path (40 spilled there); 224 hold S, P and O. setmaxnreg
- * only moves registers within what the CTA got at launch: 384 threads x 168 (v8's kLaunchRegs). */
-[[maybe_unused]] constexpr int kProducerRegs = 56, kConsumerRegs = 224, kLaunchRegs = 65536 / kThreads / 8 * 8;
+/* 72 for the producer (its TMA and gather paths spill below that), 216 hold S, P and O without a spill.
+ * setmaxnreg only moves registers within what the CTA got at launch: 384 threads x 168 (v8's kLaunchRegs). */
+[[maybe_unused]] constexpr int kProducerRegs = 72, kConsumerRegs = 216, kLaunchRegs = 65536 / kThreads / 8 * 8;
 static_assert(128 * (kProducerRegs + 2 * kConsumerRegs) <= kThreads * kLaunchRegs, "more registers than the CTA has");
 /* Named barriers: 1, 2 publish a warpgroup's Q; 3 + c is consumer warpgroup c's turn to issue products. */
 enum { kQBarrier = 1, kTurnBarrier = 3 };
@@ -45,7 +49,7 @@ struct walk {
 
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads, 1)
-    prefill_v9(const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map,
+    prefill_v10(const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map,
                const kl_attention_prefill_params p, kl::prefill::fast_div page, kl::prefill::fast_div group,
                int box_rows, walk works)
 {
@@ -78,7 +82,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (wg == 0) {
         /* ---- producer: every work tile's K/V into the ring, its count running on ---- */
         release_registers_to<kProducerRegs>();
-        if (box_rows > 0 && threadIdx.x >= 32) return; /* TMA: one warp issues the copies */
+        if (box_rows > 0 && threadIdx.x >= 64) return; /* TMA: warps 0 and 1 issue the copies */
         uint32_t produced = 0, tails = 0;
         for (int round = 0; round * (int)gridDim.x < n_works; round++) {
             const int w = work_at(round);
@@ -163,19 +167,21 @@ __global__ void __launch_bounds__(kThreads, 1)
                 wait_k(j);
                 wait_v(j - 1);
                 my_turn();
-                wgmma_begin(s[0], a, o[0]);
+                wgmma_begin(s[0]);
                 qk(j);
+                rescale_rows(o, alpha); /* by tile j - 1's softmax, while S_j runs */
+                wgmma_begin(a, o[0]);
                 pv(j - 1);
                 their_turn();
                 wgmma_wait<1>(); /* S_j; P_{j-1} V_{j-1} may still run under the softmax */
                 softmax(j);
                 wgmma_wait<0>();
                 pv_done(j - 1);
-                rescale_rows(o, alpha);
                 pack_p<T>(a, s[0]);
             }
             wait_v(n - 1);
             my_turn();
+            rescale_rows(o, alpha);
             wgmma_begin(a, o[0]);
             pv(n - 1);
             if (c == 0) their_turn();
@@ -194,27 +200,27 @@ __global__ void __launch_bounds__(kThreads, 1)
 cudaError_t launch(const struct kl_attention_prefill_params *p, cudaStream_t stream)
 {
     bool go;
-    cudaError_t rc = launch_checks(p, "v9_pingpong", &go);
+    cudaError_t rc = launch_checks(p, "v10_pingpong", &go);
     if (!go) return rc;
     return dispatch(p, [&](auto t, auto d) {
         using T = decltype(t);
         constexpr int D = decltype(d)::value;
         ws_launch l;
-        cudaError_t prc = plan_ws_launch<D>(p, "v9_pingpong", &l);
+        cudaError_t prc = plan_ws_launch<D>(p, "v10_pingpong", &l);
         if (prc != cudaSuccess) return prc;
         const int64_t n_works = (int64_t)l.grid.x * l.grid.y * l.grid.z;
         if (n_works > INT32_MAX) {
-            fprintf(stderr, "attention_prefill v9_pingpong: %lld work tiles > 2^31 - 1\n", (long long)n_works);
+            fprintf(stderr, "attention_prefill v10_pingpong: %lld work tiles > 2^31 - 1\n", (long long)n_works);
             return cudaErrorInvalidValue;
         }
         const walk works = {(int)l.grid.x, (int)l.grid.y, (int)l.grid.z};
         const int ctas = n_works < sm_count() ? (int)n_works : sm_count(); /* persistent: one CTA per SM at most */
-        return launch_kernel_with<prefill_v9<T, D>>(dim3((unsigned)ctas), kThreads, ws_shape<D>::kSmem, stream,
+        return launch_kernel_with<prefill_v10<T, D>>(dim3((unsigned)ctas), kThreads, ws_shape<D>::kSmem, stream,
                                                     l.k_map, l.v_map, *p, l.page, l.group, l.box_rows, works);
     });
 }
 
 } // namespace
 
-KL_VARIANT(attention_prefill, v9_pingpong, launch, .min_cc = 90,
+KL_VARIANT(attention_prefill, v10_pingpong, launch, .min_cc = 90,
            .summary = "v8 with each tile's softmax under the previous P V, two warpgroups taking turns, one CTA per SM");

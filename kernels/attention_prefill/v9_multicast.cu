@@ -1,4 +1,4 @@
-/* v10_multicast: v8 with each K/V tile read from L2 once for two CTAs. What changed: CTAs run in
+/* v9_multicast: v8 with each K/V tile read from L2 once for two CTAs. What changed: CTAs run in
  * clusters of two along the packed tiles. The two are neighbouring 128-row tiles of one kv head and
  * request, so they read the same keys (give or take the last tile under a causal mask). Each CTA's
  * producer issues half of every tile's TMA boxes with .multicast::cluster: a box lands in both CTAs'
@@ -8,12 +8,16 @@
  * of its two key-tile counts; a CTA past its own keys, or without rows, only waits for the extra
  * tiles and hands them back. A request's last V tile, whose rows past the keys are zeroed in place,
  * each CTA loads for itself; pages the TMA cannot take are gathered by each CTA (kv_ring.cuh).
- * Why faster: on the H100 v8's and v9's consumers wait for K and V, which arrive at 15-18 bytes a
+ * Why faster: on the H100 v8's first consumers waited for K and V, which arrived at 15-18 bytes a
  * clock per SM (16 boxes of 16 rows per 32 KB tile at page 16). Multicast halves both the boxes each
  * SM's copy engine issues and the bytes read from L2 per FLOP. Predicted: ~520-580 TFLOP/s (0.65-0.72
  * of the cuBLAS rate) on causal-8k if the copies' issue or L2 is what binds; v8's ~0.60 if it is the
  * rate at which an SM's shared memory is filled (each SM still receives every byte).
- * Run alone: build/kernlab bench attention_prefill --variant v10_multicast */
+ * Measured on an H100: slower than v8, 1505 against 1140 us on causal-8k when both had one producer
+ * warp. The pair moves in lock step: a stage is free only once both CTAs' consumers are done with it,
+ * so at every tile each CTA waits for the slower of the two. What held v8's copies back was the one warp issuing them (kv_ring.cuh: two warps
+ * now), not L2; this variant keeps the two-warp producer too, so multicast is all that differs.
+ * Run alone: build/kernlab bench attention_prefill --variant v9_multicast */
 #include "kernels/attention_prefill/kv_ring.cuh"
 #include "lab/core/registry.h"
 
@@ -30,7 +34,7 @@ static_assert(128 * (kProducerRegs + 2 * kConsumerRegs) <= kThreads * kLaunchReg
 
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads, 1)
-    prefill_v10(const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map,
+    prefill_v9(const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map,
                 const kl_attention_prefill_params p, kl::prefill::fast_div page, kl::prefill::fast_div group,
                 int box_rows, int tiles)
 {
@@ -70,7 +74,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (box_rows == 0) {
             produce_kv(sm, &k_map, &v_map, p, w.r, page, w.kv_head, 0, n, /*v_lag=*/0, 0, tails,
                        trace ? trace->issued : nullptr);
-        } else if (threadIdx.x < 32) {
+        } else if (threadIdx.x < 64) { /* warp 0 issues the K tiles, warp 1 the V tiles (kv_ring.cuh) */
+            const bool v_warp = threadIdx.x >= 32;
             const uint32_t box_bytes = (uint32_t)box_rows * D * 2;
             /* Tile j of one cache: every box announced on this CTA's `bar`; lane b issues box b when it is
              * this CTA's half (b % 2 == rank) of a shared tile, or every box of a tile of its own. */
@@ -96,8 +101,11 @@ __global__ void __launch_bounds__(kThreads, 1)
             };
             for (int j = 0; j < n; j++) {
                 const ring_slot at = sm.slot(j);
-                mbar_wait(&sm.empty_k[at.stage], at.phase ^ 1); /* both CTAs' consumers are done with it */
-                issue(j, &k_map, sm.k_stage(at.stage), &sm.full_k[at.stage], true);
+                if (!v_warp) {
+                    mbar_wait(&sm.empty_k[at.stage], at.phase ^ 1); /* both CTAs' consumers are done with it */
+                    issue(j, &k_map, sm.k_stage(at.stage), &sm.full_k[at.stage], true);
+                    continue;
+                }
                 mbar_wait(&sm.empty_v[at.stage], at.phase ^ 1);
                 if ((j + 1) * BN <= w.r.kv_len) {
                     issue(j, &v_map, sm.v_stage(at.stage), &sm.full_v[at.stage], true);
@@ -169,26 +177,26 @@ __global__ void __launch_bounds__(kThreads, 1)
 cudaError_t launch(const struct kl_attention_prefill_params *p, cudaStream_t stream)
 {
     bool go;
-    cudaError_t rc = launch_checks(p, "v10_multicast", &go);
+    cudaError_t rc = launch_checks(p, "v9_multicast", &go);
     if (!go) return rc;
     return dispatch(p, [&](auto t, auto d) {
         using T = decltype(t);
         constexpr int D = decltype(d)::value;
         ws_launch l;
-        cudaError_t prc = plan_ws_launch<D>(p, "v10_multicast", &l);
+        cudaError_t prc = plan_ws_launch<D>(p, "v9_multicast", &l);
         if (prc != cudaSuccess) return prc;
         const int tiles = (int)l.grid.z;
         l.grid.z = (l.grid.z + kPair - 1) / kPair * kPair; /* whole pairs */
         if (l.grid.z > 65535) {
-            fprintf(stderr, "attention_prefill v10_multicast: %u tiles in pairs > 65535 (grid z)\n", l.grid.z);
+            fprintf(stderr, "attention_prefill v9_multicast: %u tiles in pairs > 65535 (grid z)\n", l.grid.z);
             return cudaErrorInvalidValue;
         }
-        return launch_cluster_kernel_with<prefill_v10<T, D>>(l.grid, kPair, kThreads, ws_shape<D>::kSmem, stream,
+        return launch_cluster_kernel_with<prefill_v9<T, D>>(l.grid, kPair, kThreads, ws_shape<D>::kSmem, stream,
                                                              l.k_map, l.v_map, *p, l.page, l.group, l.box_rows, tiles);
     });
 }
 
 } // namespace
 
-KL_VARIANT(attention_prefill, v10_multicast, launch, .min_cc = 90,
+KL_VARIANT(attention_prefill, v9_multicast, launch, .min_cc = 90,
            .summary = "v8 in clusters of two CTAs sharing K/V: each issues half the TMA boxes, multicast to both");
