@@ -155,20 +155,15 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t leading_by
     return (uint64_t)((addr & 0x3FFFFu) >> 4) | (uint64_t)((leading_bytes & 0x3FFFFu) >> 4) << 16 |
            (uint64_t)((stride_bytes & 0x3FFFFu) >> 4) << 32 | 1ull << 62;
 }
-/* The k-steps' descriptors below are one tile's descriptor plus a constant: shared addresses stay
- * below 256 KB, so adding offset >> 4 never carries out of the 14-bit address field, and the tile's
- * descriptor is built once for all of its products (a product's descriptor is then one 64-bit add,
- * where building each from its address took some six uniform-datapath instructions). */
-__device__ __forceinline__ uint64_t desc_plus(uint64_t desc, uint32_t offset) { return desc + (offset >> 4); }
 /* K-major operand, k-step kk (16 columns of d); tile = the rows' first byte in block 0. */
 template <class L> __device__ __forceinline__ uint64_t kmajor_desc(uint32_t tile, int kk)
 {
-    return desc_plus(smem_desc(tile, 16, 1024), (kk / 4) * L::kBlockBytes + (kk % 4) * 32);
+    return smem_desc(tile + (kk / 4) * L::kBlockBytes + (kk % 4) * 32, 16, 1024);
 }
 /* MN-major operand (V), k-step kk (16 keys). */
 template <class L> __device__ __forceinline__ uint64_t mnmajor_desc(uint32_t tile, int kk)
 {
-    return desc_plus(smem_desc(tile, L::kBlockBytes, 1024), kk * 2048);
+    return smem_desc(tile + kk * 2048, L::kBlockBytes, 1024);
 }
 
 /* ---- wgmma ---- */
