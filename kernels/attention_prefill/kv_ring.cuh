@@ -71,8 +71,8 @@ template <typename T, int D> struct kv_ring {
 
 #if KL_SM90A
 
-/* The request's last V tile, by the TMA warp once its copy was issued on the tail barrier (tails: the
- * CTA's uses of it so far): the rows valid .. BN - 1 (a page's unused slots, or stale rows of an
+/* The request's last V tile, by the warp that issued its copy on the tail barrier (tails: the CTA's
+ * uses of it so far): the rows valid .. BN - 1 (a page's unused slots, or stale rows of an
  * earlier tile) are zeroed when it has landed, and only then is the stage full. K's stale rows need
  * nothing: the mask overwrites their logits. */
 template <typename T, int D>

@@ -1,6 +1,6 @@
 /* v8_warp_specialized: v7 with the copies taken off the math warps. What changed: a CTA is 3
- * warpgroups. The first is the producer: one of its warps moves K and V tiles with bulk tensor copies
- * (TMA, one per page and 64-column block, 128-byte swizzled on the way in) into a ring of shared-
+ * warpgroups. The first is the producer: two of its warps move the K and the V tiles with bulk tensor
+ * copies (TMA, one per page and 64-column block, 128-byte swizzled on the way in) into a ring of shared-
  * memory stages; each stage's K and V have a "full" mbarrier the copy engine completes by bytes and
  * an "empty" one the consumers arrive on when their products have read it. The other two warpgroups
  * are consumers: each waits for a stage, computes its 64 rows (v7's wgmma chains and softmax) and
