@@ -32,8 +32,9 @@ using namespace kl::mma;
 using namespace kl::hopper;
 
 constexpr int kThreads = 384; /* producer warpgroup + 2 consumer warpgroups */
-/* 72 for the producer (its TMA and gather paths spill below that), 216 hold S, P and O without a spill.
- * setmaxnreg only moves registers within what the CTA got at launch: 384 threads x 168 (v8's kLaunchRegs). */
+/* 72 for the producer (its TMA and gather paths spill below that), 216 hold S, P and O without a
+ * spill. setmaxnreg only moves registers within what the CTA got at launch: 384 threads x 168 (v8's
+ * kLaunchRegs). */
 [[maybe_unused]] constexpr int kProducerRegs = 72, kConsumerRegs = 216, kLaunchRegs = 65536 / kThreads / 8 * 8;
 static_assert(128 * (kProducerRegs + 2 * kConsumerRegs) <= kThreads * kLaunchRegs, "more registers than the CTA has");
 /* Named barriers: 1, 2 publish a warpgroup's Q; 3 + c is consumer warpgroup c's turn to issue products. */
@@ -50,8 +51,8 @@ struct walk {
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads, 1)
     prefill_v10(const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map,
-               const kl_attention_prefill_params p, kl::prefill::fast_div page, kl::prefill::fast_div group,
-               int box_rows, walk works)
+                const kl_attention_prefill_params p, kl::prefill::fast_div page, kl::prefill::fast_div group,
+                int box_rows, walk works)
 {
 #if KL_SM90A
     using S = ws_shape<D>;
@@ -216,7 +217,7 @@ cudaError_t launch(const struct kl_attention_prefill_params *p, cudaStream_t str
         const walk works = {(int)l.grid.x, (int)l.grid.y, (int)l.grid.z};
         const int ctas = n_works < sm_count() ? (int)n_works : sm_count(); /* persistent: one CTA per SM at most */
         return launch_kernel_with<prefill_v10<T, D>>(dim3((unsigned)ctas), kThreads, ws_shape<D>::kSmem, stream,
-                                                    l.k_map, l.v_map, *p, l.page, l.group, l.box_rows, works);
+                                                     l.k_map, l.v_map, *p, l.page, l.group, l.box_rows, works);
     });
 }
 

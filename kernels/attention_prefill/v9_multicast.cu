@@ -38,8 +38,8 @@ static_assert(128 * (kProducerRegs + 2 * kConsumerRegs) <= kThreads * kLaunchReg
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads, 1)
     prefill_v9(const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map,
-                const kl_attention_prefill_params p, kl::prefill::fast_div page, kl::prefill::fast_div group,
-                int box_rows, int tiles)
+               const kl_attention_prefill_params p, kl::prefill::fast_div page, kl::prefill::fast_div group,
+               int box_rows, int tiles)
 {
 #if KL_SM90A
     using S = ws_shape<D>;
@@ -195,7 +195,7 @@ cudaError_t launch(const struct kl_attention_prefill_params *p, cudaStream_t str
             return cudaErrorInvalidValue;
         }
         return launch_cluster_kernel_with<prefill_v9<T, D>>(l.grid, kPair, kThreads, ws_shape<D>::kSmem, stream,
-                                                             l.k_map, l.v_map, *p, l.page, l.group, l.box_rows, tiles);
+                                                            l.k_map, l.v_map, *p, l.page, l.group, l.box_rows, tiles);
     });
 }
 
