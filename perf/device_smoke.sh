@@ -7,8 +7,8 @@
 # variants' kernels (tensor-core instructions, local-memory traffic), and with GPU_SUITE=1 the
 # module's whole GPU test suite (every variant and mutant: minutes). SMOKE_TIMEOUT (seconds, default
 # 300) bounds each verify, check, sanitizer and bench, so a hanging new variant costs little device
-# time. Short lines on stdout as they
-# come, full logs in $OUT/smoke.tgz. Uses the packed dependencies like device_run.sh:
+# time. Short lines on stdout as they come, full logs in $OUT/smoke.tgz. Uses the packed dependencies
+# like device_run.sh:
 #   KL_COMMIT=$(git rev-parse --short=12 HEAD) perf/device_smoke.sh attention_prefill \
 #       "v7_wgmma v8_warp_specialized v10_pingpong" "causal-8k causal-8k-p1"
 set -uo pipefail

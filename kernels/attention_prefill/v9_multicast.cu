@@ -18,8 +18,9 @@
  * warp's hand-back to the partner is a release at cluster scope, which waits for the warp's earlier
  * memory operations. And the pair moves in lock step: a stage is free only once both CTAs' consumers
  * are done with it, so at every tile each CTA waits for the slower of the two. What held v8's copies
- * back was the one warp issuing them (kv_ring.cuh has two now), not L2; this variant has the two-warp
- * producer too, so multicast is all that differs from v8.
+ * back was the one warp issuing them (kv_ring.cuh has two now), not L2. This variant splits K and V
+ * between two warps too, but with its own loop, which looks a tile's pages up after the stage wait
+ * where kv_ring.cuh loads them during it.
  * Run alone: build/kernlab bench attention_prefill --variant v9_multicast */
 #include "kernels/attention_prefill/kv_ring.cuh"
 #include "lab/core/registry.h"
