@@ -117,19 +117,33 @@ struct kl_bench_args {
     uint64_t seed;
 };
 
-/* Targets file perf/targets/<arch>.csv: module,workload,metric,target,source. */
+/* Targets file perf/targets/<arch>.csv: module,workload,metric,target,source. A row whose metric
+ * is `gated_variant` names, in its target column, the variant the gate judges for that module
+ * (its workload column is `*`): the gated variant is chosen, never "the highest number". */
 struct kl_target {
     char module[32], workload[64], metric[32];
     double target;
     char source[256];
 };
+struct kl_gated {
+    char module[32], variant[64];
+};
 struct kl_targets {
     int count;
     struct kl_target *rows;
+    int n_gated;
+    struct kl_gated *gated;
     char path[512];
 };
-/* perf/targets/sm_80_a100.csv for cc 8.x, perf/targets/sm_90.csv for cc 9.x. */
+/* perf/targets/sm_80_a100.csv for cc 8.x, perf/targets/sm_90.csv for cc 9.x, perf/targets/cpu.csv
+ * for cc 0 (modules whose work runs on the CPU: radix). */
 int kl_targets_load(struct kl_targets *t, const char *dir, int cc, struct kl_err *err);
+/* The variant the targets file names as module's gated one, or NULL when it names none. */
+const char *kl_targets_gated(const struct kl_targets *t, const char *module);
+/* The gated variant of module on a device of compute capability cc (0: the CPU), from
+ * KL_SOURCE_DIR/perf/targets: NULL (err says why) when that architecture has no targets file, the
+ * file names no variant for the module, or names one that is not registered. */
+const struct kl_variant *kl_gated_variant(const char *module, int cc, struct kl_err *err);
 /* The row for (module, workload); a row's workload may end in '*' (a prefix: "8KB-world*"). */
 const struct kl_target *kl_target_find(const struct kl_targets *t, const char *module, const char *workload);
 /* Metrics where smaller passes (latency_us, latency_vs_nccl); the others pass at >= target. */

@@ -1691,7 +1691,7 @@ static void ar_targets(FILE *f, const struct mod *md, const struct kl_targets *t
                "metric | value | target | result | source |\n|---|---|---|---|---|---|---|\n");
     /* Judged here from the targets file, as the other guides judge their rows: a results file
      * written without --gate (or before the gate knew these metrics) is judged the same way. */
-    const struct kl_variant *gated = md->rows.n ? kl_variant_latest(md->name, (int)num(md->rows.r[0], "device.cc")) : NULL;
+    const struct kl_variant *gated = md->rows.n ? kl_gated_variant(md->name, (int)num(md->rows.r[0], "device.cc"), NULL) : NULL;
     const char *best = gated ? gated->name : NULL; /* the variant `kernlab bench --gate` judges */
     int said = 0;
     for (int j = 0; best && j < md->rows.n; j++) {

@@ -1,4 +1,5 @@
-/* perf/targets/<arch>.csv: module,workload,metric,target,source (one header line). */
+/* perf/targets/<arch>.csv: module,workload,metric,target,source (one header line); a
+ * `gated_variant` row names the variant the gate judges for its module. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,8 +10,11 @@
 int kl_targets_load(struct kl_targets *t, const char *dir, int cc, struct kl_err *err)
 {
     memset(t, 0, sizeof *t);
-    const char *file = cc >= 90 && cc < 100 ? "sm_90.csv" : cc >= 80 && cc < 90 ? "sm_80_a100.csv" : NULL;
-    if (!file) return kl_fail(err, "no targets for sm_%d (perf/targets has sm_80_a100.csv and sm_90.csv)", cc);
+    const char *file = cc == 0                ? "cpu.csv"
+                       : cc >= 90 && cc < 100 ? "sm_90.csv"
+                       : cc >= 80 && cc < 90  ? "sm_80_a100.csv"
+                                              : NULL;
+    if (!file) return kl_fail(err, "no targets for sm_%d (perf/targets has cpu.csv, sm_80_a100.csv and sm_90.csv)", cc);
     snprintf(t->path, sizeof t->path, "%s/%s", dir, file);
     FILE *f = fopen(t->path, "r");
     if (!f) return kl_fail(err, "%s: %s", t->path, strerror(errno));
@@ -28,6 +32,20 @@ int kl_targets_load(struct kl_targets *t, const char *dir, int cc, struct kl_err
             fclose(f);
             kl_targets_free(t);
             return kl_fail(err, "%s:%d: expected module,workload,metric,target,source", t->path, lineno);
+        }
+        if (strcmp(r.metric, "gated_variant") == 0) {
+            struct kl_gated g;
+            memset(&g, 0, sizeof g);
+            snprintf(g.module, sizeof g.module, "%s", r.module);
+            snprintf(g.variant, sizeof g.variant, "%s", target);
+            if (strcmp(r.workload, "*") != 0 || kl_targets_gated(t, g.module)) {
+                fclose(f);
+                kl_targets_free(t);
+                return kl_fail(err, "%s:%d: a gated_variant row takes workload '*', one per module", t->path, lineno);
+            }
+            t->gated = realloc(t->gated, sizeof *t->gated * (size_t)(t->n_gated + 1));
+            t->gated[t->n_gated++] = g;
+            continue;
         }
         char *end;
         r.target = strtod(target, &end);
@@ -62,6 +80,25 @@ const struct kl_target *kl_target_find(const struct kl_targets *t, const char *m
     return found;
 }
 
+const char *kl_targets_gated(const struct kl_targets *t, const char *module)
+{
+    for (int i = 0; t && i < t->n_gated; i++)
+        if (strcmp(t->gated[i].module, module) == 0) return t->gated[i].variant;
+    return NULL;
+}
+
+const struct kl_variant *kl_gated_variant(const char *module, int cc, struct kl_err *err)
+{
+    struct kl_targets t;
+    if (kl_targets_load(&t, KL_SOURCE_DIR "/perf/targets", cc, err)) return NULL;
+    const char *name = kl_targets_gated(&t, module);
+    const struct kl_variant *v = name ? kl_variant_find(module, name) : NULL;
+    if (!name) kl_fail(err, "%s names no gated_variant for %s", t.path, module);
+    else if (!v) kl_fail(err, "%s: gated_variant %s of %s is not a registered variant", t.path, name, module);
+    kl_targets_free(&t);
+    return v;
+}
+
 bool kl_metric_lower_is_better(const char *metric)
 {
     return strcmp(metric, "latency_us") == 0 || strcmp(metric, "latency_vs_nccl") == 0;
@@ -70,6 +107,7 @@ bool kl_metric_lower_is_better(const char *metric)
 void kl_targets_free(struct kl_targets *t)
 {
     free(t->rows);
-    t->rows = NULL;
-    t->count = 0;
+    free(t->gated);
+    t->rows = NULL, t->gated = NULL;
+    t->count = t->n_gated = 0;
 }

@@ -583,7 +583,7 @@ int kl_ar_bench(const struct kl_bench_args *a)
         gated.targets = &targets;
     }
     a = &gated;
-    struct parent_ctx P = {a, &ceil, have_bw ? &bw : NULL, &topo, kl_variant_latest("allreduce", ceil.dev.cc), 0};
+    struct parent_ctx P = {a, &ceil, have_bw ? &bw : NULL, &topo, kl_gated_variant("allreduce", ceil.dev.cc, &err), 0};
     int status = 0, worlds = 0;
     for (int world = 2; world <= topo.count; world++) {
         if (kl_ranks_create(&g, world, sizeof(struct bench_payload), &err)) {

@@ -104,16 +104,6 @@ const struct kl_variant *kl_variant_find(const char *module, const char *name)
     return NULL;
 }
 
-const struct kl_variant *kl_variant_latest(const char *module, int device_cc)
-{
-    const struct kl_variant *best = NULL;
-    for (int i = 0; i < kl_variant_count(module, false); i++) {
-        const struct kl_variant *v = kl_variant_at(module, i, false);
-        if (v->min_cc <= device_cc) best = v; /* variants sort by the N of vN_ */
-    }
-    return best;
-}
-
 void kl_outputs_free(struct kl_outputs *o)
 {
     for (int i = 0; i < o->count; i++) free(o->o[i].v);

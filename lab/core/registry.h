@@ -137,9 +137,6 @@ const struct kl_module *kl_module_find(const char *name);
 int kl_variant_count(const char *module, bool include_mutants);
 const struct kl_variant *kl_variant_at(const char *module, int i, bool include_mutants);
 const struct kl_variant *kl_variant_find(const char *module, const char *name);
-/* The last (highest-numbered) non-mutant variant this device can run: what bench, story and
- * guides call "best" unless measurements say otherwise. */
-const struct kl_variant *kl_variant_latest(const char *module, int device_cc);
 
 /* Generic verify/check for tensor modules (lab/core/verify.c); modules' own hooks win. */
 void kl_verify_case(const struct kl_module *m, const struct kl_case *c, const struct kl_variant *v,

@@ -11,6 +11,7 @@
 #include "lab/core/compare.h"
 #include "lab/core/golden.h"
 #include "lab/core/registry.h"
+#include "perf/bench.h"
 
 /* bf16: round to nearest even on the edge values. */
 Test(core, bf16_rounds_to_nearest_even)
@@ -344,7 +345,7 @@ Test(core, registry_lists_modules_and_variants_sorted)
 }
 
 /* Variants of a module that exists only here, registered in an order that string sorting gets
- * wrong: the registry orders them by the N of vN_, and "latest" is the highest N. */
+ * wrong: the registry orders them by the N of vN_. */
 static void no_launch(void) {}
 KL_VARIANT(zz_order, v9_nine, no_launch, .min_cc = 0, .summary = "order test");
 KL_VARIANT(zz_order, v10_ten, no_launch, .min_cc = 0, .summary = "order test");
@@ -357,10 +358,52 @@ Test(core, variants_sort_by_their_number_not_as_strings)
     cr_assert_eq(kl_variant_count("zz_order", false), 4);
     for (int i = 0; i < 4; i++)
         cr_assert_str_eq(kl_variant_at("zz_order", i, false)->name, want[i], "position %d", i);
-    cr_assert_str_eq(kl_variant_latest("zz_order", 90)->name, "v10_ten");
     cr_assert_lt(kl_variant_name_cmp("v9_x", "v10_x"), 0);
     cr_assert_lt(kl_variant_name_cmp("v10_x", "mutant_x"), 0, "numbered variants come before the rest");
     cr_assert_lt(kl_variant_name_cmp("v02_x", "v3_x"), 0);
+}
+
+/* The gate judges the variant each targets file names, never "the highest number": a learner's
+ * new variant must not take the gated one's place. */
+Test(core, every_benched_module_names_its_gated_variant_per_architecture)
+{
+    for (int i = 0; i < kl_module_count(); i++) {
+        const struct kl_module *m = kl_module_at(i);
+        if (!m->perf && !m->bench) continue;
+        const int ccs[] = {m->min_cc == 0 ? 0 : 90, m->min_cc == 0 ? 0 : 80};
+        for (int k = 0; k < 2; k++) {
+            struct kl_err err = {{0}};
+            const struct kl_variant *v = kl_gated_variant(m->name, ccs[k], &err);
+            cr_assert(v, "%s on sm_%d: %s", m->name, ccs[k], err.msg);
+            cr_assert_leq(v->min_cc, ccs[k] ? ccs[k] : 0, "%s's gated variant %s cannot run on sm_%d", m->name, v->name,
+                          ccs[k]);
+        }
+    }
+}
+
+Test(core, a_gated_variant_row_names_one_variant_per_module)
+{
+    char dir[] = "/tmp/kl_targets_XXXXXX";
+    cr_assert(mkdtemp(dir));
+    char path[64];
+    snprintf(path, sizeof path, "%s/sm_90.csv", dir);
+    FILE *f = fopen(path, "w");
+    fprintf(f, "module,workload,metric,target,source\nm,*,gated_variant,v1_a,x\nm,w,bw_frac,0.5,y\n");
+    fclose(f);
+    struct kl_targets t;
+    struct kl_err err = {{0}};
+    cr_assert_eq(kl_targets_load(&t, dir, 90, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(kl_targets_gated(&t, "m"), "v1_a");
+    cr_assert_null(kl_targets_gated(&t, "other"));
+    cr_assert_eq(t.count, 1, "the gated_variant row is not a numeric target");
+    kl_targets_free(&t);
+    f = fopen(path, "a");
+    fprintf(f, "m,*,gated_variant,v2_b,twice\n");
+    fclose(f);
+    cr_assert_neq(kl_targets_load(&t, dir, 90, &err), 0, "two gated variants for one module load");
+    cr_assert(strstr(err.msg, ":4:"), "the error names the line: %s", err.msg);
+    remove(path);
+    rmdir(dir);
 }
 
 Test(core, numbers_on_the_command_line_are_digits_only)

@@ -356,7 +356,7 @@ static void emit(const struct row_ctx *rc, cJSON *params, cJSON *extra, double t
             r.gate_pass = r.time_us_median <= r.gate_target;
         else
             r.gate_pass = memcmp_frac >= r.gate_target;
-        if (args->gate && !r.gate_pass && rc->v == kl_variant_latest("radix", 0)) {
+        if (args->gate && !r.gate_pass && rc->v == kl_gated_variant("radix", 0, NULL)) {
             if (args->gate_misses) (*args->gate_misses)++;
             fprintf(stderr, "gate: MISS radix %s %s: %s %.3f, target %.3f\n", rc->v->name, rc->w->name, r.gate_metric,
                     strcmp(r.gate_metric, "latency_us") == 0 ? r.time_us_median : memcmp_frac, r.gate_target);

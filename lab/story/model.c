@@ -25,6 +25,7 @@
 
 #include "lab/story/kernels.h"
 #include "lab/story/weights.h"
+#include "perf/bench.h"
 #include "reference/rope.h"
 
 const struct kl_story_config kl_story_llama8b = {.name = "Llama-3.1-8B-shaped",
@@ -148,10 +149,11 @@ static int weight(struct kl_story_model *m, void **p, size_t n, uint64_t seed, i
 
 /* ---- the model ---- */
 
+/* The module's gated variant (perf/targets names it per architecture): the lab's best. */
 static const struct kl_variant *latest(const char *module, int cc, struct kl_err *err)
 {
-    const struct kl_variant *v = kl_variant_latest(module, cc);
-    if (!v) kl_fail(err, "no %s variant runs on sm_%d", module, cc);
+    const struct kl_variant *v = kl_gated_variant(module, cc, err);
+    if (v && v->min_cc > cc) return kl_fail(err, "%s's gated variant %s needs sm_%d", module, v->name, v->min_cc), NULL;
     return v;
 }
 
