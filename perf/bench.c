@@ -244,6 +244,13 @@ int kl_bench_module(const struct kl_bench_args *a)
         judged = kl_gate_variant(a->targets, a->module->name, a->variant, why, sizeof why);
         if (!judged) fprintf(stderr, "gate: %s: nothing judged: %s\n", a->module->name, why);
     }
+    /* Mutants (test binaries only) run when named, never in a sweep. */
+    const bool mutants = a->variant != NULL;
+    for (int j = 0; j < kl_variant_count(a->module->name, mutants); j++) {
+        const struct kl_variant *v = kl_variant_at(a->module->name, j, mutants);
+        if ((!a->variant || strcmp(a->variant, v->name) == 0) && v->min_cc > a->ceil->dev.cc)
+            fprintf(stderr, "bench %s %s: skipped, needs sm_%d\n", a->module->name, v->name, v->min_cc);
+    }
     int ran = 0;
     for (int i = 0; i < ops->n_workloads; i++) {
         const struct kl_workload *w = &ops->workloads[i];
@@ -254,15 +261,9 @@ int kl_bench_module(const struct kl_bench_args *a)
         kl_bench_progress("%s %s: the same bytes as a plain copy", a->module->name, w->name);
         if (kl_copy_same_bytes(a->ceil, ops->bytes(w), &t, &err) == 0) copy_us = t.median_us;
         else fprintf(stderr, "bench %s: same-size copy for %s: %s\n", a->module->name, w->name, err.msg);
-        /* Mutants (test binaries only) run when named, never in a sweep. */
-        const int n = kl_variant_count(a->module->name, a->variant != NULL);
-        for (int j = 0; j < n; j++) {
-            const struct kl_variant *v = kl_variant_at(a->module->name, j, a->variant != NULL);
-            if (a->variant && strcmp(a->variant, v->name) != 0) continue;
-            if (v->min_cc > a->ceil->dev.cc) {
-                fprintf(stderr, "bench %s %s %s: skipped, needs sm_%d\n", a->module->name, v->name, w->name, v->min_cc);
-                continue;
-            }
+        for (int j = 0; j < kl_variant_count(a->module->name, mutants); j++) {
+            const struct kl_variant *v = kl_variant_at(a->module->name, j, mutants);
+            if ((a->variant && strcmp(a->variant, v->name) != 0) || v->min_cc > a->ceil->dev.cc) continue;
             kl_bench_progress("%s %s %s", a->module->name, v->name, w->name);
             const bool judge = judged && strcmp(judged, v->name) == 0;
             if (bench_one(a, v, w, copy_us, judge) && a->failures) ++*a->failures;
@@ -454,6 +455,7 @@ int kl_cmd_bench(int argc, char **argv)
         const struct kl_module *m = kl_module_at(i);
         if (!all && strcmp(m->name, target) != 0) continue;
         a.module = m;
+        kl_bench_progress("module %s", m->name);
         if (m->bench) {
             /* -2: a usage error; -1: a failure; 1: the module cannot run here (allreduce on one GPU),
              * a failure only when it was asked for alone. */

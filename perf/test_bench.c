@@ -4,7 +4,8 @@
  * never judged, the exit status it asks for); the re-check's plumbing (which launch of the last
  * replay is checked, what the results line says). Suite bench_gpu: the re-check of the last timed
  * replay catches a decode kernel that leaves its split counters dirty (perf/test_bench_mutants.cu),
- * which every single-launch check passes. */
+ * which every single-launch check passes; a row timed on a power-capped GPU (played through this
+ * binary's kl_clocks_read) is marked throttled in the gate line and the results. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <math.h>
@@ -361,6 +362,25 @@ Test(bench, the_results_say_which_replay_was_rechecked_and_what_it_covered)
 
 /* ---- on the device ---- */
 
+/* This binary's clock readings (kl_clocks_read is weak in perf/clocks.c): none, as on a machine
+ * without NVML, unless a test plays a GPU held at 1500 MHz by its power cap. */
+static bool play_throttled;
+void kl_clocks_read(struct kl_clocks *c)
+{
+    memset(c, 0, sizeof *c);
+    if (play_throttled) *c = (struct kl_clocks){.valid = true, .sm_mhz = 1500, .mem_mhz = 2619, .throttle_reasons = 0x4};
+}
+
+static struct kl_ceilings gpu_ceilings(void)
+{
+    struct kl_ceilings c;
+    struct kl_err err = {{0}};
+    if (!kl_have_gpu()) cr_skip_test("no CUDA device");
+    cr_assert_eq(kl_ceilings_measure(&c, NULL, &err), 0, "%s", err.msg);
+    if (c.dev.cc < 80) cr_skip_test("needs sm_80");
+    return c;
+}
+
 /* One row of variant v on attention_decode's small workload: its failures count and results line. */
 static int bench_decode(const struct kl_ceilings *c, const char *v, cJSON **row)
 {
@@ -380,11 +400,7 @@ static int bench_decode(const struct kl_ceilings *c, const char *v, cJSON **row)
 
 Test(bench_gpu, a_decode_that_never_resets_its_split_counter_fails_the_recheck)
 {
-    if (!kl_have_gpu()) cr_skip_test("no CUDA device");
-    struct kl_ceilings c;
-    struct kl_err err = {{0}};
-    cr_assert_eq(kl_ceilings_measure(&c, NULL, &err), 0, "%s", err.msg);
-    if (c.dev.cc < 80) cr_skip_test("needs sm_80");
+    const struct kl_ceilings c = gpu_ceilings();
     /* The mutant differs from v4 only where the keys are split (b8-kv512-p16: a few splits per
      * request on any GPU of tens of SMs). */
     const struct kl_attention_decode_params p = {.batch = 8, .num_qo_heads = 32, .num_kv_heads = 8, .head_dim = 128,
@@ -401,4 +417,41 @@ Test(bench_gpu, a_decode_that_never_resets_its_split_counter_fails_the_recheck)
                  "a decode that writes its output on its first launch only passed the bench re-check");
     cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(cJSON_GetObjectItem(row, "check"), "pass")));
     cJSON_Delete(row);
+}
+
+/* The gated variant's row of a run whose GPU stayed power-capped: marked throttled in the table's
+ * gate column, in the results, and counted in the gate's closing line. */
+Test(bench_gpu, a_throttled_row_is_marked_in_the_gate_line_and_the_results)
+{
+    const struct kl_ceilings c = gpu_ceilings();
+    struct kl_targets t;
+    struct kl_err err = {{0}};
+    cr_assert_eq(kl_targets_load(&t, KL_SOURCE_DIR "/perf/targets", c.dev.cc, &err), 0, "%s", err.msg);
+    static struct kl_gate_log log;
+    memset(&log, 0, sizeof log);
+    FILE *json = tmpfile(), *table = tmpfile();
+    int failures = 0;
+    const char *gated = kl_targets_gated(&t, "rmsnorm");
+    const struct kl_bench_args a = {.module = kl_module_find("rmsnorm"), .variant = gated, .workload = "decode-64",
+                                    .json = json, .gate = true, .ceil = &c, .targets = &t, .gate_log = &log,
+                                    .failures = &failures, .table = table, .seed = 1234};
+    play_throttled = true;
+    const int ran = kl_bench_module(&a);
+    play_throttled = false;
+    cr_assert_eq(ran, 1);
+    char line[512] = "", buf[1 << 16] = "";
+    rewind(table);
+    cr_assert(fgets(line, sizeof line, table));
+    printf("%s", line); /* the table line, for whoever runs this */
+    cr_assert(strstr(line, " throttled"), "the gate column does not say throttled: %s", line);
+    rewind(json);
+    cr_assert(fgets(buf, sizeof buf, json));
+    cJSON *row = cJSON_Parse(buf);
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(row, "throttled")));
+    cr_assert_str_eq(cJSON_GetObjectItem(row, "throttle_why")->valuestring, "SM clock 1500 -> 1500 MHz, power cap");
+    cr_assert_eq(log.throttled, cJSON_IsString(cJSON_GetObjectItem(cJSON_GetObjectItem(row, "gate"), "metric")));
+    cJSON_Delete(row);
+    fclose(json), fclose(table);
+    kl_gate_finish(&log, stdout);
+    kl_targets_free(&t);
 }
