@@ -98,7 +98,10 @@ run)
   say "reports"
   "$build/kernlab" report --results reports/data --out reports
   if [ -n "${failed:-}" ]; then echo "lab.sh run: bench failed for:$failed" >&2; exit 1; fi
-  if [ -n "${missed:-}" ]; then echo "lab.sh run: the gate missed targets in:$missed (the gate: lines above)" >&2; exit 3; fi
+  if [ -n "${missed:-}" ]; then
+    echo "lab.sh run: the gate missed targets in:$missed (the gate: lines above)" >&2
+    exit 3
+  fi
   ;;
 *)
   echo "usage: ./lab.sh test | run" >&2

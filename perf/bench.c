@@ -209,7 +209,8 @@ static int bench_one(const struct kl_bench_args *a, const struct kl_variant *v, 
     if (ratio) snprintf(ratio_s, sizeof ratio_s, "%.3f", ratio->valuedouble);
     fprintf(a->table, "%-14s %-20s %9.2f %8.0f %7.3f %5.2f %6s %5s %s\n", v->name, w->name, t.median_us, r.gbs,
             r.bw_frac, floor_frac, ratio_s, r.check_pass ? "ok" : "FAIL", kl_gate_cell(gate, sizeof gate, &r));
-    if (r.throttled) fprintf(stderr, "bench %s %s %s: throttled: %s\n", a->module->name, v->name, w->name, throttle_why);
+    if (r.throttled)
+        fprintf(stderr, "bench %s %s %s: throttled: %s\n", a->module->name, v->name, w->name, throttle_why);
     if (judge && a->gate_log) kl_gate_record(a->gate_log, a->targets, &r, target, stderr);
     if (!r.check_pass && a->failures) ++*a->failures;
     cJSON_Delete(r.counters);

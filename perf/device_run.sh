@@ -85,7 +85,8 @@ for m in sys.argv[2:]:
     for line in open(p):
         r = json.loads(line)
         g = r.get("gate") or {}
-        gate = "ungated" if g.get("ungated") else ("pass " if g.get("pass") else "MISS ") + g["metric"] if g.get("metric") else "-"
+        gate = ("pass " if g.get("pass") else "MISS ") + g["metric"] if g.get("metric") else "-"
+        gate = "ungated" if g.get("ungated") else gate
         gate += " throttled" if r.get("throttled") else ""
         vs, cf = r.get("latency_vs_nccl"), r.get("copy_same_bytes_frac")
         print(f"  {r['variant'][:28]:<28} {r['workload'][:20]:<20} {r['time_us']['median']:10.2f} {r.get('gbs') or 0:7.0f} "

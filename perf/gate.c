@@ -43,8 +43,8 @@ const char *kl_gate_variant(const struct kl_targets *t, const char *module, cons
         if (strcmp(t->rows[i].module, module) != 0) continue;
         for (size_t k = 0; k < sizeof kyardsticks / sizeof kyardsticks[0]; k++)
             if (strcmp(t->rows[i].metric, kyardsticks[k].metric) == 0 && strcmp(v, kyardsticks[k].yardstick) == 0) {
-                snprintf(why, len, "%s is the yardstick of %s's %s targets: it is never judged against itself", v, module,
-                         kyardsticks[k].metric);
+                snprintf(why, len, "%s is the yardstick of %s's %s targets: it is never judged against itself", v,
+                         module, kyardsticks[k].metric);
                 return NULL;
             }
     }
@@ -112,8 +112,8 @@ int kl_gate_finish(const struct kl_gate_log *log, FILE *err)
         fprintf(err, "gate: nothing judged\n");
         return 1;
     }
-    fprintf(err, "gate: %d row%s judged, %d missed, %d throttled, %d ungated\n", log->judged, log->judged == 1 ? "" : "s",
-            log->missed, log->throttled, log->n_ungated);
+    fprintf(err, "gate: %d row%s judged, %d missed, %d throttled, %d ungated\n", log->judged,
+            log->judged == 1 ? "" : "s", log->missed, log->throttled, log->n_ungated);
     return log->missed ? KL_GATE_MISSED : 0;
 }
 

@@ -131,7 +131,8 @@ const char *kl_bench_workload(const struct kl_module *m, int i)
 {
     if (i < 0) return NULL;
     if (m->perf) return i < m->perf->n_workloads ? m->perf->workloads[i].name : NULL;
-    for (const struct kl_bench_workloads *const *p = __start_kl_bench_workloads; p && p < __stop_kl_bench_workloads; p++)
+    const struct kl_bench_workloads *const *p = __start_kl_bench_workloads;
+    for (; p && p < __stop_kl_bench_workloads; p++)
         if (strcmp((*p)->module, m->name) == 0) return (*p)->name(i);
     return NULL;
 }

@@ -247,7 +247,8 @@ Test(bench, metric_values_come_from_the_row_and_smaller_wins_for_latencies)
     cr_assert_float_eq(kl_metric_value("read_frac", &r), 0.9, 0);
     cr_assert(isnan(kl_metric_value("busbw_frac", &r)), "a metric the row lacks is NaN");
     cr_assert(isnan(kl_metric_value("check", &r)), "an unknown metric is NaN");
-    struct kl_targets t = {.count = 1, .rows = &(struct kl_target){"allreduce", "8KB-world*", "latency_vs_nccl", 0.5, "x"}};
+    struct kl_target row = {"allreduce", "8KB-world*", "latency_vs_nccl", 0.5, "x"};
+    struct kl_targets t = {.count = 1, .rows = &row};
     kl_gate_judge(&t, &r);
     cr_assert_not(r.gate_pass, "0.6 of NCCL's time against <= 0.5 passed");
     cJSON_ReplaceItemInObject(r.extra, "latency_vs_nccl", cJSON_CreateNumber(0.4));
@@ -301,6 +302,49 @@ Test(bench, throttled_rows_are_marked_in_the_gate_line_and_the_results)
     cJSON_Delete(o);
     cJSON_Delete(r.extra);
     kl_targets_free(&t);
+}
+
+/* perf/peers/clocks.py marks the peers' rows by the same rule, with the same words. */
+Test(bench, the_peers_mark_throttled_rows_by_the_same_rule)
+{
+    static const struct {
+        bool valid;
+        int before, after;
+        unsigned long long reasons;
+    } kcases[] = {{true, 1980, 1980, 0},    {true, 1980, 1700, 0},   {true, 1980, 1890, 0},
+                  {true, 1980, 1980, 0x1},  {true, 1980, 1850, 0},   {true, 1980, 1980, 0x44},
+                  {true, 1755, 1980, 0x8},  {false, 1980, 1200, 0x4}, {true, 1980, 1980, 0x2}};
+    const int n = (int)(sizeof kcases / sizeof kcases[0]);
+    char cmd[4096];
+    int len = snprintf(cmd, sizeof cmd,
+                       "python3 -c 'import sys; sys.path.insert(0, \"%s/perf/peers\"); import clocks\n"
+                       "for v, b, a, r in [",
+                       KL_SOURCE_DIR);
+    for (int i = 0; i < n; i++)
+        len += snprintf(cmd + len, sizeof cmd - (size_t)len, "(%s, %d, %d, %llu),", kcases[i].valid ? "True" : "False",
+                        kcases[i].before, kcases[i].after, kcases[i].reasons);
+    snprintf(cmd + len, sizeof cmd - (size_t)len,
+             "]:\n    t, why = clocks.throttled({\"valid\": v, \"sm_mhz\": b}, "
+             "{\"valid\": v, \"sm_mhz\": a, \"reasons\": r})\n    print(int(t), why)' 2>&1");
+    FILE *p = popen(cmd, "r");
+    if (!p) cr_skip_test("no shell to run python3");
+    char line[256];
+    for (int i = 0; i < n; i++) {
+        if (!fgets(line, sizeof line, p)) {
+            pclose(p);
+            if (i == 0) cr_skip_test("python3 did not run perf/peers/clocks.py");
+            cr_assert_fail("clocks.py stopped after %d cases", i);
+        }
+        line[strcspn(line, "\n")] = 0;
+        const struct kl_clocks b = {.valid = kcases[i].valid, .sm_mhz = kcases[i].before};
+        const struct kl_clocks a = {.valid = kcases[i].valid, .sm_mhz = kcases[i].after,
+                                    .throttle_reasons = kcases[i].reasons};
+        char why[160], want[200];
+        const bool t = kl_throttled(&b, &a, why, sizeof why);
+        snprintf(want, sizeof want, "%d %s", t, why);
+        cr_expect_str_eq(line, want, "case %d: clocks.py says '%s', kl_throttled '%s'", i, line, want);
+    }
+    pclose(p);
 }
 
 /* ---- the re-check's plumbing ---- */
@@ -368,7 +412,8 @@ static bool play_throttled;
 void kl_clocks_read(struct kl_clocks *c)
 {
     memset(c, 0, sizeof *c);
-    if (play_throttled) *c = (struct kl_clocks){.valid = true, .sm_mhz = 1500, .mem_mhz = 2619, .throttle_reasons = 0x4};
+    if (play_throttled)
+        *c = (struct kl_clocks){.valid = true, .sm_mhz = 1500, .mem_mhz = 2619, .throttle_reasons = 0x4};
 }
 
 static struct kl_ceilings gpu_ceilings(void)

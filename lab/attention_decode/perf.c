@@ -239,7 +239,8 @@ static int reference(const struct state *s, struct kl_err *err)
     const size_t cache_bytes = (size_t)(s->pages * k->page_size * KV_HEADS * HEAD_DIM) * 2;
     ref_free();
     char *q = malloc(q_bytes), *kc = malloc(cache_bytes), *vc = malloc(cache_bytes);
-    int rc = !q || !kc || !vc ? kl_fail(err, "re-check: no host memory for a %zu-byte copy of the caches", cache_bytes) : 0;
+    int rc = 0;
+    if (!q || !kc || !vc) rc = kl_fail(err, "re-check: no host memory for a %zu-byte copy of the caches", cache_bytes);
     if (!rc && (kl_dev_download(q, k->q, q_bytes) || kl_dev_download(kc, k->k_cache, cache_bytes) ||
                 kl_dev_download(vc, k->v_cache, cache_bytes)))
         rc = kl_fail(err, "re-check: copying set 0's inputs back failed");

@@ -450,9 +450,9 @@ static void bench_match(const struct row_ctx *base, struct kl_radix *t, const st
             if (base->args->failures) ++*base->args->failures;
         }
         if (base->args->table)
-            fprintf(base->args->table, "%-15s %-10s %9.0f %9.0f %9.0f %7.2f %7.2f %6.2f %6.2f %7.0f %7.1f %s\n", w->name,
-                    rc.v->name, tmed, p50, p99, matched_bytes / tmed, matched_bytes / cmed, frac, nodes, bytes_cmp,
-                    nodes > 0 ? lines / nodes : 0, gate);
+            fprintf(base->args->table, "%-15s %-10s %9.0f %9.0f %9.0f %7.2f %7.2f %6.2f %6.2f %7.0f %7.1f %s\n",
+                    w->name, rc.v->name, tmed, p50, p99, matched_bytes / tmed, matched_bytes / cmed, frac, nodes,
+                    bytes_cmp, nodes > 0 ? lines / nodes : 0, gate);
     }
 }
 

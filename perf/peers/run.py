@@ -125,8 +125,10 @@ def main():
             row.update(clocks.row_fields(before, after))
             out.write(json.dumps(row, separators=(",", ":")) + "\n")
             out.flush()
+            ok = "ok" if not chk or chk[2] else "FAIL"
             print(f"{case['variant']:<14} {case['workload']:<20} {t['median']:9.2f} {gbs:8.0f} "
-                  f"{gbs / ceil['copy_gbs']:7.3f} {row['floor_frac']:5.2f}      -    {'ok' if not chk or chk[2] else 'FAIL'} (peer){' throttled' if row['throttled'] else ''}")
+                  f"{gbs / ceil['copy_gbs']:7.3f} {row['floor_frac']:5.2f}      -    {ok} (peer)"
+                  f"{' throttled' if row['throttled'] else ''}")
     return 0
 
 
