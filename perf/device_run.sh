@@ -5,7 +5,10 @@
 # override), as reports/data/<device>/<module>.jsonl wants them: one such call per GPU kind, then
 #   cp -r <files>/data/<device> reports/data/ && build/kernlab report --results reports/data --out reports
 # Logs go to $OUT/logs.tgz: the device tool returns at most 8 files. A short table of every
-# results row comes last. Used with the packed dependencies of ../shared/device/gpu-deps.sh:
+# results row comes last (its gate column: pass/MISS with the metric, "ungated" for a judged
+# variant's workload without a target row, "throttled" beside either). bench's exit status says
+# 0 every target met, 3 a target missed, anything else an error. Uses the dependencies packed in
+# .gpu-deps.tar.xz at the root of the tree when there is one:
 #   KL_COMMIT=$(git rev-parse --short=12 HEAD) perf/device_run.sh rmsnorm index store rope radix
 #   perf/device_run.sh allreduce                     # on the 2 x H200 kind
 # ctest runs the given modules' tests (cpu, gpu, multigpu, sanitizer: every test whose name has the
@@ -65,7 +68,7 @@ fi
 run "build/kernlab ceilings --json '$data/ceilings.json' 2>/dev/null | tee '$logs/ceilings.txt'"
 for m in "$@"; do
   run "build/kernlab bench $m --counters --peers --gate --json '$data/$m.jsonl' > '$logs/bench-$m.txt' 2> '$logs/bench-$m.err'; echo \"== bench $m: rc=\$?\""
-  run "grep -E 'gate|MISS|fail|error|needs' '$logs/bench-$m.err' | head"
+  run "grep -E '^gate: |fail|error|needs|throttled' '$logs/bench-$m.err' | head -20"
 done
 # The short table, last: one line per results row, with the gate, the same-size copy (the decode-size
 # target of issue 15) and the latency against NCCL (allreduce).
@@ -82,7 +85,9 @@ for m in sys.argv[2:]:
     for line in open(p):
         r = json.loads(line)
         g = r.get("gate") or {}
-        gate = ("pass " if g.get("pass") else "MISS ") + g["metric"] if g else "-"
+        gate = ("pass " if g.get("pass") else "MISS ") + g["metric"] if g.get("metric") else "-"
+        gate = "ungated" if g.get("ungated") else gate
+        gate += " throttled" if r.get("throttled") else ""
         vs, cf = r.get("latency_vs_nccl"), r.get("copy_same_bytes_frac")
         print(f"  {r['variant'][:28]:<28} {r['workload'][:20]:<20} {r['time_us']['median']:10.2f} {r.get('gbs') or 0:7.0f} "
               f"{r.get('tflops') or 0:6.1f} {'' if cf is None else format(cf, '.3f'):>6} "

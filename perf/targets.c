@@ -1,5 +1,8 @@
 /* perf/targets/<arch>.csv: module,workload,metric,target,source (one header line); a
- * `gated_variant` row names the variant the gate judges for its module. */
+ * `gated_variant` row names the variant the gate judges for its module. A metric the gate does
+ * not know is an error when the file is loaded; kl_targets_check also holds every row against
+ * the workloads of the modules in this binary, so a row that can never judge anything (a
+ * renamed workload, a typo) fails `kernlab bench --gate` and the CPU tests. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +49,13 @@ int kl_targets_load(struct kl_targets *t, const char *dir, int cc, struct kl_err
             t->gated = realloc(t->gated, sizeof *t->gated * (size_t)(t->n_gated + 1));
             t->gated[t->n_gated++] = g;
             continue;
+        }
+        if (!kl_metric_known(r.metric)) {
+            fclose(f);
+            kl_targets_free(t);
+            return kl_fail(err, "%s:%d: unknown metric '%s' (bw_frac, tc_frac, read_frac, copy_same_bytes_frac, "
+                                "floor_frac, latency_us, latency_vs_nccl, busbw_frac, memcmp_frac or gated_variant)",
+                           t->path, lineno, r.metric);
         }
         char *end;
         r.target = strtod(target, &end);
@@ -102,6 +112,53 @@ const struct kl_variant *kl_gated_variant(const char *module, int cc, struct kl_
 bool kl_metric_lower_is_better(const char *metric)
 {
     return strcmp(metric, "latency_us") == 0 || strcmp(metric, "latency_vs_nccl") == 0;
+}
+
+bool kl_metric_known(const char *metric)
+{
+    static const char *known[] = {"bw_frac",    "tc_frac",         "read_frac",  "copy_same_bytes_frac", "floor_frac",
+                                  "latency_us", "latency_vs_nccl", "busbw_frac", "memcmp_frac"};
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (strcmp(metric, known[i]) == 0) return true;
+    return false;
+}
+
+/* The section KL_BENCH_WORKLOADS fills; weak, so a binary in which no module registers links. */
+extern const struct kl_bench_workloads *const __start_kl_bench_workloads[] __attribute__((weak));
+extern const struct kl_bench_workloads *const __stop_kl_bench_workloads[] __attribute__((weak));
+
+const char *kl_bench_workload(const struct kl_module *m, int i)
+{
+    if (i < 0) return NULL;
+    if (m->perf) return i < m->perf->n_workloads ? m->perf->workloads[i].name : NULL;
+    const struct kl_bench_workloads *const *p = __start_kl_bench_workloads;
+    for (; p && p < __stop_kl_bench_workloads; p++)
+        if (strcmp((*p)->module, m->name) == 0) return (*p)->name(i);
+    return NULL;
+}
+
+int kl_targets_check(const struct kl_targets *t, struct kl_err *err)
+{
+    int bad = 0;
+    for (int r = 0; r < t->count; r++) {
+        const struct kl_target *x = &t->rows[r];
+        const struct kl_module *m = kl_module_find(x->module);
+        bool found = false;
+        for (int i = 0; m && !found; i++) {
+            const char *w = kl_bench_workload(m, i);
+            if (!w) break;
+            found = workload_matches(x->workload, w);
+        }
+        if (found) continue;
+        if (!bad++)
+            kl_fail(err, "%s: %s,%s,%s: %s", t->path, x->module, x->workload, x->metric,
+                    m ? "matches none of the module's workloads" : "no such module");
+    }
+    for (int g = 0; g < t->n_gated; g++)
+        if (!kl_variant_find(t->gated[g].module, t->gated[g].variant) && !bad++)
+            kl_fail(err, "%s: gated_variant %s of %s is not a registered variant", t->path, t->gated[g].variant,
+                    t->gated[g].module);
+    return bad;
 }
 
 void kl_targets_free(struct kl_targets *t)

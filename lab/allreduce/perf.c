@@ -8,7 +8,13 @@
  * as single eager calls between events. Inputs rotate over up to 20 sets so the working set
  * exceeds the L2 where the size allows. algbw = bytes of one rank's buffer / time; busbw = algbw
  * x 2(world-1)/world. Gated: latency_vs_nccl (our time / NCCL's, same run) at decode sizes,
- * busbw_frac (our busbw / NCCL's) at 256 MB, for the module's best variant.
+ * busbw_frac (our busbw / NCCL's) at 256 MB, for the variant the targets file names (or the one
+ * --variant names), never NCCL: it is the yardstick of both metrics.
+ * Re-check: the last graph replay is the checked one. Every rank's out is poisoned between two
+ * host barriers before it (no rank's earlier replay still writing, every out poisoned before any
+ * rank starts), its last call is input set 0's (kl_time_set), and after it each rank compares its
+ * own share of the elements (1/world of them) with the float64 sums and hashes its whole out: with
+ * the ranks' hashes equal, every element of every rank's output was checked.
  *
  * Processes: a "measure" child (one process, two GPUs) takes the device ceilings when the caller
  * has none and the peer copy bandwidth; then one rank group per world runs the program
@@ -43,6 +49,7 @@ static const struct {
 
 struct cell {
     int ran, ok;
+    struct kl_clocks before, after; /* this rank's GPU around the timing */
     double med_us, min_us, max_us, eager_us; /* per call */
     int per_graph, sets;
     int64_t n_bad;
@@ -150,9 +157,9 @@ static void check_elem(const unsigned char *host, int64_t i, int world, struct c
     if (d > out->max_abs || isnan(d)) out->max_abs = d;
 }
 
-/* Times one (variant, size) on this rank: eager calls, then graph replays; then re-checks
- * set 0's output against the host-computed sums (sampled) and hashes it whole; then, at the
- * story's size, one traced call. */
+/* Times one (variant, size) on this rank: eager calls, then graph replays, the last of them on
+ * poisoned outputs; then re-checks this rank's share of that replay's output against the
+ * host-computed sums and hashes it whole; then, at the story's size, one traced call. */
 static int time_cell(struct kl_rank *r, struct kl_allreduce_comm *c, struct call_ctx *k, char *xs, size_t bytes,
                      int sets, int per_graph, bool story, struct cell *out)
 {
@@ -164,6 +171,7 @@ static int time_cell(struct kl_rank *r, struct kl_allreduce_comm *c, struct call
     double t[EAGER_REPS > REPLAYS ? EAGER_REPS : REPLAYS];
     const int world = c->world;
     for (int i = 0; i < 2 * (EAGER_REPS > REPLAYS ? EAGER_REPS : REPLAYS); i++) CK(cudaEventCreate(&ev[i]), "cudaEventCreate");
+    kl_clocks_read(&out->before);
     for (int i = 0; i < 3; i++) CK(one_call(k, xs + (size_t)(i % sets) * bytes, c->stream), "warm-up call");
     CK(cudaStreamSynchronize(c->stream), "warm-up");
     if (kl_rank_barrier(r, "eager timing")) {
@@ -186,7 +194,7 @@ static int time_cell(struct kl_rank *r, struct kl_allreduce_comm *c, struct call
 
     CK(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
     for (int i = 0; i < per_graph; i++) {
-        cudaError_t rc = one_call(k, xs + (size_t)(i % sets) * bytes, c->stream);
+        cudaError_t rc = one_call(k, xs + (size_t)kl_time_set(i, per_graph, sets) * bytes, c->stream);
         if (rc != cudaSuccess) {
             cudaStreamEndCapture(c->stream, &g);
             CK(rc, "a call during graph capture");
@@ -203,11 +211,25 @@ static int time_cell(struct kl_rank *r, struct kl_allreduce_comm *c, struct call
         goto out;
     }
     for (int i = 0; i < REPLAYS; i++) {
+        if (i == REPLAYS - 1) { /* the checked replay: every rank's out poisoned first */
+            CK(cudaStreamSynchronize(c->stream), "graph replays");
+            if (kl_rank_barrier(r, "replays done, poisoning out")) {
+                ret = -1;
+                goto out;
+            }
+            CK(cudaMemsetAsync(k->out, 0xff, bytes, c->stream), "poisoning out");
+            CK(cudaStreamSynchronize(c->stream), "poisoning out");
+            if (kl_rank_barrier(r, "out poisoned, the checked replay")) {
+                ret = -1;
+                goto out;
+            }
+        }
         CK(cudaEventRecord(ev[2 * i], c->stream), "cudaEventRecord");
         CK(cudaGraphLaunch(ge, c->stream), "cudaGraphLaunch");
         CK(cudaEventRecord(ev[2 * i + 1], c->stream), "cudaEventRecord");
     }
     CK(cudaStreamSynchronize(c->stream), "graph replays");
+    kl_clocks_read(&out->after);
     for (int i = 0; i < REPLAYS; i++) {
         float ms = 0;
         CK(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]), "cudaEventElapsedTime");
@@ -217,15 +239,12 @@ static int time_cell(struct kl_rank *r, struct kl_allreduce_comm *c, struct call
     out->min_us = t[0], out->med_us = t[REPLAYS / 2], out->max_us = t[REPLAYS - 1];
     out->per_graph = per_graph, out->sets = sets;
 
-    /* Re-check: one more call on set 0 (inputs kl_ar_gen(SEED, 0, rank, i)). */
-    CK(one_call(k, xs, c->stream), "re-check call");
-    CK(cudaStreamSynchronize(c->stream), "re-check call");
+    /* Re-check of the last replay: its last call summed set 0 (inputs kl_ar_gen(SEED, 0, rank, i)). */
     host = malloc(bytes);
     CK(cudaMemcpy(host, k->out, bytes, cudaMemcpyDeviceToHost), "downloading out");
     out->hash = kl_ar_hash(host, bytes);
-    const int64_t n = k->n, step = n > 65536 ? n / 65536 : 1; /* about 64k elements, the last one too */
-    for (int64_t i = 0; i < n; i += step) check_elem(host, i, world, out);
-    if ((n - 1) % step) check_elem(host, n - 1, world, out);
+    const int64_t n = k->n, lo = n * r->rank / world, hi = n * (r->rank + 1) / world;
+    for (int64_t i = lo; i < hi; i++) check_elem(host, i, world, out);
     out->ok = out->n_bad == 0;
 
     if (story) { /* one traced call: block 0's stamps, and the same call's eager time */
@@ -328,6 +347,9 @@ static int bench_main(struct kl_rank *r)
                 struct call_ctx k = {c, kl_ar_ops(vs[v])->launch, xs, out, (int64_t)bytes / 2, NULL, cudaSuccess, 0};
                 kl_rank_step(r, "%s %s %s, %lld bytes", pass ? "profile" : "time", B->variants[v], "allreduce",
                              (long long)bytes);
+                if (r->rank == 0)
+                    kl_bench_progress("allreduce %s %lld bytes, world %d: %s", B->variants[v], (long long)bytes,
+                                      r->world, pass ? "kernel records and counters" : "timing");
                 if (pass == 0)
                     ret = time_cell(r, c, &k, xs, bytes, sets, per_graph,
                                     s == B->story && (kl_ar_ops(vs[v])->needs & KL_AR_NEEDS_PEERS), cell);
@@ -346,8 +368,6 @@ out:
 KL_RANK_PROGRAM("allreduce_bench", bench_main);
 
 /* ---- in the parent ---- */
-
-static bool lower_is_better(const char *metric) { return kl_metric_lower_is_better(metric); }
 
 static const char *workload_name(char *buf, size_t len, int s, int world)
 {
@@ -371,7 +391,7 @@ struct parent_ctx {
     const struct kl_ceilings *ceil;
     const struct kl_peer_bw *bw; /* NULL when not measured */
     const struct kl_ar_topology *topo;
-    const struct kl_variant *best;
+    const char *judged; /* the variant the gate judges; NULL: none */
     int rows;
 };
 
@@ -418,7 +438,6 @@ static void emit_world(struct parent_ctx *P, const struct bench_payload *B, int 
             }
             char wl[48], date[32];
             workload_name(wl, sizeof wl, s, world);
-            const struct kl_variant *var = kl_variant_find("allreduce", B->variants[v]);
             struct kl_result res = {.module = "allreduce", .variant = B->variants[v], .workload = wl};
             res.device = P->ceil->dev;
             res.time_us_min = c->min_us, res.time_us_median = t, res.time_us_max = c->max_us;
@@ -428,18 +447,6 @@ static void emit_world(struct parent_ctx *P, const struct bench_payload *B, int 
             res.tflops = res.flops / (t * 1e-6) / 1e12, res.tc_frac = res.tflops / P->ceil->dev.gemm_tflops;
             res.checked = true, res.rel_l2 = NAN, res.max_abs = max_abs, res.check_pass = ok && same;
             res.commit = kl_build_commit(), res.date = kl_today(date, sizeof date);
-            const struct kl_target *tg = a->targets && var == P->best ? kl_target_find(a->targets, "allreduce", wl) : NULL;
-            double value = NAN;
-            if (tg) {
-                value = strcmp(tg->metric, "latency_vs_nccl") == 0 ? vs_nccl
-                        : strcmp(tg->metric, "busbw_frac") == 0    ? busbw_frac
-                        : strcmp(tg->metric, "latency_us") == 0    ? t
-                        : strcmp(tg->metric, "bw_frac") == 0       ? res.bw_frac
-                                                                   : NAN;
-                res.gate_metric = tg->metric, res.gate_target = tg->target;
-                res.gate_pass = res.check_pass && isfinite(value) &&
-                                (lower_is_better(tg->metric) ? value <= tg->target : value >= tg->target);
-            }
             cJSON *params = cJSON_CreateObject();
             cJSON_AddNumberToObject(params, "world", world);
             cJSON_AddNumberToObject(params, "bytes", bytes);
@@ -465,29 +472,37 @@ static void emit_world(struct parent_ctx *P, const struct bench_payload *B, int 
             cJSON_AddNumberToObject(x, "input_sets", c->sets);
             cJSON_AddBoolToObject(x, "ranks_identical", same);
             if (n_bad) cJSON_AddStringToObject(x, "check_note", B->cell[v][s][0].n_bad ? B->cell[v][s][0].note : c->note);
+            const struct kl_recheck what = {
+                .checked = bytes / 2, .of = bytes / 2,
+                .reason = "out of every rank, poisoned before the replay (between two barriers): each rank compared "
+                          "1/world of the elements with the float64 sums of input set 0, and the ranks' hashes of "
+                          "their whole out agree"};
+            const struct kl_timing replay = {.graph = true, .launches = c->per_graph};
+            kl_recheck_json(x, &what, &replay);
+            /* Throttled when any rank's GPU was; the clocks shown are the slowest rank's. */
+            for (int k = 0; k < world; k++)
+                res.throttled |= kl_throttled(&B->cell[v][s][k].before, &B->cell[v][s][k].after, NULL, 0);
+            kl_clocks_json(x, &c->before, &c->after);
             if (B->cell[v][s][0].trace[KL_AR_T_ENTRY]) story_json(x, &B->cell[v][s][0], c);
             cJSON_AddItemToObject(x, "ceilings", kl_ceilings_json(P->ceil));
             if (P->bw) cJSON_AddItemToObject(x, "peer_copy", kl_peer_bw_json(P->bw));
             if (first_world && P->rows == 0) cJSON_AddItemToObject(x, "topology", kl_ar_topology_json(P->topo));
+            /* Judged once every field a metric reads (latency_vs_nccl, busbw_frac) is in place. */
+            const bool judge = P->judged && strcmp(P->judged, B->variants[v]) == 0;
+            const struct kl_target *tg = judge ? kl_gate_judge(a->targets, &res) : NULL;
             if (a->json) kl_result_write(a->json, &res), fflush(a->json);
             P->rows++;
 
-            char gate[80] = "-";
-            if (tg)
-                snprintf(gate, sizeof gate, "%s %s %.2f%s%.2f", res.gate_pass ? "pass" : "MISS", tg->metric, value,
-                         lower_is_better(tg->metric) ? "<=" : ">=", tg->target);
+            char gate[96];
             fprintf(a->table, "%-26s %-14s %9.2f %8.2f %8.1f %8.1f %7.2f %10.3f %5s %s\n", B->variants[v], wl, t,
-                    c->eager_us, algbw, busbw, vs_nccl, busbw_frac, res.check_pass ? "ok" : "FAIL", gate);
+                    c->eager_us, algbw, busbw, vs_nccl, busbw_frac, res.check_pass ? "ok" : "FAIL",
+                    kl_gate_cell(gate, sizeof gate, &res));
             if (!res.check_pass) {
                 fprintf(stderr, "bench allreduce %s %s: re-check failed: %s\n", B->variants[v], wl,
                         !same ? "the ranks' outputs differ" : c->note[0] ? c->note : B->cell[v][s][0].note);
                 if (a->failures) ++*a->failures;
             }
-            if (tg && !res.gate_pass) {
-                fprintf(stderr, "gate: MISS allreduce %s %s: %s %.3f, target %.3f (%s)\n", B->variants[v], wl, tg->metric,
-                        value, tg->target, tg->source);
-                if (a->gate_misses) ++*a->gate_misses;
-            }
+            if (judge && a->gate_log) kl_gate_record(a->gate_log, a->targets, &res, tg, stderr);
             cJSON_Delete(params), cJSON_Delete(res.counters), cJSON_Delete(x);
         }
 }
@@ -519,6 +534,17 @@ static void run_peers(const struct kl_bench_args *a, const struct kl_ceilings *c
     if (in) fclose(in);
     remove(rows), remove(cpath), rmdir(dir);
 }
+
+/* Workload i of every one a machine of KL_AR_MAX_RANKS GPUs runs: size i / worlds, world 2 + i % worlds. */
+static const char *workload_at(int i)
+{
+    enum { WORLDS = KL_AR_MAX_RANKS - 1 };
+    static char names[N_SIZES * WORLDS][48];
+    if (i < 0 || i >= N_SIZES * WORLDS) return NULL;
+    if (!names[i][0]) workload_name(names[i], sizeof names[i], i / WORLDS, 2 + i % WORLDS);
+    return names[i];
+}
+KL_BENCH_WORKLOADS(allreduce, workload_at);
 
 static bool wanted(const struct kl_bench_args *a, int s, int world)
 {
@@ -576,14 +602,21 @@ int kl_ar_bench(const struct kl_bench_args *a)
     struct kl_bench_args gated = *a;
     struct kl_targets targets = {0};
     if (a->gate && !a->targets) {
-        if (kl_targets_load(&targets, KL_SOURCE_DIR "/perf/targets", ceil.dev.cc, &err)) {
+        if (kl_targets_load(&targets, KL_SOURCE_DIR "/perf/targets", ceil.dev.cc, &err) ||
+            kl_targets_check(&targets, &err)) {
             fprintf(stderr, "bench allreduce --gate: %s\n", err.msg);
+            kl_targets_free(&targets);
             return -1;
         }
         gated.targets = &targets;
     }
     a = &gated;
-    struct parent_ctx P = {a, &ceil, have_bw ? &bw : NULL, &topo, kl_gated_variant("allreduce", ceil.dev.cc, &err), 0};
+    struct parent_ctx P = {a, &ceil, have_bw ? &bw : NULL, &topo, NULL, 0};
+    if (a->gate) {
+        char why[640];
+        if (!(P.judged = kl_gate_variant(a->targets, "allreduce", a->variant, why, sizeof why)))
+            fprintf(stderr, "gate: allreduce: nothing judged: %s\n", why);
+    }
     int status = 0, worlds = 0;
     for (int world = 2; world <= topo.count; world++) {
         if (kl_ranks_create(&g, world, sizeof(struct bench_payload), &err)) {
@@ -606,6 +639,7 @@ int kl_ar_bench(const struct kl_bench_args *a)
         }
         worlds++;
         fprintf(a->table, "\nallreduce: world %d, %d variants x %d sizes ...\n", world, B->n_variants, B->n_sizes);
+        kl_bench_progress("allreduce world %d: %d variants x %d sizes", world, B->n_variants, B->n_sizes);
         fflush(a->table);
         const int rc = kl_ranks_run(&g, "allreduce_bench", 900, &err);
         if (rc) {

@@ -5,11 +5,13 @@
  * multiply-add each), counted exactly: a causal prefill of n tokens has n(n+1)/2 pairs.
  * Byte model: q read once, the K and V rows the requests attend read once, out written once, lse
  * (float32) written once, the index arrays read once.
- * Re-check after timing: the float64 reference of the whole causal-8k problem is ~1.1e12 FLOPs of
- * dgemm (minutes on a few CPU cores, for every variant), so big workloads are re-checked on a sample
- * of query rows (the first and last query of every request, more at random; 4 heads each) with the
- * reference's plain-loop form, and the results line says so under "recheck". */
+ * Re-check: set 0's out and lse are poisoned before the last timed repetition and compared whole
+ * with the float64 reference after it. That reference is costly on the big workloads (causal-8k:
+ * 5.5e11 FLOPs of dgemm and 2^30 serial exps), but every variant of a workload sees the same
+ * inputs (they come from the seed alone), so it is computed once per workload and kept for the
+ * variants benched after the first: the whole output is checked, no sample of rows. */
 #include <cjson/cJSON.h>
+#include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,11 +37,6 @@ static const struct kl_workload kworkloads[] = {
     {"noncausal-4k", "one 4096-token sequence, no mask", {1, 4096, 4096, 16}, 0},
     {"causal-8k-p1", "causal-8k over 1-token pages (a gather per key)", {1, 8192, 8192, 1}, CAUSAL},
 };
-
-/* Sampled re-check: this many query tokens at most (first/last of each request included), 4 heads each. */
-enum { kSampleTokens = 48, kSampleHeads = 4 };
-/* Below this many reference FLOPs the whole output is re-checked. */
-#define KL_FULL_CHECK_FLOPS 4e9
 
 static void lens(const struct kl_workload *w, int64_t b, int64_t *q, int64_t *kv)
 {
@@ -86,7 +83,7 @@ struct state {
     struct kl_attention_prefill_problem *host; /* every set holds these values */
     int sets;
     struct kl_attention_prefill_params *k;
-    int64_t *rows, n_rows; /* the sampled re-check's (token * qo_heads + head) rows; NULL: the whole output */
+    uint64_t seed;
     struct kl_prefill_trace trace; /* CTA 0's life in one extra launch, for variants that record it (tiles > 0) */
 };
 
@@ -97,36 +94,13 @@ static void teardown(void *p)
     for (int i = 0; i < s->sets; i++)
         if (s->k[i].q) kl_attention_prefill_release(&s->k[i]);
     kl_attention_prefill_problem_free(s->host);
-    free(s->k), free(s->rows), free(s);
-}
-
-/* First and last query of every request (where the mask and the tails are), then random tokens;
- * for each, the first and last head and two at random. */
-static void choose_rows(struct state *s, uint64_t seed)
-{
-    const struct kl_attention_prefill_shape *sh = &s->host->shape;
-    int64_t *tokens = malloc(sizeof(int64_t) * (size_t)(2 * sh->batch + kSampleTokens)), nt = 0;
-    for (int64_t b = 0; b < sh->batch; b++)
-        if (sh->qo_indptr[b + 1] > sh->qo_indptr[b]) {
-            tokens[nt++] = sh->qo_indptr[b];
-            if (sh->qo_indptr[b + 1] - 1 > sh->qo_indptr[b]) tokens[nt++] = sh->qo_indptr[b + 1] - 1;
-        }
-    struct kl_rng rng;
-    kl_rng_seed(&rng, seed ^ 0x5eedull);
-    while (nt < kSampleTokens && sh->total_q > 0) tokens[nt++] = kl_rng_range(&rng, sh->total_q);
-    s->rows = malloc(sizeof(int64_t) * (size_t)(nt * kSampleHeads + 1));
-    for (int64_t t = 0; t < nt; t++)
-        for (int h = 0; h < kSampleHeads; h++) {
-            int64_t head = h == 0 ? 0 : h == 1 ? sh->num_qo_heads - 1 : kl_rng_range(&rng, sh->num_qo_heads);
-            s->rows[s->n_rows++] = tokens[t] * sh->num_qo_heads + head;
-        }
-    free(tokens);
+    free(s->k), free(s);
 }
 
 static void *setup(const struct kl_workload *w, int sets, uint64_t seed, struct kl_err *err)
 {
     struct state *s = calloc(1, sizeof *s);
-    s->w = w, s->sets = sets;
+    s->w = w, s->seed = seed, s->sets = sets;
     s->k = calloc((size_t)sets, sizeof *s->k);
     int64_t q_lens[16], kv_lens[16];
     for (int64_t b = 0; b < w->shape[0]; b++) lens(w, b, &q_lens[b], &kv_lens[b]);
@@ -135,7 +109,6 @@ static void *setup(const struct kl_workload *w, int sets, uint64_t seed, struct 
                                            .page_size = w->shape[3], .spare_pages = 0, .causal = w->flags & CAUSAL,
                                            .dtype = KL_BF16, .q_scale = 1.0};
     s->host = kl_attention_prefill_problem_random(&sp, seed);
-    if (flops(w) > KL_FULL_CHECK_FLOPS) choose_rows(s, seed);
     for (int i = 0; i < sets; i++)
         if (kl_attention_prefill_upload(s->host, &s->k[i], err)) {
             teardown(s);
@@ -148,32 +121,6 @@ static int launch(const struct kl_variant *v, void *p, int set, cudaStream_t str
 {
     struct state *s = p;
     return (int)((kl_attention_prefill_launch_fn)v->launch)(&s->k[set], stream);
-}
-
-/* The chosen rows of got and of the plain-loop reference, compared under got's policies. */
-static int check_rows(struct state *s, const struct kl_outputs *got, struct kl_cmp *out, struct kl_err *err)
-{
-    const struct kl_attention_prefill_shape *sh = &s->host->shape;
-    const int64_t d = sh->head_dim, n = s->n_rows;
-    double *q = kl_tensor_to_f64(&s->host->q), *k = kl_tensor_to_f64(&s->host->k_cache);
-    double *v = kl_tensor_to_f64(&s->host->v_cache);
-    double *want_o = malloc(sizeof(double) * (size_t)(n * d)), *want_l = malloc(sizeof(double) * (size_t)n);
-    double *got_o = malloc(sizeof(double) * (size_t)(n * d)), *got_l = malloc(sizeof(double) * (size_t)n);
-    if (!q || !k || !v || !want_o || !want_l || !got_o || !got_l) {
-        free(q), free(k), free(v), free(want_o), free(want_l), free(got_o), free(got_l);
-        return kl_fail(err, "re-check: out of host memory");
-    }
-    kl_attention_prefill_reference_rows(sh, q, k, v, s->rows, n, want_o, want_l);
-    for (int64_t r = 0; r < n; r++) {
-        memcpy(got_o + r * d, got->o[0].v + s->rows[r] * d, sizeof(double) * (size_t)d);
-        got_l[r] = got->o[1].v[s->rows[r]];
-    }
-    struct kl_cmp c;
-    kl_compare(got_o, want_o, n * d, got->o[0].policy, out);
-    kl_compare(got_l, want_l, n, got->o[1].policy, &c);
-    kl_cmp_merge(out, &c);
-    free(q), free(k), free(v), free(want_o), free(want_l), free(got_o), free(got_l);
-    return 0;
 }
 
 /* One more launch, untimed, with params.trace set: the warp-specialized variants record when CTA 0's
@@ -191,20 +138,43 @@ static void trace_one_launch(const struct kl_variant *v, struct state *s)
     kl_dev_free(dev);
 }
 
-static int check(const struct kl_variant *v, void *p, struct kl_cmp *out, struct kl_err *err)
+static int poison(void *p, cudaStream_t stream)
 {
     struct state *s = p;
-    struct kl_outputs got = {0}, want = {0};
-    int rc = kl_attention_prefill_download(s->host, &s->k[0], &got, err);
-    if (!rc && s->rows) {
-        rc = check_rows(s, &got, out, err);
-    } else if (!rc && !(rc = kl_attention_prefill_expected(s->host, &want, err))) {
-        struct kl_cmp c;
-        kl_compare(got.o[0].v, want.o[0].v, want.o[0].n, got.o[0].policy, out);
-        kl_compare(got.o[1].v, want.o[1].v, want.o[1].n, got.o[1].policy, &c);
-        kl_cmp_merge(out, &c);
+    const struct kl_attention_prefill_shape *sh = &s->host->shape;
+    const size_t rows = (size_t)(sh->total_q * sh->num_qo_heads);
+    int rc = (int)cudaMemsetAsync(s->k[0].out, 0xff, rows * (size_t)sh->head_dim * 2, stream);
+    return rc ? rc : (int)cudaMemsetAsync(s->k[0].lse, 0xff, rows * sizeof(float), stream);
+}
+
+/* The float64 reference of input set 0, for the workload and seed it was computed for. */
+static struct {
+    const struct kl_workload *w;
+    uint64_t seed;
+    struct kl_outputs want;
+} ref;
+
+static int check(const struct kl_variant *v, void *p, struct kl_cmp *out, struct kl_recheck *what, struct kl_err *err)
+{
+    struct state *s = p;
+    if (ref.w != s->w || ref.seed != s->seed) {
+        kl_outputs_free(&ref.want);
+        ref.w = NULL;
+        if (kl_attention_prefill_expected(s->host, &ref.want, err)) return -1;
+        ref.w = s->w, ref.seed = s->seed;
     }
-    kl_outputs_free(&got), kl_outputs_free(&want);
+    struct kl_outputs got = {0};
+    int rc = kl_attention_prefill_download(s->host, &s->k[0], &got, err);
+    if (!rc) {
+        struct kl_cmp c;
+        kl_compare(got.o[0].v, ref.want.o[0].v, ref.want.o[0].n, got.o[0].policy, out);
+        kl_compare(got.o[1].v, ref.want.o[1].v, ref.want.o[1].n, got.o[1].policy, &c);
+        kl_cmp_merge(out, &c);
+        what->checked = what->of = (double)(ref.want.o[0].n + ref.want.o[1].n);
+        snprintf(what->reason, sizeof what->reason,
+                 "out and lse of input set 0, poisoned before the replay, against the float64 dgemm reference");
+    }
+    kl_outputs_free(&got);
     if (!rc && v->min_cc >= 90) trace_one_launch(v, s); /* the warp-specialized variants are Hopper's */
     return rc;
 }
@@ -235,20 +205,11 @@ static void add_timeline(cJSON *o, const struct kl_prefill_trace *t)
     }
 }
 
-/* What the re-check covered, and the work in (query, head) rows and unmasked pairs, for the results line. */
+/* The work in (query, head) rows and unmasked pairs, and CTA 0's timeline, for the results line. */
 static void extra(void *p, cJSON *o)
 {
     struct state *s = p;
     const struct kl_attention_prefill_shape *sh = &s->host->shape;
-    char what[256];
-    if (s->rows)
-        snprintf(what, sizeof what,
-                 "sampled: %lld of %lld (query, head) rows against the float64 plain-loop reference (first and last "
-                 "query of every request and random ones, 4 heads each); the full reference is %.2g FLOPs",
-                 (long long)s->n_rows, (long long)(sh->total_q * sh->num_qo_heads), flops(s->w));
-    else
-        snprintf(what, sizeof what, "full: every row against the float64 dgemm reference");
-    cJSON_AddStringToObject(o, "recheck", what);
     /* The work the FLOP model counts, for the guide's story of one CTA (perf/report.c). */
     cJSON *work = cJSON_AddObjectToObject(o, "work");
     cJSON_AddNumberToObject(work, "rows", (double)(sh->total_q * sh->num_qo_heads));
@@ -287,6 +248,7 @@ const struct kl_perf_ops kl_attention_prefill_perf = {
     .set_bytes = set_bytes,
     .setup = setup,
     .launch = launch,
+    .poison = poison,
     .check = check,
     .teardown = teardown,
     .params = params,

@@ -67,6 +67,13 @@ int kl_result_write(FILE *f, const struct kl_result *r)
         cJSON_AddStringToObject(g, "metric", r->gate_metric);
         num(g, "target", r->gate_target);
         cJSON_AddBoolToObject(g, "pass", r->gate_pass);
+        num(g, "value", r->gate_value);
+    } else if (r->gate_ungated) {
+        cJSON *g = cJSON_AddObjectToObject(o, "gate");
+        cJSON_AddNullToObject(g, "metric");
+        cJSON_AddNullToObject(g, "target");
+        cJSON_AddNullToObject(g, "pass");
+        cJSON_AddTrueToObject(g, "ungated");
     } else {
         cJSON_AddNullToObject(o, "gate");
     }

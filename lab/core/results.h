@@ -40,9 +40,12 @@ struct kl_result {
     bool checked;           /* check.* present only when the output was re-checked */
     double rel_l2, max_abs;
     bool check_pass;
-    const char *gate_metric; /* NULL: no target for this row; written as null */
+    const char *gate_metric; /* NULL: not judged, written as "gate": null (or ungated, below) */
     double gate_target;
+    double gate_value;       /* the metric's value judged: "gate": {..., "value"} */
     bool gate_pass;
+    bool gate_ungated;       /* judged variant, no target row: "gate": {"metric": null, "target": null,
+                              * "pass": null, "ungated": true} */
     bool throttled;
     const char *commit, *date;
     struct cJSON *extra;    /* module fields merged at top level (may be NULL) */

@@ -319,10 +319,14 @@ struct row_ctx {
     const struct workload *w;
     const struct kl_variant *v;
     struct kl_device_info dev;
+    const struct kl_targets *targets; /* perf/targets/cpu.csv when gating, else NULL */
+    const char *judged;               /* the variant the gate judges; NULL: none */
 };
 
+/* Writes one results line; the gate judges it when rc's variant is the judged one. Returns the
+ * table's gate column in gate. */
 static void emit(const struct row_ctx *rc, cJSON *params, cJSON *extra, double tmin, double tmed, double tmax,
-                 double bytes, bool check_pass, double max_abs, double memcmp_frac)
+                 double bytes, bool check_pass, double max_abs, char *gate, size_t gate_len)
 {
     const struct kl_bench_args *args = rc->args;
     struct kl_result r;
@@ -344,25 +348,13 @@ static void emit(const struct row_ctx *rc, cJSON *params, cJSON *extra, double t
     r.extra = extra;
     r.commit = kl_build_commit();
     r.date = kl_today(date, sizeof date);
-    /* The gate: memcmp_frac for the match workloads (0.5, the issue's target, unless
-     * perf/targets says otherwise). Every row records it; only the best variant (the one
-     * bench and the guides call best) can fail a --gate run: v0_scalar is the baseline the
-     * ladder starts from, expected to miss. */
-    const struct kl_target *tg = args->targets ? kl_target_find(args->targets, "radix", rc->w->name) : NULL;
-    if (!rc->w->churn || tg) {
-        r.gate_metric = tg ? tg->metric : "memcmp_frac";
-        r.gate_target = tg ? tg->target : 0.5;
-        if (strcmp(r.gate_metric, "latency_us") == 0)
-            r.gate_pass = r.time_us_median <= r.gate_target;
-        else
-            r.gate_pass = memcmp_frac >= r.gate_target;
-        if (args->gate && !r.gate_pass && rc->v == kl_gated_variant("radix", 0, NULL)) {
-            if (args->gate_misses) (*args->gate_misses)++;
-            fprintf(stderr, "gate: MISS radix %s %s: %s %.3f, target %.3f\n", rc->v->name, rc->w->name, r.gate_metric,
-                    strcmp(r.gate_metric, "latency_us") == 0 ? r.time_us_median : memcmp_frac, r.gate_target);
-        }
-    }
+    /* The gate: perf/targets/cpu.csv's rows (memcmp_frac for the match workloads), for the variant
+     * it names or the one --variant names; every other row is a measurement, not judged. */
+    const bool judge = rc->judged && strcmp(rc->judged, rc->v->name) == 0;
+    const struct kl_target *tg = judge ? kl_gate_judge(rc->targets, &r) : NULL;
     if (args->json) kl_result_write(args->json, &r);
+    if (judge && args->gate_log) kl_gate_record(args->gate_log, rc->targets, &r, tg, stderr);
+    kl_gate_cell(gate, gate_len, &r);
 }
 
 static void bench_match(const struct row_ctx *base, struct kl_radix *t, const struct queries *q, const char *tree_desc,
@@ -374,6 +366,7 @@ static void bench_match(const struct row_ctx *base, struct kl_radix *t, const st
     for (int vi = 0; vi < nvariants; vi++) {
         struct row_ctx rc = *base;
         rc.v = vs[vi];
+        kl_bench_progress("radix %s %s", rc.v->name, w->name);
         kl_radix_set_cmp(t, (kl_radix_cmp_fn)rc.v->launch);
         size_t bad = 0;
         match_pass(t, q, &bad); /* warm-up; also checks every result once */
@@ -447,7 +440,8 @@ static void bench_match(const struct row_ctx *base, struct kl_radix *t, const st
         cJSON_AddNumberToObject(x, "tree_nodes", (double)kl_radix_node_count(t));
         cJSON_AddNumberToObject(x, "tree_bytes", (double)kl_radix_bytes(t));
         if (strcmp(rc.v->name, "v1_simd") == 0) cJSON_AddStringToObject(x, "simd_path", kl_radix_cmp_simd_path());
-        emit(&rc, params, x, tm[0], tmed, tm[reps - 1], matched_bytes, bad == 0, (double)bad, frac);
+        char gate[96];
+        emit(&rc, params, x, tm[0], tmed, tm[reps - 1], matched_bytes, bad == 0, (double)bad, gate, sizeof gate);
         cJSON_Delete(params);
         cJSON_Delete(x);
         if (bad) {
@@ -456,9 +450,9 @@ static void bench_match(const struct row_ctx *base, struct kl_radix *t, const st
             if (base->args->failures) ++*base->args->failures;
         }
         if (base->args->table)
-            fprintf(base->args->table, "%-15s %-10s %9.0f %9.0f %9.0f %7.2f %7.2f %6.2f %6.2f %7.0f %7.1f\n", w->name,
-                    rc.v->name, tmed, p50, p99, matched_bytes / tmed, matched_bytes / cmed, frac, nodes, bytes_cmp,
-                    nodes > 0 ? lines / nodes : 0);
+            fprintf(base->args->table, "%-15s %-10s %9.0f %9.0f %9.0f %7.2f %7.2f %6.2f %6.2f %7.0f %7.1f %s\n",
+                    w->name, rc.v->name, tmed, p50, p99, matched_bytes / tmed, matched_bytes / cmed, frac, nodes,
+                    bytes_cmp, nodes > 0 ? lines / nodes : 0, gate);
     }
 }
 
@@ -469,6 +463,7 @@ static void bench_churn(const struct row_ctx *base, const struct corpus *c, int 
     for (int vi = 0; vi < nvariants; vi++) {
         struct row_ctx rc = *base;
         rc.v = vs[vi];
+        kl_bench_progress("radix %s %s", rc.v->name, base->w->name);
         struct kl_radix *t = corpus_tree(c, (kl_radix_cmp_fn)rc.v->launch, buf);
         size_t cap = 0, ev = 0;
         kl_radix_size(t, &cap, &ev);
@@ -516,7 +511,8 @@ static void bench_churn(const struct row_ctx *base, const struct corpus *c, int 
         cJSON_AddNumberToObject(x, "p99_op_ns", p99);
         cJSON_AddNumberToObject(x, "tree_nodes", (double)kl_radix_node_count(t));
         cJSON_AddNumberToObject(x, "tree_bytes", (double)kl_radix_bytes(t));
-        emit(&rc, params, x, lat[0], p50, lat[OPS - 1], key_bytes / OPS, bad == 0, (double)bad, 0);
+        char gate[96];
+        emit(&rc, params, x, lat[0], p50, lat[OPS - 1], key_bytes / OPS, bad == 0, (double)bad, gate, sizeof gate);
         cJSON_Delete(params);
         cJSON_Delete(x);
         if (bad) {
@@ -526,8 +522,8 @@ static void bench_churn(const struct row_ctx *base, const struct corpus *c, int 
             if (base->args->failures) ++*base->args->failures;
         }
         if (base->args->table)
-            fprintf(base->args->table, "%-15s %-10s %9.0f %9.0f %9.0f  (ns per insert+lock+unlock+evict op)\n",
-                    base->w->name, rc.v->name, mean, p50, p99);
+            fprintf(base->args->table, "%-15s %-10s %9.0f %9.0f %9.0f  (ns per insert+lock+unlock+evict op) %s\n",
+                    base->w->name, rc.v->name, mean, p50, p99, gate);
         free(lat);
         free(run);
         kl_radix_free(t);
@@ -558,10 +554,24 @@ static int radix_bench(const struct kl_bench_args *args)
     }
     struct row_ctx base = {.args = args};
     cpu_device(&base.dev);
+    /* radix runs on the CPU: its targets are perf/targets/cpu.csv whatever GPU the run has. */
+    struct kl_targets targets = {0};
+    if (args->gate) {
+        struct kl_err err = {{0}};
+        char why[640];
+        if (kl_targets_load(&targets, KL_SOURCE_DIR "/perf/targets", 0, &err) || kl_targets_check(&targets, &err)) {
+            fprintf(stderr, "bench radix --gate: %s\n", err.msg);
+            kl_targets_free(&targets);
+            return -1;
+        }
+        base.targets = &targets;
+        if (!(base.judged = kl_gate_variant(&targets, "radix", args->variant, why, sizeof why)))
+            fprintf(stderr, "gate: radix: nothing judged: %s\n", why);
+    }
     if (args->table)
-        fprintf(args->table, "radix on %s (CPU, one thread)\n%-15s %-10s %9s %9s %9s %7s %7s %6s %6s %7s %7s\n",
+        fprintf(args->table, "radix on %s (CPU, one thread)\n%-15s %-10s %9s %9s %9s %7s %7s %6s %6s %7s %7s %s\n",
                 base.dev.name, "workload", "variant", "ns/match", "p50_ns", "p99_ns", "GB/s", "memcmp", "frac", "nodes",
-                "bytes", "lines/n");
+                "bytes", "lines/n", "gate");
     int failures = 0;
     int32_t *buf = malloc((KEY_TOKENS + 16) * sizeof *buf);
     for (int page = 1; page <= 16; page *= 16) {
@@ -609,8 +619,15 @@ static int radix_bench(const struct kl_bench_args *args)
         corpus_free(&c);
     }
     free(buf);
+    kl_targets_free(&targets);
     return failures ? -1 : 0;
 }
+
+static const char *workload_at(int i)
+{
+    return i >= 0 && i < (int)(sizeof workloads / sizeof *workloads) ? workloads[i].name : NULL;
+}
+KL_BENCH_WORKLOADS(radix, workload_at);
 
 static const char semantics[] =
     "SGLang's RadixAttention prefix cache: a radix tree of token ids (int32). match(key) returns the "

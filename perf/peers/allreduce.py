@@ -18,6 +18,8 @@ import os
 import socket
 import sys
 
+import clocks
+
 SIZES = [("8KB", 8 << 10), ("64KB", 64 << 10), ("256KB", 256 << 10), ("512KB", 512 << 10),
          ("1MB", 1 << 20), ("8MB", 8 << 20), ("64MB", 64 << 20), ("256MB", 256 << 20)]
 REPS = 20
@@ -53,6 +55,7 @@ def worker(rank, world, port, only, l2_bytes, out_path):
         sets = max(1, min(per_graph, math.ceil(4 * l2_bytes / nbytes)))
         xs = [torch.randn(n, device=dev).to(torch.bfloat16) for _ in range(sets)]
         stream = torch.cuda.Stream()
+        before = clocks.read(torch, rank)
         with torch.cuda.stream(stream):
             for i in range(3):
                 dist.all_reduce(xs[i % sets])
@@ -97,7 +100,11 @@ def worker(rank, world, port, only, l2_bytes, out_path):
             chk = torch.full((n,), float(rank + 1), device=dev).to(torch.bfloat16)
             dist.all_reduce(chk)
             ok = bool(torch.all(chk.float() == world * (world + 1) / 2).item())
-        mine = torch.tensor([times[0], median(times), times[-1], median(eager), float(ok)], device=dev)
+        after = clocks.read(torch, rank)
+        valid = float(before["valid"] and after["valid"])
+        mine = torch.tensor([times[0], median(times), times[-1], median(eager), float(ok), valid,
+                             before.get("sm_mhz", 0), after.get("sm_mhz", 0), after.get("reasons", 0)],
+                            device=dev, dtype=torch.float64)
         every = [torch.zeros_like(mine) for _ in range(world)]
         dist.all_gather(every, mine)
         results.append((name, nbytes, per_graph, sets, timing, [t.tolist() for t in every]))
@@ -140,6 +147,12 @@ def run(torch, args, ceil):
                 algbw = nbytes / (t["median"] * 1e-6) / 1e9
                 busbw = algbw * 2 * (world - 1) / world
                 ok = all(e[4] > 0.5 for e in every)
+                # Throttled when any rank's GPU was (as kernlab marks its rows); the clocks shown are
+                # the slowest rank's.
+                read = [({"valid": e[5] > 0.5, "sm_mhz": int(e[6]), "reasons": 0},
+                         {"valid": e[5] > 0.5, "sm_mhz": int(e[7]), "reasons": int(e[8])}) for e in every]
+                clock_fields = clocks.row_fields(*read[slow])
+                clock_fields["throttled"] = any(clocks.throttled(b, a)[0] for b, a in read)
                 row = {
                     "module": "allreduce", "variant": "torch.distributed.all_reduce", "workload": f"{name}-world{world}",
                     "params": {"world": world, "bytes": nbytes, "n": nbytes // 2, "dtype": "bf16"}, "device": device,
@@ -151,6 +164,7 @@ def run(torch, args, ceil):
                     "slowest_rank": slow, "time_us_eager": every[slow][3], "per_graph": per_graph,
                     "input_sets": sets, "torch": torch.__version__,
                 }
+                row.update(clock_fields)
                 out.write(json.dumps(row, separators=(",", ":")) + "\n")
                 print(f"{row['variant']:<26} {row['workload']:<14} {t['median']:9.2f} {every[slow][3]:8.2f} "
                       f"{algbw:8.1f} {busbw:8.1f}       -          - {'ok' if ok else 'FAIL':>5} (peer, {timing})")

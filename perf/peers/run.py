@@ -10,7 +10,10 @@ which times and writes its rows itself: allreduce, which needs one process per G
     make(i) -> a zero-argument callable running the peer on input set i,
     check() -> (rel_l2, max_abs, pass) or None
 Timing: CUDA events, warm-up, median of >= 20 reps (min/max kept), input sets rotated so they
-span >= 4x the L2, small workloads captured in a CUDA graph. Run by `kernlab bench --peers`.
+span >= 4x the L2, small workloads captured in a CUDA graph. The SM clock is read before and after
+each row's timing and the row marked throttled as kernlab marks its own (perf/peers/clocks.py).
+A peer's row never carries a gate verdict ("gate": null): the gate judges our variants only.
+Run by `kernlab bench --peers`.
 """
 import argparse
 import datetime
@@ -19,6 +22,8 @@ import json
 import math
 import os
 import sys
+
+import clocks
 
 SMALL_US = 20.0
 L2_MULTIPLE = 4
@@ -98,7 +103,9 @@ def main():
     today = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     with open(args.json, "a") as out:
         for case in mod.cases(torch, args.workload):
+            before = clocks.read(torch)
             t, timing, sets = time_case(torch, case, ceil)
+            after = clocks.read(torch)
             s = t["median"] * 1e-6
             gbs = case["bytes"] / s / 1e9
             tflops = case["flops"] / s / 1e12
@@ -115,10 +122,13 @@ def main():
             }
             if ceil.get("read_gbs"):
                 row["read_frac"] = gbs / ceil["read_gbs"]
+            row.update(clocks.row_fields(before, after))
             out.write(json.dumps(row, separators=(",", ":")) + "\n")
             out.flush()
+            ok = "ok" if not chk or chk[2] else "FAIL"
             print(f"{case['variant']:<14} {case['workload']:<20} {t['median']:9.2f} {gbs:8.0f} "
-                  f"{gbs / ceil['copy_gbs']:7.3f} {row['floor_frac']:5.2f}      -    {'ok' if not chk or chk[2] else 'FAIL'} (peer)")
+                  f"{gbs / ceil['copy_gbs']:7.3f} {row['floor_frac']:5.2f}      -    {ok} (peer)"
+                  f"{' throttled' if row['throttled'] else ''}")
     return 0
 
 
