@@ -140,6 +140,34 @@ Test(allreduce, a_sum_rounded_toward_zero_fails_at_every_world_size)
         free(x), free(got);
         kl_ar_problem_free(p);
     }
+    /* And on the one golden of random sums big enough for it (world 2, 20000 sums); a correct sum
+     * passes every random golden. */
+    const char *kgoldens[] = {"rand_bf16_world2_20000", "rand_bf16_world3_odd_1031", "rand_fp16_world4_odd_2047",
+                              "rand_fp32_world8_n7"};
+    for (size_t k = 0; k < sizeof kgoldens / sizeof *kgoldens; k++) {
+        char dir[1024];
+        snprintf(dir, sizeof dir, KL_SOURCE_DIR "/golden/allreduce/%s", kgoldens[k]);
+        struct kl_case c;
+        struct kl_err err = {{0}};
+        struct kl_outputs want = {0};
+        cr_assert_eq(kl_case_open(&c, dir, &err), 0, "%s", err.msg);
+        struct kl_ar_problem *p = kl_module_find("allreduce")->tensor->load(&c, &want, &err);
+        cr_assert(p, "%s", err.msg);
+        double *x = kl_tensor_to_f64(&p->x), *got = malloc(sizeof(double) * (size_t)p->n);
+        struct kl_cmp c1;
+        for (int64_t i = 0; i < p->n; i++) got[i] = rank_sum(x, p->world, p->n, i, p->dtype, true);
+        kl_ar_compare(got, want.o[0].v, x, p->world, p->n, p->dtype, false, &c1);
+        fprintf(stderr, "round_toward_zero on golden %s: %lld elements out of bounds, bias %.3g (limit %.3g)\n",
+                kgoldens[k], (long long)c1.n_bad, c1.bias, c1.bias_limit);
+        if (k == 0) cr_expect(!c1.pass, "%s: a sum rounded toward zero passed", kgoldens[k]);
+        for (int64_t i = 0; i < p->n; i++) got[i] = rank_sum(x, p->world, p->n, i, p->dtype, false);
+        kl_ar_compare(got, want.o[0].v, x, p->world, p->n, p->dtype, false, &c1);
+        cr_expect(c1.pass, "%s: a correct sum fails: bias %.3g (limit %.3g)", kgoldens[k], c1.bias, c1.bias_limit);
+        free(x), free(got);
+        kl_ar_problem_free(p);
+        kl_outputs_free(&want);
+        kl_case_close(&c);
+    }
 }
 
 Test(allreduce, bound_rejects_a_missing_contribution_and_a_nan)

@@ -384,6 +384,14 @@ Test(core, compare_rel_l2_catches_errors_near_every_element_bound)
     cr_assert_eq(c.n_bad, 0);
     cr_assert_leq(fabs(c.bias), c.bias_limit);
     cr_assert(!c.pass && c.rel_l2 > 0x1p-8);
+    /* What the rationale says it lets through: out rounded to one significant bit fewer (7). */
+    for (int i = 0; i < N; i++) {
+        const double q = ldexp(1.0, ilogb(want[i]) - 6); /* bf16's spacing is 2^(e-7) */
+        got[i] = nearbyint(want[i] / q) * q;
+    }
+    kl_compare(got, want, N, kl_policy_for(KL_BF16, false), &c);
+    cr_log_info("7 bits: rel_l2 %.3g (limit 2^-8), bias %.3g (limit %.3g)", c.rel_l2, c.bias, c.bias_limit);
+    cr_assert(c.pass, "one bit fewer was caught: rel_l2 %.3g", c.rel_l2);
 }
 
 /* The reference against a golden: one float32 rounding of float64 values passes, a float32

@@ -301,13 +301,14 @@ static int producer_order_failures(const struct kl_variant *v, FILE *log)
         cudaStream_t stream = NULL;
         const size_t bytes = kl_nbytes(&p->x);
         if (kl_rmsnorm_upload(p, &k, &err) == 0) {
-            int rc = kl_dev_alloc(&src, bytes) || kl_dev_upload(src, p->x.data, bytes) ||
-                     kl_dev_fill_bytes((void *)k.x, 0xff, bytes) || kl_dev_sync();
-            if (!rc) rc = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-            if (!rc) rc = kl_test_late_write((void *)k.x, src, bytes, stream);
-            if (!rc) rc = ((kl_rmsnorm_launch_fn)v->launch)(&k, stream);
-            if (!rc) rc = cudaStreamSynchronize(stream);
-            if (rc) snprintf(vd.why, sizeof vd.why, "%s", kl_cuda_error_string(rc));
+            /* x's real values go to src; x itself holds NaN until the producer copies them in. */
+            const bool ready = !kl_dev_alloc(&src, bytes) && !kl_dev_upload(src, p->x.data, bytes) &&
+                               !kl_dev_fill_bytes((void *)k.x, 0xff, bytes) && !kl_dev_sync();
+            int rc = ready ? (int)cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) : -1;
+            if (!rc) rc = (int)kl_test_late_write((void *)k.x, src, bytes, stream);
+            if (!rc) rc = (int)((kl_rmsnorm_launch_fn)v->launch)(&k, stream);
+            if (!rc) rc = (int)cudaStreamSynchronize(stream);
+            if (rc) snprintf(vd.why, sizeof vd.why, "%s", ready ? kl_cuda_error_string(rc) : "device set-up failed");
             else if (kl_rmsnorm_download(p, &k, &got, &err) == 0 && module()->tensor->reference(p, &want, &err) == 0)
                 kl_compare_outputs(&got, &want, false, &vd);
             else snprintf(vd.why, sizeof vd.why, "%s", err.msg);
