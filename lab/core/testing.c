@@ -120,6 +120,15 @@ int kl_test_catalogue_with(const char *module, kl_stand_in_fn fn, const char *na
     return failures;
 }
 
+int kl_test_stand_in_passes(const char *module, kl_stand_in_fn fn, const char *name, int seeds, FILE *log)
+{
+    int failures = kl_test_goldens_with(module, fn, name, false, log);
+    if (failures < 0) return -1;
+    const uint64_t seed = kl_test_seed(log);
+    for (int k = 0; k < seeds; k++) failures += kl_test_catalogue_with(module, fn, name, seed + (uint64_t)k, log);
+    return failures;
+}
+
 double kl_test_round_toward_zero(enum kl_dtype t, double v)
 {
     float f = (float)v;

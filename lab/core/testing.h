@@ -25,6 +25,9 @@ int kl_test_goldens_with(const char *module, kl_stand_in_fn fn, const char *name
 /* The module's check catalogue for seed through fn, each problem judged against the reference as
  * a variant is; a line per failing problem to log; returns the number of failures. */
 int kl_test_catalogue_with(const char *module, kl_stand_in_fn fn, const char *name, uint64_t seed, FILE *log);
+/* A stand-in of a correct kernel on every golden and on the catalogue drawn from `seeds`
+ * consecutive seeds (the first from kl_test_seed, printed); returns the failures (-1: no goldens). */
+int kl_test_stand_in_passes(const char *module, kl_stand_in_fn fn, const char *name, int seeds, FILE *log);
 /* v rounded toward zero to t (f32, f16, bf16): the rounding of a kernel that truncates. */
 double kl_test_round_toward_zero(enum kl_dtype t, double v);
 /* The seed for fresh random inputs: $KL_SEED if set (replay), else the clock; printed to log. */

@@ -59,8 +59,7 @@ static int nan_canonicalised(const void *p, struct kl_outputs *o, struct kl_err 
 
 Test(store, a_copy_of_the_bits_passes_every_golden_and_fresh_inputs)
 {
-    cr_assert_eq(kl_test_goldens_with("store", bits, "bit copy", false, stderr), 0);
-    cr_assert_eq(kl_test_catalogue_with("store", bits, "bit copy", kl_test_seed(stderr), stderr), 0);
+    cr_assert_eq(kl_test_stand_in_passes("store", bits, "bit copy", 1, stderr), 0, "lines above");
 }
 
 /* Both mutants are equal to the copy in value (-0 == +0; NaN against NaN), so only a comparison
