@@ -97,8 +97,9 @@ void kl_ar_compare(const double *got, const double *want, const double *x, int w
     if (!exact && world > 1 && ref2 > 0) { /* the bias check: krationale derives it */
         /* w-1 roundings of at most u S_i each, and a golden file's own (2^-24 |ref| <= 2^-24 S_i). */
         const double k = world - 1, u = unit_roundoff(t), file = want ? 0x1p-24 : 0;
+        const double var = k * u * u + file * file; /* the squared ranges, per S_i |ref_i| */
         out->bias = err_ref / ref2;
-        out->bias_limit = KL_BIAS_SIGMAS * sqrt((k * u * u + file * file) * s2r2) / ref2 + (k * u * u + file * file) * sr / ref2;
+        out->bias_limit = KL_BIAS_SIGMAS * sqrt(var * s2r2) / ref2 + var * sr / ref2;
         out->pass = out->pass && fabs(out->bias) <= out->bias_limit;
     }
 }
@@ -461,7 +462,8 @@ static int run_one(const struct kl_variant *v, const void *prob, struct kl_outpu
     struct kl_ar_job job = {.scenario = KL_AR_ONCE, .dtype = p->dtype, .n = p->n, .in_place = p->in_place,
                             .misaligned = p->misaligned};
     if (kl_ar_run_begin(&run, v, p->world, kl_ar_job_bytes(&job, p->world), err)) return -1;
-    int rc = kl_ar_run_add(&run, &job, p) < 0 ? kl_fail(err, "no room for the job") : kl_ar_run_go(&run, KL_AR_STEP_TIMEOUT_S, err);
+    int rc = kl_ar_run_add(&run, &job, p) < 0 ? kl_fail(err, "no room for the job")
+                                               : kl_ar_run_go(&run, KL_AR_STEP_TIMEOUT_S, err);
     if (!rc && kl_ar_run_identical(&run, 0, why, sizeof why)) rc = kl_fail(err, "%s", why);
     if (!rc) {
         kl_outputs_set(out, 0, "out", p->dtype, false, p->n);

@@ -322,7 +322,8 @@ Test(core, exact_compare_compares_bits)
     kl_compare(negzero, negzero, 2, exact, &c);
     cr_assert(c.pass && c.max_abs == 0);
     /* Two quiet NaNs of other payloads, as a bf16 0x7fc1 and 0x7fff load. */
-    double nan_a[1] = {kl_bf16_to_f32(0x7fc1)}, nan_b[1] = {kl_bf16_to_f32(0x7fff)}, nan_a2[1] = {kl_bf16_to_f32(0x7fc1)};
+    double nan_a[1] = {kl_bf16_to_f32(0x7fc1)}, nan_b[1] = {kl_bf16_to_f32(0x7fff)};
+    double nan_a2[1] = {kl_bf16_to_f32(0x7fc1)};
     kl_compare(nan_b, nan_a, 1, exact, &c);
     cr_assert(!c.pass, "a NaN with another payload passed");
     kl_compare(nan_a2, nan_a, 1, exact, &c);

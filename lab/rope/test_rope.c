@@ -85,7 +85,8 @@ static int simulate(const struct kl_rope_problem *p, struct kl_outputs *o, bool 
         const int64_t heads = w ? p->num_kv_heads : p->num_q_heads;
         double *out = o->o[w].v;
         for (int64_t t = 0; t < p->num_tokens; t++) {
-            for (int64_t e = t * heads * d; e < (t + 1) * heads * d; e++) out[e] = kl_load_elem(p->dtype, x->data, (size_t)e);
+            for (int64_t e = t * heads * d; e < (t + 1) * heads * d; e++)
+                out[e] = kl_load_elem(p->dtype, x->data, (size_t)e);
             if (pos[t] < 0 || pos[t] >= p->max_pos) continue;
             for (int64_t h = 0; h < heads; h++)
                 for (int64_t i = 0; i < half; i++) {
@@ -101,7 +102,10 @@ static int simulate(const struct kl_rope_problem *p, struct kl_outputs *o, bool 
     return 0;
 }
 
-static int correct(const void *p, struct kl_outputs *o, struct kl_err *err) { return (void)err, simulate(p, o, false); }
+static int correct(const void *p, struct kl_outputs *o, struct kl_err *err)
+{
+    return (void)err, simulate(p, o, false);
+}
 static int sin_sign_flipped(const void *p, struct kl_outputs *o, struct kl_err *err)
 {
     return (void)err, simulate(p, o, true);

@@ -66,8 +66,8 @@ Test(store, a_copy_of_the_bits_passes_every_golden_and_fresh_inputs)
  * of bits sees them: golden one_token_bit_patterns holds both zeros and NaNs with payloads. */
 Test(store, a_copy_that_loses_the_sign_of_zero_or_a_nan_payload_fails)
 {
-    cr_assert_eq(kl_test_goldens_with("store", negative_zero_as_positive, "negative_zero_as_positive", false, stderr), 1,
-                 "only one_token_bit_patterns holds -0 (lines above)");
+    cr_assert_eq(kl_test_goldens_with("store", negative_zero_as_positive, "negative_zero_as_positive", false, stderr),
+                 1, "only one_token_bit_patterns holds -0 (lines above)");
     cr_assert_eq(kl_test_goldens_with("store", nan_canonicalised, "nan_canonicalised", false, stderr), 1,
                  "only one_token_bit_patterns holds NaNs (lines above)");
 }
