@@ -13,10 +13,14 @@
  *   insert hangs the rest of the key under the walk's last node as one new leaf;
  * - every op advances the clock by one; every node a walk enters is stamped with the new
  *   time, and so are both halves of a split and the new leaf;
- * - a split keeps the original node as the suffix half (creation number, lock, children);
- *   the prefix half is a new node (next creation number, a copy of the lock count);
- * - evict frees, one at a time, the unlocked leaf with the smallest (stamp, creation number)
- *   until enough tokens are freed or none is left. */
+ * - within one op, stamps are ordered as the op makes them (SGLang reads its monotonic clock
+ *   once per node): the walk from the root down, then a split's new prefix half, then the new
+ *   leaf; seq numbers every stamp in that order, across ops;
+ * - a split keeps the original node as the suffix half (lock, children); the prefix half is a
+ *   new node with a copy of the lock count;
+ * - evict frees, one at a time, the unlocked leaf with the smallest (stamp, seq): least
+ *   recently stamped, and of two stamped by one op the one stamped first, until enough tokens
+ *   are freed or none is left. */
 #include "radix.h"
 
 #include <stdbool.h>
@@ -117,6 +121,7 @@ static size_t walk(struct kl_radix_ref *t, const int32_t *key, size_t n, uint64_
         size_t rest = n - done;
         size_t m = common_pages(next->tokens, key + done, next->len < rest ? next->len : rest, t->page);
         next->stamp = now;
+        next->seq = t->next_seq++;
         done += m;
         if (m < next->len) {
             node = split(t, next, m, now);
@@ -207,9 +212,9 @@ long kl_radix_ref_unlock(struct kl_radix_ref *t, const int32_t *key, size_t n)
     return (long)m;
 }
 
-/* Evict's order: a before b when a was stamped earlier, or at the same time and created
- * earlier. Creation numbers are unique, so this is a total order and the heap's choice is
- * exactly "the unlocked leaf with the smallest (stamp, seq)". */
+/* Evict's order: a before b when a was stamped earlier, or by the same op and earlier in it.
+ * Stamp numbers are unique, so this is a total order and the heap's choice is exactly "the
+ * unlocked leaf with the smallest (stamp, seq)". */
 static bool older(const struct rnode *a, const struct rnode *b)
 {
     return a->stamp < b->stamp || (a->stamp == b->stamp && a->seq < b->seq);

@@ -16,7 +16,7 @@ long kl_radix_ref_unlock(struct kl_radix_ref *t, const int32_t *key, size_t n); 
 size_t kl_radix_ref_evict(struct kl_radix_ref *t, size_t tokens);
 void kl_radix_ref_size(struct kl_radix_ref *t, size_t *total, size_t *evictable);
 /* Every node but the root, parents first: the tokens from the root to its end, its own length,
- * lock count, stamp and creation number (the same callback as kl_radix_visit). */
+ * lock count, stamp and stamp order (the same callback as kl_radix_visit). */
 void kl_radix_ref_visit(const struct kl_radix_ref *t,
                         void (*fn)(void *ctx, const int32_t *path, size_t path_len, size_t node_len, long lock,
                                    uint64_t stamp, uint64_t seq),

@@ -12,20 +12,32 @@ A case is golden/radix/<case>/ with meta.json and trace.jsonl, one op a line:
     {"op":"evict","tokens":N,"expect":E}    E = tokens freed
     {"op":"size","expect":{"total":T,"evictable":V}}
 
-Semantics (the decisions DESIGN.md leaves open are marked *):
+Semantics (DESIGN.md section 4; what it leaves open is marked * and derived from SGLang):
 - keys are cut to whole pages; children are told apart by their first page; a match inside
   a node counts whole pages only;
 - match/insert/lock/unlock walk the longest cached prefix, splitting the node where it ends
   inside one; insert hangs the rest of the key under the walk's last node as one leaf;
 - the clock ticks once per op line; every node a walk enters is stamped with the new time,
   and so is a new leaf;
-- * a split keeps the original node as the suffix half (its creation number, lock count and
-  children); the prefix half is a new node (next creation number, a copy of the lock count);
-  both halves are stamped with the op's time (SGLang stamps the child before splitting it,
-  and its new prefix node is created "now");
-- evict frees unlocked leaves by smallest (stamp, creation number) until >= N tokens are
-  freed or none is left; * ties (same stamp) go to the older node; a parent left childless
-  and unlocked is a leaf from then on (evictable in the same call);
+- a split makes the prefix half a new node with a copy of the lock count; the suffix half
+  keeps the original node's lock count and children; both halves carry the op's time;
+- evict frees unlocked leaves, least recently stamped first, until >= N tokens are freed or
+  none is left; a parent left childless and unlocked is a leaf from then on (evictable in the
+  same call);
+- * ties: one op stamps several nodes with one time, so "least recently" needs an order
+  among them. SGLang's RadixCache has none to offer as a rule: its clock is time.monotonic(),
+  read once per node as the op reaches it, so within one op the nodes are stamped in the
+  order the op reaches them: the walk from the root down (in _match_prefix_helper and
+  _insert_helper each child's last_access_time is set as the walk enters it, before any
+  split of it), then a split's new prefix node (TreeNode() stamps itself when _split_node
+  creates it), then insert's new leaf (created last). Eviction compares those times, so a
+  node stamped earlier in the same op is the less recent. The rule here is that order:
+  every stamp is (the op's time, the stamp's place in the op), compared in that order.
+  Which leaves can tie: the nodes one op stamps lie on one path from the root, except
+  insert's new leaf and the suffix half of the split it made, which are siblings; any other
+  two are ancestor and descendant, never both leaves. So the rule decides one case: the
+  suffix half, stamped by the walk before the split, goes before the new leaf
+  (tie_suffix_before_new_leaf).
 - size: total tokens, and tokens in nodes whose lock count is zero (root excluded).
 
 Run: python3 golden/gen/radix.py   (then the manifest: bash golden/gen/manifest.sh)
@@ -40,21 +52,25 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class Node:
-    def __init__(self, tokens, parent, seq, stamp, lock=0):
+    def __init__(self, tokens, parent, lock=0):
         self.tokens = list(tokens)
         self.parent = parent
         self.children = {}  # first page (tuple) -> Node
         self.lock = lock
-        self.stamp = stamp
-        self.seq = seq
+        self.stamp = (0, 0)  # (the op's time, the stamp's place among all stamps so far)
 
 
 class RadixCache:
     def __init__(self, page_size):
         self.page = page_size
-        self.root = Node([], None, 0, 0)
+        self.root = Node([], None)
         self.clock = 0
-        self.next_seq = 1
+        self.stamps = 0
+
+    def _stamp(self, node):
+        """Stamps node with the current op's time, after every node stamped before it."""
+        self.stamps += 1
+        node.stamp = (self.clock, self.stamps)
 
     def _cut(self, key):
         return list(key[: len(key) - len(key) % self.page])
@@ -68,27 +84,28 @@ class RadixCache:
             n += 1
         return n - n % self.page
 
-    def _split(self, child, at, now):
-        prefix = Node(child.tokens[:at], child.parent, self.next_seq, now, child.lock)
-        self.next_seq += 1
+    def _split(self, child, at):
+        """child (already stamped by the walk) keeps the suffix; the prefix is a new node,
+        stamped after it."""
+        prefix = Node(child.tokens[:at], child.parent, child.lock)
+        self._stamp(prefix)
         child.parent.children[self._first_page(child.tokens)] = prefix
         child.tokens = child.tokens[at:]
         child.parent = prefix
-        child.stamp = now
         prefix.children[self._first_page(child.tokens)] = child
         return prefix
 
-    def _walk(self, key, now):
+    def _walk(self, key):
         node, done = self.root, 0
         while done < len(key):
             child = node.children.get(self._first_page(key[done:]))
             if child is None:
                 break
-            child.stamp = now
+            self._stamp(child)
             m = self._common_pages(child.tokens, key[done:])
             done += m
             if m < len(child.tokens):
-                node = self._split(child, m, now)
+                node = self._split(child, m)
                 break
             node = child
         return done, node
@@ -101,22 +118,22 @@ class RadixCache:
     def insert(self, key):
         key = self._cut(key)
         self.clock += 1
-        done, node = self._walk(key, self.clock)
+        done, node = self._walk(key)
         if done < len(key):
-            leaf = Node(key[done:], node, self.next_seq, self.clock)
-            self.next_seq += 1
+            leaf = Node(key[done:], node)
+            self._stamp(leaf)
             node.children[self._first_page(leaf.tokens)] = leaf
         return done
 
     def match(self, key):
         key = self._cut(key)
         self.clock += 1
-        return self._walk(key, self.clock)[0]
+        return self._walk(key)[0]
 
     def lock(self, key):
         key = self._cut(key)
         self.clock += 1
-        done, node = self._walk(key, self.clock)
+        done, node = self._walk(key)
         for x in self._path(node):
             x.lock += 1
         return done
@@ -124,7 +141,7 @@ class RadixCache:
     def unlock(self, key):
         key = self._cut(key)
         self.clock += 1
-        done, node = self._walk(key, self.clock)
+        done, node = self._walk(key)
         path = list(self._path(node))
         assert all(x.lock > 0 for x in path), "generator bug: unlock of a path holding no lock"
         for x in path:
@@ -145,7 +162,7 @@ class RadixCache:
             leaves = [x for x in self._nodes() if not x.children and x.lock == 0]
             if not leaves:
                 break
-            victim = min(leaves, key=lambda x: (x.stamp, x.seq))
+            victim = min(leaves, key=lambda x: x.stamp)
             del victim.parent.children[self._first_page(victim.tokens)]
             freed += len(victim.tokens)
         return freed
@@ -382,13 +399,13 @@ def tie_suffix_before_new_leaf():
     t = Trace(2)
     t.insert([1, 2, 3, 4])
     t.insert([1, 2, 5, 6])      # one op stamps both [3,4] (split suffix) and the new leaf [5,6]
-    t.evict(1)                  # the tie goes to the older node: [3,4]
+    t.evict(1)                  # the tie: [3,4] was stamped first (by the walk, before the split)
     t.match([1, 2, 3, 4])
     t.match([1, 2, 5, 6])
     t.insert([7, 7, 1, 1])
     t.insert([7, 7, 2, 2])
     t.match([1, 2, 5, 6])       # refresh [1,2] and [5,6]: the oldest leaves are now [1,1] and [2,2]
-    t.evict(2)                  # same stamp (one op made both): the older node, [1,1], goes
+    t.evict(2)                  # same op time: [1,1], stamped by the walk before [2,2] was made, goes
     t.match([7, 7, 1, 1])
     t.size()
     return t

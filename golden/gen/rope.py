@@ -26,6 +26,7 @@ CASES = [
     ("head_dim_256", "bf16", 3, 2, 1, 256, 256, 16, False),
     ("positions_extremes", "bf16", 6, 2, 2, 64, 64, 512, True),
     ("odd_rotary_fp16", "fp16", 3, 3, 1, 66, 30, 10, True),
+    ("one_token", "bf16", 1, 32, 8, 128, 128, 64, True),  # a decode step of one request, Llama's heads
 ]
 
 
@@ -55,7 +56,8 @@ def main():
         q = round_to(dtype, rng.standard_normal((n, hq, d)))
         k = round_to(dtype, rng.standard_normal((n, hk, d)))
         pos = rng.integers(0, max_pos, size=n).astype(np.int64)
-        pos[0], pos[1] = max_pos - 1, 0  # both ends of the cache, and a decreasing step
+        pos[0] = max_pos - 1
+        pos[1:2] = 0  # both ends of the cache, and a decreasing step
         cs = cos_sin_cache(max_pos, rd)
         write_case("rope", name, dtype, {"is_neox": neox, "rotary_dim": rd}, seed, GEN,
                    {"q": q, "k": k, "positions": pos, "cos_sin_cache": cs,

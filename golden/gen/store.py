@@ -23,7 +23,21 @@ CASES = [
     ("one_kv_head", "bf16", 11, 1, 128, 16, "sequential", 0.1, True),
     ("odd_row_fp16", "fp16", 7, 3, 7, 12, "random", 0.2, True),
     ("all_skipped", "bf16", 4, 2, 32, 8, "random", 1.0, False),
+    ("one_token_bit_patterns", "bf16", 1, 2, 64, 8, "random", 0.0, False),
 ]
+
+# Values a copy must move bit for bit, whatever arithmetic would make of them: both zeros, quiet
+# NaNs with payloads and either sign, infinities, the smallest subnormal and the largest finite.
+# As float32 bits, each exact in bf16 (low 16 bits zero).
+BIT_PATTERNS = np.array([0x80000000, 0x00000000, 0x7FC10000, 0xFFE30000, 0x7FFF0000, 0x7F800000,
+                         0xFF800000, 0x00010000, 0x80010000, 0x7F7F0000, 0xFF7F0000], dtype=np.uint32)
+
+
+def plant_bit_patterns(a, rng):
+    """Writes the bit patterns over random places of a (float32, exact in the case's dtype)."""
+    flat = a.reshape(-1)
+    at = rng.permutation(flat.size)[: 2 * BIT_PATTERNS.size]
+    flat[at] = np.tile(BIT_PATTERNS, 2).view(np.float32)
 
 
 def main():
@@ -34,6 +48,9 @@ def main():
         v = round_to(dtype, rng.standard_normal((n, heads, dim)))
         k_cache = round_to(dtype, rng.standard_normal((num_slots, heads, dim)))
         v_cache = round_to(dtype, rng.standard_normal((num_slots, heads, dim)))
+        if name == "one_token_bit_patterns":  # in the token and in the cache rows it leaves alone
+            for a in (k, v, k_cache, v_cache):
+                plant_bit_patterns(a, rng)
         if pattern == "sequential":
             start = rng.integers(0, num_slots - n + 1)
             slots = np.arange(start, start + n, dtype=np.int64)

@@ -42,7 +42,8 @@ extern const int kl_ar_catalogue_worlds[4]; /* 2, 3, 4, 8 */
  * exact, and the check is bit for bit. */
 bool kl_ar_exact_inputs(const double *x, int world, int64_t n, enum kl_dtype t);
 /* got [n] against the sums of x [world, n] (float64, rank order); want: the expected values
- * (NULL: that float64 sum). Exact: bits (signed zeros included); else the element bound. */
+ * (NULL: that float64 sum). Exact: bits (signed zeros included); else the element bound and the
+ * bias check (out->bias against out->bias_limit; the rationale derives both). */
 void kl_ar_compare(const double *got, const double *want, const double *x, int world, int64_t n, enum kl_dtype t,
                    bool exact, struct kl_cmp *out);
 /* The per-element bound for a random element whose |x| sum over the ranks is s. */

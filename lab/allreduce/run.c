@@ -27,8 +27,10 @@ int kl_ar_run_begin(struct kl_ar_run *run, const struct kl_variant *v, int world
     run->data = (unsigned char *)run->g.payload + batch_header();
     snprintf(run->b->variant, sizeof run->b->variant, "%s", v->name);
     run->b->world = world;
-    /* A barrier wait this long means a peer is gone (the late rank sleeps 40 us at most). */
-    run->b->spin_timeout_s = 20.0;
+    /* A barrier wait this long means a peer is gone (the late rank sleeps 40 us at most). Two
+     * minutes: a peer whose host is starved on a loaded machine can be seconds late launching, and
+     * the ranks' host barrier (0.8 x the run's step timeout) must fire only after this one. */
+    run->b->spin_timeout_s = 120.0;
     run->b->data_bytes = data_bytes;
     return 0;
 }

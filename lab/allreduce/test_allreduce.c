@@ -107,6 +107,69 @@ Test(allreduce, bound_admits_a_ring_that_rounds_every_partial_sum)
         }
 }
 
+/* Element i summed over the ranks in rank order and rounded once to t: in float32 then to nearest
+ * (a correct kernel), or exactly then toward zero (the mutant the bias check is for). */
+static double rank_sum(const double *x, int world, int64_t n, int64_t i, enum kl_dtype t, bool toward_zero)
+{
+    float acc = (float)x[i];
+    double exact = x[i];
+    for (int r = 1; r < world; r++) acc += (float)x[r * n + i], exact += x[r * n + i];
+    return toward_zero ? kl_test_round_toward_zero(t, exact) : kl_round_to(t, acc);
+}
+
+/* A sum rounded toward zero errs by up to one unit in the last place, always the same way: inside
+ * the element bound from world 3 on, but not inside the bias check's limit, at any world size. */
+Test(allreduce, a_sum_rounded_toward_zero_fails_at_every_world_size)
+{
+    const uint64_t seed = kl_test_seed(stderr);
+    for (int wi = 0; wi < 4; wi++) {
+        const int world = kl_ar_catalogue_worlds[wi];
+        char label[200];
+        struct kl_ar_problem *p = kl_ar_catalogue(world, 12, seed, label, sizeof label); /* 64k + 3, random bf16 */
+        cr_assert(p && strstr(label, "65539"), "catalogue entry 12 is %s", label);
+        double *x = kl_tensor_to_f64(&p->x), *got = malloc(sizeof(double) * (size_t)p->n);
+        struct kl_cmp c;
+        for (int64_t i = 0; i < p->n; i++) got[i] = rank_sum(x, world, p->n, i, p->dtype, false);
+        kl_ar_compare(got, NULL, x, world, p->n, p->dtype, false, &c);
+        cr_expect(c.pass, "world %d: a correct sum fails: bias %.3g (limit %.3g)", world, c.bias, c.bias_limit);
+        for (int64_t i = 0; i < p->n; i++) got[i] = rank_sum(x, world, p->n, i, p->dtype, true);
+        kl_ar_compare(got, NULL, x, world, p->n, p->dtype, false, &c);
+        fprintf(stderr, "round_toward_zero world %d (%s): %lld elements out of bounds, bias %.3g (limit %.3g)\n", world,
+                label, (long long)c.n_bad, c.bias, c.bias_limit);
+        cr_expect(!c.pass && fabs(c.bias) > c.bias_limit, "world %d: a sum rounded toward zero passed", world);
+        free(x), free(got);
+        kl_ar_problem_free(p);
+    }
+    /* And on the one golden of random sums big enough for it (world 2, 20000 sums); a correct sum
+     * passes every random golden. */
+    const char *kgoldens[] = {"rand_bf16_world2_20000", "rand_bf16_world3_odd_1031", "rand_fp16_world4_odd_2047",
+                              "rand_fp32_world8_n7"};
+    for (size_t k = 0; k < sizeof kgoldens / sizeof *kgoldens; k++) {
+        char dir[1024];
+        snprintf(dir, sizeof dir, KL_SOURCE_DIR "/golden/allreduce/%s", kgoldens[k]);
+        struct kl_case c;
+        struct kl_err err = {{0}};
+        struct kl_outputs want = {0};
+        cr_assert_eq(kl_case_open(&c, dir, &err), 0, "%s", err.msg);
+        struct kl_ar_problem *p = kl_module_find("allreduce")->tensor->load(&c, &want, &err);
+        cr_assert(p, "%s", err.msg);
+        double *x = kl_tensor_to_f64(&p->x), *got = malloc(sizeof(double) * (size_t)p->n);
+        struct kl_cmp c1;
+        for (int64_t i = 0; i < p->n; i++) got[i] = rank_sum(x, p->world, p->n, i, p->dtype, true);
+        kl_ar_compare(got, want.o[0].v, x, p->world, p->n, p->dtype, false, &c1);
+        fprintf(stderr, "round_toward_zero on golden %s: %lld elements out of bounds, bias %.3g (limit %.3g)\n",
+                kgoldens[k], (long long)c1.n_bad, c1.bias, c1.bias_limit);
+        if (k == 0) cr_expect(!c1.pass, "%s: a sum rounded toward zero passed", kgoldens[k]);
+        for (int64_t i = 0; i < p->n; i++) got[i] = rank_sum(x, p->world, p->n, i, p->dtype, false);
+        kl_ar_compare(got, want.o[0].v, x, p->world, p->n, p->dtype, false, &c1);
+        cr_expect(c1.pass, "%s: a correct sum fails: bias %.3g (limit %.3g)", kgoldens[k], c1.bias, c1.bias_limit);
+        free(x), free(got);
+        kl_ar_problem_free(p);
+        kl_outputs_free(&want);
+        kl_case_close(&c);
+    }
+}
+
 Test(allreduce, bound_rejects_a_missing_contribution_and_a_nan)
 {
     struct kl_rng rng;
@@ -231,10 +294,13 @@ Test(allreduce, a_rank_that_exits_early_fails_the_run_and_is_named)
     struct selftest t;
     char msg[512];
     double took;
-    cr_assert_neq(run_selftest(3, modes, 30, &t, msg, &took), 0);
+    /* 300 s: the others' barrier would give up after 240; they must stop long before, on the
+     * abort flag, however loaded the machine (no verdict on seconds). */
+    cr_assert_neq(run_selftest(3, modes, 300, &t, msg, &took), 0);
     cr_log_info("%s", msg);
     cr_assert(strstr(msg, "rank 1 exited with status 3 at step 'about to exit early'"), "message: %s", msg);
-    cr_assert_lt(took, 10, "the other ranks waited %.1f s for a rank that was gone", took);
+    cr_assert_lt(took, 240, "the other ranks waited %.1f s, their barrier's whole limit, for a rank that was gone",
+                 took);
 }
 
 Test(allreduce, a_rank_that_hangs_is_killed_and_named_at_its_step)
@@ -246,7 +312,7 @@ Test(allreduce, a_rank_that_hangs_is_killed_and_named_at_its_step)
     cr_assert_neq(run_selftest(3, modes, 2, &t, msg, &took), 0);
     cr_log_info("%s", msg);
     cr_assert(strstr(msg, "rank 2") && strstr(msg, "hanging on purpose"), "message: %s", msg);
-    cr_assert(took >= 1.5 && took < 8, "the run took %.1f s with a 2 s timeout", took);
+    cr_assert_geq(took, 1.5, "the run took %.1f s with a 2 s timeout", took); /* it did wait */
 }
 
 Test(allreduce, a_rank_that_crashes_is_named_with_its_signal)
@@ -255,9 +321,9 @@ Test(allreduce, a_rank_that_crashes_is_named_with_its_signal)
     struct selftest t;
     char msg[512];
     double took;
-    cr_assert_neq(run_selftest(2, modes, 30, &t, msg, &took), 0);
+    cr_assert_neq(run_selftest(2, modes, 300, &t, msg, &took), 0);
     cr_assert(strstr(msg, "rank 0 was killed by signal 11") && strstr(msg, "about to crash"), "message: %s", msg);
-    cr_assert_lt(took, 10);
+    cr_assert_lt(took, 240, "rank 1 waited out its barrier's limit (%.1f s)", took);
 }
 
 Test(allreduce, an_unknown_rank_program_is_reported)
@@ -567,7 +633,9 @@ static void run_dead_peer(int mode, char *msg, double *took)
     cr_assert_eq(kl_ranks_create(&g, 2, sizeof(struct dead), &err), 0);
     ((struct dead *)g.payload)->mode = mode;
     const double t0 = now_s();
-    cr_assert_neq(kl_ranks_run(&g, "test_dead_peer", 25, &err), 0, "the run succeeded without rank 1");
+    /* 300 s a step: the host barrier would give up after 240, so a run that ends before is ended
+     * by the device-side wait (2 s), however loaded the machine. */
+    cr_assert_neq(kl_ranks_run(&g, "test_dead_peer", 300, &err), 0, "the run succeeded without rank 1");
     *took = now_s() - t0;
     snprintf(msg, 512, "%s", err.msg);
     kl_ranks_destroy(&g);
@@ -581,7 +649,7 @@ Test(allreduce_multigpu, a_peer_that_exits_fails_the_run_and_is_named)
     run_dead_peer(DEAD_EXIT, msg, &took);
     cr_log_info("%s", msg);
     cr_assert(strstr(msg, "rank 1 exited with status 5 at step 'leaving before the all-reduce'"), "%s", msg);
-    cr_assert_lt(took, 20, "%.1f s", took);
+    cr_assert_lt(took, 240, "%.1f s: not ended by the device-side wait", took);
 }
 
 Test(allreduce_multigpu, a_barrier_wait_times_out_on_the_device_and_names_the_peer)
@@ -592,7 +660,7 @@ Test(allreduce_multigpu, a_barrier_wait_times_out_on_the_device_and_names_the_pe
     run_dead_peer(DEAD_SLEEP, msg, &took);
     cr_log_info("%s", msg);
     cr_assert(strstr(msg, "rank 0") && strstr(msg, "start barrier") && strstr(msg, "waiting for rank 1"), "%s", msg);
-    cr_assert_lt(took, 20, "%.1f s", took);
+    cr_assert_lt(took, 240, "%.1f s: not ended by the device-side wait", took);
 }
 
 int main(int argc, char *argv[])

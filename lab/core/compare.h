@@ -1,11 +1,17 @@
 /* The correctness policy (DESIGN.md section 5): compare an output with its float64 reference.
  *
- * Two measures, both must pass:
- *   rel_l2 = ||out - ref|| / ||ref||                        <= policy.rel_l2
+ * Three measures, all must pass:
  *   every element: |out - ref| <= atol * max|ref| + rtol * |ref|
+ *   rel_l2 = ||out - ref|| / ||ref||                        <= policy.rel_l2
+ *   bias = sum (out - ref) ref / sum ref^2 (the least-squares scale of the error onto the
+ *   reference): |bias| <= KL_BIAS_SIGMAS * bias_u * sqrt(sum ref^4) / sum ref^2 + bias_floor,
+ *   where the policy has a bias_u (bf16 and fp16 rows): it sees a shift of every element by a
+ *   fraction of a rounding, which the other two cannot.
  * The numbers come from one table per output dtype (compare.c, with the rationale next to each
  * row). NaN or Inf where the reference is finite always fails; that is how poisoned (never
- * written) elements are caught. The first ten mismatches are kept for printing. */
+ * written) elements are caught. Exact policies (data movement) compare the bits of every value:
+ * -0 is not +0, and NaNs must carry the same payload. The first ten mismatches are kept for
+ * printing. */
 #ifndef KL_COMPARE_H
 #define KL_COMPARE_H
 
@@ -25,10 +31,19 @@ struct kl_policy {
     double rel_l2;     /* whole output */
     const char *why;   /* the rationale, printed by guides */
     double atol_scale; /* > 0: the scale atol_frac multiplies (attention: max |v|); 0: max|ref| of the output */
+    double bias_u;     /* > 0: the bias check's unit (the largest relative error of one element); 0: no check */
+    double bias_floor; /* the bias a correct kernel may carry whatever the size (its float32 arithmetic's) */
+    bool exact;        /* bit for bit (data movement); the numbers above are then unused */
 };
 
-/* The policy for an output of kernel dtype t; exact (all zeros) for data movement. */
+/* How many spreads of a correct kernel's bias the bias check allows (compare.c says why 8). */
+#define KL_BIAS_SIGMAS 8.0
+
+/* The policy for an output of kernel dtype t; bit-exact for data movement. */
 struct kl_policy kl_policy_for(enum kl_dtype t, bool exact);
+/* The float64 reference against a golden's stored outputs (float64 results rounded once to <f4):
+ * one float32 rounding plus float64 noise; bit-exact for data movement. */
+struct kl_policy kl_policy_reference(bool exact);
 
 /* Attention (decode and prefill): the bound of a kernel that computes scores in float32, rounds
  * the probabilities P to the input dtype t before P.V (as every fast attention kernel does) and
@@ -54,6 +69,7 @@ struct kl_mismatch {
 
 struct kl_cmp {
     double rel_l2, max_abs;
+    double bias, bias_limit; /* the bias statistic and its limit (limit 0: the policy has no bias check) */
     int64_t n_bad; /* elements outside the bound (NaN/Inf included) */
     bool pass;
     int n_reported;

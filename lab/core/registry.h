@@ -141,6 +141,10 @@ const struct kl_variant *kl_variant_find(const char *module, const char *name);
 /* Generic verify/check for tensor modules (lab/core/verify.c); modules' own hooks win. */
 void kl_verify_case(const struct kl_module *m, const struct kl_case *c, const struct kl_variant *v,
                     struct kl_verdict *out);
+/* Judges got against want as kl_verify_case does: reference (the float64 reference against a
+ * golden) or a variant (each output's own policy, else its dtype's row). */
+void kl_compare_outputs(const struct kl_outputs *got, const struct kl_outputs *want, bool reference,
+                        struct kl_verdict *out);
 /* v == NULL: the reference part first (every golden case of the module, then the catalogue
  * through the reference, which needs no GPU), then every variant; else variant v alone. */
 int kl_check_module(const struct kl_module *m, const struct kl_variant *v, uint64_t seed, FILE *log);

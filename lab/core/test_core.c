@@ -308,6 +308,112 @@ Test(core, compare_catches_a_systematic_error_inside_the_element_bound)
     cr_assert(!c.pass, "rel_l2 %.3g passed", c.rel_l2);
 }
 
+/* Exact compares compare bits: values equal as numbers (-0 == +0, a NaN against any NaN) but not
+ * as bits fail, which a comparison of values (the old one) let through. */
+Test(core, exact_compare_compares_bits)
+{
+    struct kl_cmp c;
+    const struct kl_policy exact = kl_policy_for(KL_BF16, true);
+    double zero[2] = {0.0, 1}, negzero[2] = {-0.0, 1};
+    kl_compare(zero, negzero, 2, exact, &c);
+    cr_assert(!c.pass && c.n_bad == 1 && c.first[0].index == 0, "+0 passed for -0");
+    kl_compare(negzero, zero, 2, exact, &c);
+    cr_assert(!c.pass, "-0 passed for +0");
+    kl_compare(negzero, negzero, 2, exact, &c);
+    cr_assert(c.pass && c.max_abs == 0);
+    /* Two quiet NaNs of other payloads, as a bf16 0x7fc1 and 0x7fff load. */
+    double nan_a[1] = {kl_bf16_to_f32(0x7fc1)}, nan_b[1] = {kl_bf16_to_f32(0x7fff)};
+    double nan_a2[1] = {kl_bf16_to_f32(0x7fc1)};
+    kl_compare(nan_b, nan_a, 1, exact, &c);
+    cr_assert(!c.pass, "a NaN with another payload passed");
+    kl_compare(nan_a2, nan_a, 1, exact, &c);
+    cr_assert(c.pass && c.max_abs == 0, "the same NaN failed");
+    double neg_nan[1] = {kl_bf16_to_f32(0xffc1)};
+    kl_compare(neg_nan, nan_a, 1, exact, &c);
+    cr_assert(!c.pass, "a NaN of the other sign passed");
+    /* What a comparison of values does with the same pairs: the reason for comparing bits. */
+    kl_compare(zero, negzero, 2, kl_policy_for(KL_BF16, false), &c);
+    cr_assert(c.pass);
+    kl_compare(nan_b, nan_a, 1, kl_policy_for(KL_BF16, false), &c);
+    cr_assert(c.pass);
+}
+
+/* bf16 values, each rounded to bf16 after an error of `err(i)` units of roundoff. */
+static void bf16_outputs(double *want, double *got, int n, double (*err)(int))
+{
+    struct kl_rng rng;
+    kl_rng_seed(&rng, 3);
+    for (int i = 0; i < n; i++) {
+        want[i] = kl_rng_normal(&rng) * (1 + 0.5 * kl_rng_normal(&rng));
+        got[i] = kl_round_to(KL_BF16, want[i] * (1 + err(i) * 0x1p-8));
+    }
+}
+static double no_error(int i) { return (void)i, 0; }
+static double shift_u_8(int i) { return (void)i, 0.125; }
+static double plus_minus_1_5u(int i) { return i * 2654435761u % 2 ? 1.5 : -1.5; }
+
+/* compare.c's claims for the bias check: a correct rounding passes, a shift of u/8 on every
+ * element (inside every element's bound and under rel_l2's limit) does not. */
+Test(core, compare_bias_catches_a_shift_of_an_eighth_of_a_rounding)
+{
+    enum { N = 1 << 16 };
+    static double want[N], got[N];
+    struct kl_cmp c;
+    bf16_outputs(want, got, N, no_error);
+    kl_compare(got, want, N, kl_policy_for(KL_BF16, false), &c);
+    cr_assert(c.pass, "one rounding: rel_l2 %.3g bias %.3g (limit %.3g)", c.rel_l2, c.bias, c.bias_limit);
+    bf16_outputs(want, got, N, shift_u_8);
+    kl_compare(got, want, N, kl_policy_for(KL_BF16, false), &c);
+    cr_log_info("u/8 shift: rel_l2 %.3g (limit 2^-8), bias %.3g (limit %.3g)", c.rel_l2, c.bias, c.bias_limit);
+    cr_assert_eq(c.n_bad, 0);
+    cr_assert_leq(c.rel_l2, 0x1p-8);
+    cr_assert(!c.pass && c.bias > c.bias_limit, "bias %.3g, limit %.3g", c.bias, c.bias_limit);
+    /* No bias check for fp32 (compare.c: the float32 arithmetic's shared error is the error). */
+    cr_assert_eq(kl_policy_for(KL_F32, false).bias_u, 0);
+}
+
+/* compare.c's claim for rel_l2: every element 1.5u off with a random sign, zero-mean, inside
+ * every element's 2u bound: caught by rel_l2 only. */
+Test(core, compare_rel_l2_catches_errors_near_every_element_bound)
+{
+    enum { N = 4096 };
+    static double want[N], got[N];
+    struct kl_cmp c;
+    bf16_outputs(want, got, N, plus_minus_1_5u);
+    kl_compare(got, want, N, kl_policy_for(KL_BF16, false), &c);
+    cr_log_info("+-1.5u: rel_l2 %.3g (limit 2^-8), bias %.3g (limit %.3g)", c.rel_l2, c.bias, c.bias_limit);
+    cr_assert_eq(c.n_bad, 0);
+    cr_assert_leq(fabs(c.bias), c.bias_limit);
+    cr_assert(!c.pass && c.rel_l2 > 0x1p-8);
+    /* What the rationale says it lets through: out rounded to one significant bit fewer (7). */
+    for (int i = 0; i < N; i++) {
+        const double q = ldexp(1.0, ilogb(want[i]) - 6); /* bf16's spacing is 2^(e-7) */
+        got[i] = nearbyint(want[i] / q) * q;
+    }
+    kl_compare(got, want, N, kl_policy_for(KL_BF16, false), &c);
+    cr_log_info("7 bits: rel_l2 %.3g (limit 2^-8), bias %.3g (limit %.3g)", c.rel_l2, c.bias, c.bias_limit);
+    cr_assert(c.pass, "one bit fewer was caught: rel_l2 %.3g", c.rel_l2);
+}
+
+/* The reference against a golden: one float32 rounding of float64 values passes, a float32
+ * computation (a few roundings, here two) does not. */
+Test(core, reference_policy_allows_one_float32_rounding)
+{
+    enum { N = 1000 };
+    double want[N], one[N], two[N];
+    struct kl_rng rng;
+    kl_rng_seed(&rng, 5);
+    for (int i = 0; i < N; i++) {
+        const double x = kl_rng_normal(&rng);
+        want[i] = (float)x, one[i] = x, two[i] = (float)((float)x * (1 + 0x1p-23));
+    }
+    struct kl_cmp c;
+    kl_compare(one, want, N, kl_policy_reference(false), &c);
+    cr_assert(c.pass, "%lld bad, rel_l2 %.3g", (long long)c.n_bad, c.rel_l2);
+    kl_compare(two, want, N, kl_policy_reference(false), &c);
+    cr_assert(!c.pass);
+}
+
 Test(core, attention_bound_scales_with_the_values_not_the_output)
 {
     /* An average of 1000 values of size 1 is about 0.03: an error of 0.003 in it is one bf16 P

@@ -39,9 +39,9 @@ static void compare_outputs(const struct kl_outputs *got, const struct kl_output
                                     g ? "wrong element count" : "not produced");
             continue;
         }
-        /* The reference is float64; against goldens stored as <f4 it is held to fp32. A
-         * variant is held to its output's own policy where the module gives one. */
-        struct kl_policy p = reference      ? kl_policy_for(KL_F32, w->exact)
+        /* The reference is float64, held to one float32 rounding of the goldens' <f4 values.
+         * A variant is held to its output's own policy where the module gives one. */
+        struct kl_policy p = reference      ? kl_policy_reference(w->exact)
                              : g->own_policy ? g->policy
                                              : kl_policy_for(g->dtype, w->exact);
         struct kl_cmp c;
@@ -53,6 +53,9 @@ static void compare_outputs(const struct kl_outputs *got, const struct kl_output
             off += (size_t)snprintf(out->why + off, sizeof out->why - off,
                                     "%s: %lld elements out of bounds, rel_l2 %.3g (limit %.3g)", w->name,
                                     (long long)c.n_bad, c.rel_l2, p.rel_l2);
+            if (c.bias_limit > 0 && off < sizeof out->why)
+                off += (size_t)snprintf(out->why + off, sizeof out->why - off, ", bias %.3g (limit %.3g)", c.bias,
+                                        c.bias_limit);
             for (int k = 0; k < c.n_reported && k < 3 && off < sizeof out->why; k++)
                 off += (size_t)snprintf(out->why + off, sizeof out->why - off, "%s %s[%lld] got %.6g want %.6g",
                                         k ? "," : ":", w->name, (long long)c.first[k].index, c.first[k].got,
@@ -207,4 +210,11 @@ int kl_check_module(const struct kl_module *m, const struct kl_variant *v, uint6
     for (int i = 0; i < kl_variant_count(m->name, false); i++)
         failures += check_one(m, kl_variant_at(m->name, i, false), seed, log);
     return failures;
+}
+
+void kl_compare_outputs(const struct kl_outputs *got, const struct kl_outputs *want, bool reference,
+                        struct kl_verdict *out)
+{
+    memset(out, 0, sizeof *out);
+    compare_outputs(got, want, reference, out);
 }

@@ -28,7 +28,7 @@ struct node {
     uint32_t in_heap; /* 1: the eviction heap holds (exactly) one entry for this node */
     uint32_t pad_;
     uint64_t stamp; /* logical time of the last op that walked it */
-    uint64_t seq;   /* creation number: the eviction tie-break */
+    uint64_t seq;   /* the place of that stamp among all stamps: the tie-break within one op */
     struct node *parent;
     union {
         struct slot inl[2];
@@ -343,8 +343,8 @@ static struct node *node_shrink(struct kl_radix *t, struct node *o, size_t old_l
 }
 
 /* Splits o after `at` tokens (a whole number of pages, 0 < at < o->len). The original node
- * keeps the suffix (and with it its identity: children, creation number, heap entry); the
- * prefix becomes a new node that takes o's place under o's parent. */
+ * keeps the suffix (and with it its identity: children, stamp, heap entry); the prefix becomes
+ * a new node that takes o's place under o's parent, stamped after o. */
 static struct node *split(struct kl_radix *t, struct node *o, size_t at, uint64_t now)
 {
     struct node *p = node_new(t, o->tokens, at);
@@ -387,6 +387,7 @@ static size_t walk(struct kl_radix *t, const int32_t *key, size_t n, uint64_t no
         t->st.tokens_compared += seen;
         t->st.lines_touched += lines_spanned(c, c->tokens + seen);
         c->stamp = now;
+        c->seq = t->next_seq++;
         size_t m = eq - eq % page; /* whole pages only */
         off += m;
         if (m < c->len) {

@@ -12,16 +12,18 @@
  *   whole nodes. insert adds the rest of the key as one new leaf.
  * - Every call advances a logical clock by one (queries included: one trace line, one tick)
  *   and stamps every node it walks with the new time; a new leaf is stamped too.
- * - Split: the ORIGINAL node becomes the suffix half (it keeps its creation number, its lock
- *   count, its children and its place in the eviction queue); the prefix half is a new node
- *   with the next creation number and a copy of the lock count. Both halves are stamped with
- *   the op's time: SGLang stamps the child it walks before splitting it, and its new prefix
- *   node is born "now".
- * - evict frees unlocked leaves, smallest (stamp, creation number) first: least recently
- *   used, and among leaves stamped by the same op the older node first. (Only two leaves can
- *   share a stamp: the suffix half of a split and the new leaf of the insert that split it;
- *   the suffix half goes first.) A parent left childless and unlocked becomes a leaf and can
- *   be evicted by the same call.
+ * - Split: the ORIGINAL node becomes the suffix half (it keeps its lock count, its children
+ *   and its place in the eviction queue); the prefix half is a new node with a copy of the
+ *   lock count. Both halves carry the op's time: SGLang stamps the child it walks before
+ *   splitting it, and its new prefix node is born "now".
+ * - Within one op, stamps are ordered as the op makes them, because SGLang's clock
+ *   (time.monotonic(), read once per node) orders them so: the walk from the root down, then a
+ *   split's new prefix, then the new leaf. A node's seq is its stamp's place among all stamps.
+ * - evict frees unlocked leaves, smallest (stamp, seq) first: least recently used, and among
+ *   leaves stamped by the same op the one stamped first. (Only two leaves can share a stamp:
+ *   the suffix half of a split and the new leaf of the insert that split it; the suffix half,
+ *   stamped by the walk, goes first.) A parent left childless and unlocked becomes a leaf and
+ *   can be evicted by the same call.
  *
  * Layout, chosen for the match walk (each step is: hash the key's next page, find the child,
  * compare its tokens):
@@ -32,7 +34,7 @@
  *   child pointer: finding a child never touches the siblings. Up to two children (most
  *   internal nodes: a split makes exactly two) sit inline in the parent's header; more go to
  *   an open-addressing table (linear probing, load <= 1/2).
- * - Eviction order is a lazy min-heap of (stamp, creation, node) entries: a walk only writes
+ * - Eviction order is a lazy min-heap of (stamp, seq, node) entries: a walk only writes
  *   the stamps of the nodes it passes, never touches the heap. evict pops; an entry whose
  *   node was restamped since is pushed back with the new stamp, one whose node is no longer
  *   an unlocked leaf is dropped. Each node has at most one entry, so the heap never points

@@ -5,7 +5,7 @@
  * - malformed traces, each failing with a message that names the file and the line;
  * - property tests: seeded random op sequences (thousands of ops, pages 1 and 4), the tree
  *   and the reference compared after EVERY op: results, sizes, and a digest of the whole tree
- *   (every node's path, lock count, stamp and creation number), plus the tree's invariants;
+ *   (every node's path, lock count, stamp and stamp order), plus the tree's invariants;
  * - the compare paths (scalar, SSE2, AVX2) at every length and misalignment;
  * - memory: every byte the tree holds is given back by evict (the valgrind/ASan runs of this
  *   binary, ctest radix_leaks, check that nothing leaks at all). */
@@ -294,7 +294,7 @@ Test(radix, a_split_keeps_both_halves_and_the_lru_order)
     kl_radix_insert(t, b, 4); /* [1,2] -> {[3,4], [5,6]}, all stamped by this op */
     kl_radix_insert(t, c, 1);
     cr_assert_eq(kl_radix_node_count(t), 4);
-    cr_assert_eq(kl_radix_evict(t, 1), 2); /* [3,4]: the tie with [5,6] goes to the older node */
+    cr_assert_eq(kl_radix_evict(t, 1), 2); /* [3,4]: stamped by the walk, before the split made [5,6] */
     cr_assert_eq(kl_radix_match(t, a, 4), 2);
     cr_assert_eq(kl_radix_match(t, b, 4), 4);
     cr_assert_eq(kl_radix_evict(t, 1), 1); /* [9] is now the least recent */
@@ -480,8 +480,8 @@ Test(radix_scale, the_reference_evicts_216k_leaves_oldest_first)
     const long long leaves = FAN * FAN * FAN, tokens = leaves + FAN * FAN + FAN;
     /* Least recently stamped first: the leaves in insert order, and each inner node [0, b] as
      * soon as its 60 leaves are gone (its stamp, from the insert of [0, b, 59] or the split
-     * that made the leaf [0, b + 1, 0], is not newer than that leaf, and its creation number
-     * is smaller). 1000 tokens = 16 x (60 leaves + [0, b]) + the leaves [0, 16, 0..23]. */
+     * that made the leaf [0, b + 1, 0], is not newer than that leaf, and within that op it was
+     * stamped first). 1000 tokens = 16 x (60 leaves + [0, b]) + the leaves [0, 16, 0..23]. */
     kl_radix_trace_add(&tr, KL_RADIX_EVICT, NULL, 0, 1000);
     tr.ops[tr.nops - 1].expect = 1000;
     kl_radix_trace_add(&tr, KL_RADIX_MATCH, (int32_t[]){0, 15, 59}, 3, 0);

@@ -82,7 +82,7 @@ struct kl_radix_result {
 void kl_radix_impl_apply(struct kl_radix_impl *im, const struct kl_radix_trace *tr, const struct kl_radix_op *op,
                          struct kl_radix_result *r);
 /* An order-independent hash of the whole tree: every node's full path, length, lock count,
- * stamp and creation number. Two implementations agree on it iff their trees are equal. */
+ * stamp and stamp order (seq). Two implementations agree on it iff their trees are equal. */
 uint64_t kl_radix_impl_digest(const struct kl_radix_impl *im);
 /* kl_radix_validate for the library (0 for the reference). */
 int kl_radix_impl_validate(const struct kl_radix_impl *im, char *msg, size_t len);

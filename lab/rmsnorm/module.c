@@ -133,6 +133,10 @@ static const struct edge {
     {3, 111, KL_F16, true, 1, 1e-6, "fused add, odd hidden"},
     {4, 1024, KL_F32, true, 1, 1e-6, "fused add, fp32"},
     {2, 4100, KL_BF16, true, 1, 1e-6, "fused, row not whole 16-byte vectors"},
+    /* v2 and v3 take their many-rows path from 2 rows per SM on (264 on a 132-SM H100); 512 rows
+     * reach it on any GPU up to 256 SMs. */
+    {512, 4096, KL_BF16, false, 1, 1e-6, "many rows"},
+    {512, 4096, KL_BF16, true, 1, 1e-6, "many rows, fused"},
     {0, 4096, KL_BF16, false, 1, 1e-6, "no tokens"},
 };
 #define N_EDGES ((int)(sizeof kedges / sizeof kedges[0]))

@@ -28,4 +28,14 @@ void kl_rmsnorm_release(struct kl_rmsnorm_params *k);
 
 extern const struct kl_perf_ops kl_rmsnorm_perf;
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* Tests only (lab/rmsnorm/mutants_pdl.cu): on stream, a kernel that lets the next one launch at
+ * once (PDL), spins, then copies src to dst (16-byte multiples): the late producer of a PDL test. */
+cudaError_t kl_test_late_write(void *dst, const void *src, size_t bytes, cudaStream_t stream);
+#ifdef __cplusplus
+}
+#endif
+
 #endif

@@ -133,6 +133,11 @@ static const struct edge {
     {1, 32, 8, 128, 128, 4096, true, KL_BF16, "one token"},
     {64, 32, 8, 128, 128, 8192, true, KL_BF16, "decode batch, neox"},
     {64, 32, 8, 128, 128, 8192, false, KL_BF16, "decode batch, interleaved"},
+    /* Many tokens: v5 hands Llama's heads over to v4 from sms x 1024 / 320 tokens on (422 on a
+     * 132-SM H100), and v4's groups walk several tokens each, prefetching the next one's cos/sin,
+     * once there are more tokens than resident groups (at most 12 a SM of 160 threads: 1584). */
+    {512, 32, 8, 128, 128, 8192, true, KL_BF16, "512 tokens"},
+    {2048, 32, 8, 128, 128, 8192, false, KL_BF16, "2048 tokens, interleaved"},
     {20, 8, 8, 128, 64, 2048, true, KL_BF16, "partial rotary, neox (GQA 1)"},
     {20, 8, 2, 128, 64, 2048, false, KL_BF16, "partial rotary, interleaved (GQA 4)"},
     {15, 16, 2, 64, 64, 1024, true, KL_F16, "head_dim 64 (GQA 8)"},

@@ -3,6 +3,7 @@
  * Parameterized over variant INDICES (pointers as parameters crash Criterion's workers). */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
+#include <dirent.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -67,6 +68,67 @@ Test(rope, rotation_preserves_the_norm_of_each_pair)
 }
 
 /* ---- GPU ---- */
+
+/* ---- the policy on CPU stand-ins of kernels (lab/core/compare.c) ---- */
+
+/* What every variant computes: each pair rotated in float32 with the cache's float32 cos and sin,
+ * each output rounded once; a token whose position is outside the cache left as it is.
+ * flip_sin: the rotation the other way (sin's sign lost), a wrong value on most elements. */
+static int simulate(const struct kl_rope_problem *p, struct kl_outputs *o, bool flip_sin)
+{
+    kl_outputs_set(o, 0, "q_out", p->dtype, false, kl_numel(&p->q));
+    kl_outputs_set(o, 1, "k_out", p->dtype, false, kl_numel(&p->k));
+    const int64_t half = p->rotary_dim / 2, d = p->head_dim, *pos = p->positions.data;
+    const float *cs = p->cos_sin_cache.data;
+    for (int w = 0; w < 2; w++) {
+        const struct kl_tensor *x = w ? &p->k : &p->q;
+        const int64_t heads = w ? p->num_kv_heads : p->num_q_heads;
+        double *out = o->o[w].v;
+        for (int64_t t = 0; t < p->num_tokens; t++) {
+            for (int64_t e = t * heads * d; e < (t + 1) * heads * d; e++)
+                out[e] = kl_load_elem(p->dtype, x->data, (size_t)e);
+            if (pos[t] < 0 || pos[t] >= p->max_pos) continue;
+            for (int64_t h = 0; h < heads; h++)
+                for (int64_t i = 0; i < half; i++) {
+                    const int64_t base = (t * heads + h) * d, i1 = base + (p->is_neox ? i : 2 * i),
+                                  i2 = p->is_neox ? i1 + half : i1 + 1;
+                    const float c = cs[pos[t] * p->rotary_dim + i], s = cs[pos[t] * p->rotary_dim + half + i];
+                    const float x1 = (float)out[i1], x2 = (float)out[i2], sn = flip_sin ? -s : s;
+                    out[i1] = kl_round_to(p->dtype, x1 * c - x2 * sn);
+                    out[i2] = kl_round_to(p->dtype, x2 * c + x1 * sn);
+                }
+        }
+    }
+    return 0;
+}
+
+static int correct(const void *p, struct kl_outputs *o, struct kl_err *err)
+{
+    return (void)err, simulate(p, o, false);
+}
+static int sin_sign_flipped(const void *p, struct kl_outputs *o, struct kl_err *err)
+{
+    return (void)err, simulate(p, o, true);
+}
+
+Test(rope, a_float32_kernel_passes_every_golden_and_fresh_inputs_many_times)
+{
+    cr_assert_eq(kl_test_stand_in_passes("rope", correct, "float32 stand-in", 10, stderr), 0,
+                 "a correct kernel failed goldens or fresh inputs (lines above)");
+}
+
+/* compare.c's claim for the element bound: a rotation the wrong way is caught on every golden
+ * (each holds a token at position max_pos - 1, so none rotates by 0 alone). */
+Test(rope, a_rotation_the_wrong_way_fails_every_golden)
+{
+    char dir[1024];
+    snprintf(dir, sizeof dir, KL_SOURCE_DIR "/golden/rope");
+    struct dirent **names;
+    int n = scandir(dir, &names, NULL, alphasort), cases = 0;
+    for (int i = 0; i < n; i++) cases += names[i]->d_name[0] != '.', free(names[i]);
+    if (n >= 0) free(names);
+    cr_assert_eq(kl_test_goldens_with("rope", sin_sign_flipped, "sin_sign_flipped", false, stderr), cases);
+}
 
 static int indices[64];
 

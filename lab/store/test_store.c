@@ -3,6 +3,7 @@
  * Parameterized over variant INDICES (pointers as parameters crash Criterion's workers). */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,6 +19,57 @@ Test(store, reference_matches_every_golden_case)
     int failures = kl_test_goldens("store", NULL, stderr);
     cr_assert(failures >= 0, "no golden cases found under golden/store");
     cr_assert_eq(failures, 0, "%d golden cases failed (lines above)", failures);
+}
+
+/* ---- exact compares compare bits (lab/core/compare.c), on CPU stand-ins of a copy ---- */
+
+enum copy { BITS, NEGATIVE_ZERO_AS_POSITIVE, NAN_CANONICALISED };
+
+/* The cache as it was, then each token's rows at its slot: the bits moved as they are (BITS), or
+ * through arithmetic that loses them: a + 0 (-0 becomes +0), a NaN rebuilt as the default one. */
+static int copy_rows(const struct kl_store_problem *p, struct kl_outputs *o, enum copy how)
+{
+    const int64_t row = p->num_kv_heads * p->head_dim, n = p->num_slots * row;
+    const int64_t *slots = p->slots.data;
+    kl_outputs_set(o, 0, "k_cache_out", p->dtype, true, n);
+    kl_outputs_set(o, 1, "v_cache_out", p->dtype, true, n);
+    for (int w = 0; w < 2; w++) {
+        const struct kl_tensor *src = w ? &p->v : &p->k, *cache = w ? &p->v_cache : &p->k_cache;
+        for (int64_t e = 0; e < n; e++) o->o[w].v[e] = kl_load_elem(p->dtype, cache->data, (size_t)e);
+        for (int64_t t = 0; t < p->num_tokens; t++)
+            for (int64_t j = 0; slots[t] >= 0 && j < row; j++) {
+                double x = kl_load_elem(p->dtype, src->data, (size_t)(t * row + j));
+                if (how == NEGATIVE_ZERO_AS_POSITIVE) x = x + 0.0;
+                if (how == NAN_CANONICALISED && isnan(x)) x = NAN;
+                o->o[w].v[slots[t] * row + j] = x;
+            }
+    }
+    return 0;
+}
+
+static int bits(const void *p, struct kl_outputs *o, struct kl_err *err) { return (void)err, copy_rows(p, o, BITS); }
+static int negative_zero_as_positive(const void *p, struct kl_outputs *o, struct kl_err *err)
+{
+    return (void)err, copy_rows(p, o, NEGATIVE_ZERO_AS_POSITIVE);
+}
+static int nan_canonicalised(const void *p, struct kl_outputs *o, struct kl_err *err)
+{
+    return (void)err, copy_rows(p, o, NAN_CANONICALISED);
+}
+
+Test(store, a_copy_of_the_bits_passes_every_golden_and_fresh_inputs)
+{
+    cr_assert_eq(kl_test_stand_in_passes("store", bits, "bit copy", 1, stderr), 0, "lines above");
+}
+
+/* Both mutants are equal to the copy in value (-0 == +0; NaN against NaN), so only a comparison
+ * of bits sees them: golden one_token_bit_patterns holds both zeros and NaNs with payloads. */
+Test(store, a_copy_that_loses_the_sign_of_zero_or_a_nan_payload_fails)
+{
+    cr_assert_eq(kl_test_goldens_with("store", negative_zero_as_positive, "negative_zero_as_positive", false, stderr),
+                 1, "only one_token_bit_patterns holds -0 (lines above)");
+    cr_assert_eq(kl_test_goldens_with("store", nan_canonicalised, "nan_canonicalised", false, stderr), 1,
+                 "only one_token_bit_patterns holds NaNs (lines above)");
 }
 
 Test(store, reference_writes_rows_to_their_slots_and_skips_negative_ones)
