@@ -212,9 +212,8 @@ static const struct kl_attention_claim claims[] = {
       "mha_split_page1_fp32"}},
     {KL_ATTN_MUTANT(LSE_LOG2, "lse in log2"), KL_CLAIM_LSE, {"*"}},
     {KL_ATTN_MUTANT(NO_MAX, "no max subtracted"), KL_CLAIM_OUT, {"large_logits"}},
-    {KL_ATTN_MUTANT(NO_SM_SCALE, "sm_scale missing"),
-     KL_CLAIM_OUT,
-     {LONG, SEVERAL_KV_HEADS, "fp16_mha_page16", "fp32_mha_page1", "head_dim_256", "large_logits", "fp16_gqa8_page5"}},
+    {KL_ATTN_MUTANT(NO_SM_SCALE, "sm_scale missing"), KL_CLAIM_OUT, {"*", "!kv_len_1"}}, /* 1 key: softmax is 1 */
+    {KL_ATTN_MUTANT(NO_SM_SCALE, "sm_scale missing"), KL_CLAIM_LSE, {"*"}},
     {KL_ATTN_TILED(NO_RESCALE, "no rescale, 64-key tiles", 0, 64), KL_CLAIM_OUT, {LONG}},
     {KL_ATTN_TILED(NO_RESCALE, "no rescale, 16-key tiles", 0, 16), KL_CLAIM_OUT, {LONG}},
     {KL_ATTN_MUTANT(KV_HEAD_0, "kv head 0 for every head"),
@@ -327,9 +326,12 @@ ParameterizedTest(int *i, attention_decode_gpu, every_mutant_is_flagged)
     const struct kl_variant *v = kl_variant_at("attention_decode", *i, true);
     cr_log_info("mutant %s", v->name);
     if (kl_test_skip_reason(v)) cr_skip_test("%s: %s", v->name, kl_test_skip_reason(v));
-    int flagged = kl_test_goldens("attention_decode", v, stderr) +
-                  kl_check_module(module(), v, kl_test_seed(stderr), stderr);
-    cr_assert_gt(flagged, 0, "mutant %s passed every golden case and the whole check catalogue", v->name);
+    /* Each on its own: the goldens carry the tolerance's claims (compare.c), and the fixed edges of
+     * the catalogue must cover the same classes whatever the seed draws. */
+    const int by_goldens = kl_test_goldens("attention_decode", v, stderr);
+    const int by_catalogue = kl_check_module(module(), v, kl_test_seed(stderr), stderr);
+    cr_expect_gt(by_goldens, 0, "mutant %s passed every golden case", v->name);
+    cr_expect_gt(by_catalogue, 0, "mutant %s passed the whole check catalogue", v->name);
 }
 
 Test(attention_decode_gpu, there_are_at_least_five_mutants)

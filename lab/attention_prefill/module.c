@@ -278,9 +278,9 @@ struct kl_attention_prefill_problem *kl_attention_prefill_problem_random(const s
 }
 
 /* The edge catalogue: every shape the kernels special-case, small enough for the float64 reference.
- * An edge with `offsets` > 0 is a batch of that many requests of q_len q_lens[0] whose kv_len -
- * q_len runs 0, 1, ..., offsets - 1: the causal diagonal of a query tile's first row lands on
- * every key of a key tile of up to `offsets` keys. Tiled kernels skip the mask on the key tiles
+ * An edge whose kv_lens[0] is -1 is a batch of `batch` requests of q_len q_lens[0] whose kv_len -
+ * q_len runs 0, 1, ..., batch - 1: the causal diagonal of a query tile's first row lands on every
+ * key of a key tile of up to `batch` keys. Tiled kernels skip the mask on the key tiles
  * that tile row sees whole, so a mistake there shows at one offset per tile size only. The
  * variants' key tiles: 32 (v1; mma.cuh at head_dim 256), 64 (mma.cuh; hopper.cuh at head_dim
  * 256), 128 (hopper.cuh, head_dim <= 128). */
@@ -292,7 +292,6 @@ static const struct edge {
     enum kl_dtype dtype;
     double q_scale;
     const char *what;
-    int64_t offsets;
 } kedges[] = {
     {1, {1}, {1}, 8, 2, 128, 16, true, KL_BF16, 1, "one query, one key"},
     {3, {1, 1, 1}, {300, 17, 1}, 8, 2, 128, 16, true, KL_F16, 1, "q_len 1 over many keys (decode-like)"},
@@ -314,10 +313,10 @@ static const struct edge {
     {1, {130}, {1000}, 8, 2, 64, 16, false, KL_F16, 1, "long keys, non-causal"},
     {5, {200, 129, 64, 1, 255}, {200, 300, 64, 129, 400}, 8, 2, 128, 7, true, KL_BF16, 1,
      "ragged batch of many tiles, page 7"},
-    {128, {2}, {0}, 8, 2, 128, 16, true, KL_BF16, 1, "causal diagonal at every offset of 128-key tiles", 128},
-    {128, {2}, {0}, 16, 2, 64, 7, true, KL_F16, 1, "causal diagonal at every offset, GQA 8, page 7", 128},
-    {64, {3}, {0}, 4, 2, 256, 16, true, KL_BF16, 1, "causal diagonal at every offset of 64-key tiles", 64},
-    {32, {2}, {0}, 4, 2, 64, 1, true, KL_F32, 1, "causal diagonal at every offset of 32-key tiles, fp32", 32},
+    {128, {2}, {-1}, 8, 2, 128, 16, true, KL_BF16, 1, "causal diagonal at every offset of 128-key tiles"},
+    {128, {2}, {-1}, 16, 2, 64, 7, true, KL_F16, 1, "causal diagonal at every offset of 128-key tiles, GQA 8, page 7"},
+    {64, {3}, {-1}, 4, 2, 256, 16, true, KL_BF16, 1, "causal diagonal at every offset of 64-key tiles"},
+    {32, {2}, {-1}, 4, 2, 64, 1, true, KL_F32, 1, "causal diagonal at every offset of 32-key tiles in fp32"},
 };
 #define N_EDGES ((int)(sizeof kedges / sizeof kedges[0]))
 #define MAX_REQUESTS 128
@@ -354,15 +353,17 @@ static void *make(int i, uint64_t seed, char *label, size_t len)
             e.kv_lens[b] = e.q_lens[b] + kl_rng_range(&rng, 250);
         }
     }
+    const bool offsets = e.kv_lens[0] == -1;
     int64_t q_lens[MAX_REQUESTS], kv_lens[MAX_REQUESTS];
+    KL_CHECK(e.batch <= MAX_REQUESTS, "edge %d: %lld requests, at most %d", i, (long long)e.batch, MAX_REQUESTS);
     for (int64_t b = 0; b < e.batch; b++) {
-        q_lens[b] = e.offsets ? e.q_lens[0] : e.q_lens[b];
-        kv_lens[b] = e.offsets ? e.q_lens[0] + b : e.kv_lens[b];
+        q_lens[b] = offsets ? e.q_lens[0] : e.q_lens[b];
+        kv_lens[b] = offsets ? e.q_lens[0] + b : e.kv_lens[b];
     }
     size_t off = 0;
     append(label, len, &off, "%s:batch=%lld,q=", e.what, (long long)e.batch);
-    if (e.offsets) {
-        append(label, len, &off, "%lld,kv=q+0..%lld", (long long)e.q_lens[0], (long long)(e.offsets - 1));
+    if (offsets) {
+        append(label, len, &off, "%lld,kv=q+0..%lld", (long long)e.q_lens[0], (long long)(e.batch - 1));
     } else {
         for (int64_t b = 0; b < e.batch; b++) append(label, len, &off, "%s%lld", b ? "/" : "", (long long)q_lens[b]);
         append(label, len, &off, ",kv=");

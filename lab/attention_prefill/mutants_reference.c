@@ -35,6 +35,8 @@ static int64_t keys_seen(const struct kl_attention_mutant *m, bool causal, int64
         return n == kv_len && n > 0 ? n - 1 : n;
     case KL_ATTN_DIAGONAL_PLUS_ONE:
         return min64(kv_len, n + (causal ? 1 : 0));
+    case KL_ATTN_DIAGONAL_MINUS_ONE:
+        return causal && n > 0 ? n - 1 : n;
     case KL_ATTN_MASK_FROM_NEXT_ROW: {
         if (!causal || n == 0) return n;
         /* A tiled kernel runs the key tiles its last row sees and masks only those reaching past
@@ -190,9 +192,13 @@ static void log_verdict(FILE *log, const char *mutant, const char *where, const 
 
 static bool listed(const struct kl_attention_claim *c, const char *name)
 {
-    for (int g = 0; g < KL_CLAIM_MAX_GOLDENS && c->goldens[g]; g++)
-        if (strcmp(c->goldens[g], "*") == 0 || strcmp(c->goldens[g], name) == 0) return true;
-    return false;
+    bool in = false;
+    for (int g = 0; g < KL_CLAIM_MAX_GOLDENS && c->goldens[g]; g++) {
+        const char *entry = c->goldens[g];
+        if (entry[0] == '!' && strcmp(entry + 1, name) == 0) return false;
+        in |= strcmp(entry, "*") == 0 || strcmp(entry, name) == 0;
+    }
+    return in;
 }
 
 static int by_name(const struct dirent **a, const struct dirent **b) { return strcmp((*a)->d_name, (*b)->d_name); }
@@ -243,7 +249,8 @@ int kl_attention_check_claims(const char *module, kl_attention_view_fn view, con
                 kl_attention_mutant_judge(&cl->m, &v, &expected, cmp);
                 log_verdict(log, cl->m.name, names[i]->d_name, &expected, cmp);
                 for (int g = 0; g < KL_CLAIM_MAX_GOLDENS && cl->goldens[g]; g++)
-                    found[k * KL_CLAIM_MAX_GOLDENS + g] += strcmp(cl->goldens[g], names[i]->d_name) == 0;
+                    found[k * KL_CLAIM_MAX_GOLDENS + g] +=
+                        strcmp(cl->goldens[g] + (cl->goldens[g][0] == '!'), names[i]->d_name) == 0;
                 const bool bad = cl->by == KL_CLAIM_PASSES ? !(cmp[0].pass && cmp[1].pass)
                                                            : listed(cl, names[i]->d_name) && cmp[cl->by].pass;
                 if (bad)

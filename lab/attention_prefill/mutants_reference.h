@@ -19,6 +19,7 @@ enum kl_attention_bug {
     KL_ATTN_O_IN_DTYPE,         /* the P.V accumulator rounded to the input dtype after every 16 keys */
     KL_ATTN_LAST_KEY_DROPPED,   /* the request's last key is never attended (a kv_len - 1 loop bound) */
     KL_ATTN_DIAGONAL_PLUS_ONE,  /* causal: each query sees one key past the diagonal */
+    KL_ATTN_DIAGONAL_MINUS_ONE, /* causal: each query misses its last key (the one on the diagonal) */
     KL_ATTN_LSE_LOG2,           /* lse in base 2 */
     KL_ATTN_NO_MAX,             /* p = exp(s) in float32, no max subtracted: Inf once a logit passes ~88.7 */
     KL_ATTN_NO_SM_SCALE,        /* the logits are q.k, sm_scale never applied */
@@ -66,8 +67,8 @@ void kl_attention_mutant_judge(const struct kl_attention_mutant *m, const struct
                                const struct kl_outputs *expected, struct kl_cmp cmp[2]);
 
 /* A claim of compare.c's attention rationale: mutant m is caught by output `by` on each case of
- * `goldens` ("*": every case of the module), or, for by == KL_CLAIM_PASSES (a correct
- * computation), passes both outputs of every case. */
+ * `goldens` ("*": every case of the module; "!name": but that one), or, for by == KL_CLAIM_PASSES
+ * (a correct computation), passes both outputs of every case. */
 enum { KL_CLAIM_PASSES = -1, KL_CLAIM_OUT = 0, KL_CLAIM_LSE = 1 };
 #define KL_CLAIM_MAX_GOLDENS 16
 struct kl_attention_claim {

@@ -174,9 +174,11 @@ static const struct kl_attention_claim claims[] = {
       "ragged_empty_requests_page5_gqa8", "causal_offsets_0_127_bf16", "gqa8_extend_kv520_bf16",
       "gqa4_noncausal_kv600_fp16", "mha_causal_q140_page1_fp32", "gqa8_ragged_page7_bf16"}},
     {KL_ATTN_MUTANT(DIAGONAL_PLUS_ONE, "one key past the diagonal"), KL_CLAIM_OUT, {CAUSAL_MULTI_QUERY}},
+    {KL_ATTN_MUTANT(DIAGONAL_MINUS_ONE, "the diagonal key missed"), KL_CLAIM_OUT, {CAUSAL_MULTI_QUERY}},
     {KL_ATTN_MUTANT(LSE_LOG2, "lse in log2"), KL_CLAIM_LSE, {"*"}},
     {KL_ATTN_MUTANT(NO_MAX, "no max subtracted"), KL_CLAIM_OUT, {"large_logits_bf16"}},
     {KL_ATTN_MUTANT(NO_SM_SCALE, "sm_scale missing"), KL_CLAIM_OUT, {"*"}},
+    {KL_ATTN_MUTANT(NO_SM_SCALE, "sm_scale missing"), KL_CLAIM_LSE, {"*"}},
     {KL_ATTN_TILED(NO_RESCALE, "no rescale, 64-key tiles", 0, 64),
      KL_CLAIM_OUT,
      {LONG_16BIT, "mha_causal_q140_page1_fp32", "causal_offsets_0_127_bf16"}},
@@ -193,6 +195,8 @@ static const struct kl_attention_claim claims[] = {
     {MASK_ROW_LATE(64, 64), KL_CLAIM_LSE, {"causal_offsets_0_127_bf16"}},
     {MASK_ROW_LATE(64, 128), KL_CLAIM_LSE, {"causal_offsets_0_127_bf16"}},
     {MASK_ROW_LATE(32, 32), KL_CLAIM_OUT, {"causal_offsets_0_127_bf16"}},
+    {MASK_ROW_LATE(128, 64), KL_CLAIM_OUT, {"causal_offsets_0_127_bf16"}},
+    {MASK_ROW_LATE(64, 32), KL_CLAIM_OUT, {"causal_offsets_0_127_bf16"}},
     {MASK_ROW_LATE(64, 64), KL_CLAIM_OUT, {"causal_offsets_0_127_bf16"}},
     {KL_ATTN_MUTANT(SCORES_IN_DTYPE, "logits rounded to the dtype"),
      KL_CLAIM_LSE,
@@ -449,9 +453,12 @@ ParameterizedTest(int *i, attention_prefill_gpu, every_mutant_is_flagged)
     const struct kl_variant *v = kl_variant_at("attention_prefill", *i, true);
     cr_log_info("mutant %s", v->name);
     if (kl_test_skip_reason(v)) cr_skip_test("%s: %s", v->name, kl_test_skip_reason(v));
-    int flagged = kl_test_goldens("attention_prefill", v, stderr) +
-                  kl_check_module(module(), v, kl_test_seed(stderr), stderr);
-    cr_assert_gt(flagged, 0, "mutant %s passed every golden case and the whole check catalogue", v->name);
+    /* Each on its own: the goldens carry the tolerance's claims (compare.c), and the fixed edges of
+     * the catalogue must cover the same classes whatever the seed draws. */
+    const int by_goldens = kl_test_goldens("attention_prefill", v, stderr);
+    const int by_catalogue = kl_check_module(module(), v, kl_test_seed(stderr), stderr);
+    cr_expect_gt(by_goldens, 0, "mutant %s passed every golden case", v->name);
+    cr_expect_gt(by_catalogue, 0, "mutant %s passed the whole check catalogue", v->name);
 }
 
 Test(attention_prefill_gpu, there_are_at_least_five_mutants)
