@@ -11,8 +11,9 @@ The long cases reuse a few distinct pages many times (page numbers may repeat in
 The last three are there for what the first ones never reach (lab/core/compare.c's attention
 rationale names them): several kv heads at GQA 1, 4 and 8 with requests of 900-1500 keys, split
 by v3/v4 into several chunks (chunks of 128-2048 keys, kernels/attention_decode/params.c), a P.V
-accumulated in the input dtype drifting past the bound, a running output never rescaled; beside a
-1-token and an empty request in the same batch.
+accumulated in the input dtype drifting past the bound, a running output never rescaled. The 16-bit
+ones hold no request of a few keys: its output, as large as v itself, would dominate rel_l2 and hide
+the long rows' drift; the fp32 one has an empty and a 1-token request beside its long ones.
 Run: python3 golden/gen/attention_decode.py && bash golden/gen/manifest.sh
 """
 import numpy as np

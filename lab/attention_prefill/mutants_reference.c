@@ -1,8 +1,9 @@
-/* Attention with one planted bug, on the CPU (mutants_reference.h says what for). Plain loops,
- * one (query, qo head) row at a time: the scores s_j = sm_scale q . k_j of the keys the row sees,
- * then the softmax and P.V, each bug perturbing the step a kernel with that bug gets wrong and
- * nothing else. Everything not perturbed is float64, so a caught mutant is caught for its bug
- * alone, not for rounding a real kernel adds on top. */
+/* Attention with one planted bug, on the CPU, and the harness that judges it on the goldens and
+ * the check catalogue (mutants_reference.h says what for). Plain loops, one (query, qo head) row
+ * at a time: the scores s_j = sm_scale q . k_j of the keys the row sees, then the softmax and P.V,
+ * each bug perturbing the step a kernel with that bug gets wrong and nothing else. Everything not
+ * perturbed is float64, so a caught mutant is caught for its bug alone, not for rounding a real
+ * kernel adds on top; FLOAT32_KERNEL is the other way round: the kernel's arithmetic, no bug. */
 #include "lab/attention_prefill/mutants_reference.h"
 
 #include <dirent.h>
