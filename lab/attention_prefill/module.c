@@ -280,10 +280,10 @@ struct kl_attention_prefill_problem *kl_attention_prefill_problem_random(const s
 /* The edge catalogue: every shape the kernels special-case, small enough for the float64 reference.
  * An edge whose kv_lens[0] is -1 is a batch of `batch` requests of q_len q_lens[0] whose kv_len -
  * q_len runs 0, 1, ..., batch - 1: the causal diagonal of a query tile's first row lands on every
- * key of a key tile of up to `batch` keys. Tiled kernels skip the mask on the key tiles
- * that tile row sees whole, so a mistake there shows at one offset per tile size only. The
- * variants' key tiles: 32 (v1; mma.cuh at head_dim 256), 64 (mma.cuh; hopper.cuh at head_dim
- * 256), 128 (hopper.cuh, head_dim <= 128). */
+ * key of a key tile of up to `batch` keys. Tiled kernels skip the mask on the key tiles that row
+ * sees whole, so a mistake there shows at one offset per tile size only. The variants' key tiles:
+ * 32 (v1; mma.cuh at head_dim 256), 64 (mma.cuh; hopper.cuh at head_dim 256), 128 (hopper.cuh,
+ * head_dim <= 128). */
 #define MAXB 5
 static const struct edge {
     int64_t batch, q_lens[MAXB], kv_lens[MAXB];
