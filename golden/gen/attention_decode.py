@@ -6,8 +6,14 @@ For request b, qo head h, kv head g = h // (qo_heads // kv_heads):
 Token t of b lives in page kv_indices[kv_indptr[b] + t // page_size], row t % page_size.
 Every cache row no request attends (free pages, the rows past kv_last_page_len in a last page)
 holds POISON, so a kernel reading past the end of a request gets a visibly wrong answer.
-The long case reuses a few distinct pages many times (page numbers may repeat in kv_indices):
+The long cases reuse a few distinct pages many times (page numbers may repeat in kv_indices):
 8192 attended tokens in 256 KB per cache, which keeps golden/ small.
+The last three are there for what the first ones never reach (lab/core/compare.c's attention
+rationale names them): several kv heads at GQA 1, 4 and 8 with requests of 900-1500 keys, split
+by v3/v4 into several chunks (chunks of 128-2048 keys, kernels/attention_decode/params.c), a P.V
+accumulated in the input dtype drifting past the bound, a running output never rescaled. The 16-bit
+ones hold no request of a few keys: its output, as large as v itself, would dominate rel_l2 and hide
+the long rows' drift; the fp32 one has an empty and a 1-token request beside its long ones.
 Run: python3 golden/gen/attention_decode.py && bash golden/gen/manifest.sh
 """
 import numpy as np
@@ -31,6 +37,9 @@ CASES = [
     ("ragged_odd_page3", "bf16", 8, 2, 128, 3, [1, 2, 3, 4, 50], 1.0, 0),
     ("fp32_gqa4_large_logits", "fp32", 8, 2, 64, 7, [29, 13], 30.0, 0),
     ("page1_gqa8", "bf16", 16, 2, 64, 1, [33, 7], 1.0, 0),
+    ("gqa4_split_kv1500_bf16", "bf16", 8, 2, 64, 16, [1500, 700, 0], 1.0, 8),
+    ("gqa8_split_page5_fp16", "fp16", 16, 2, 128, 5, [1200, 333], 1.0, 16),
+    ("mha_split_page1_fp32", "fp32", 4, 4, 64, 1, [900, 257, 0, 1], 1.0, 48),
 ]
 
 

@@ -8,7 +8,18 @@ For query i of the request and qo head h (kv head h // (qo_heads // kv_heads)):
     out[i, h] = softmax(s) @ v;  lse[i, h] = log(sum_j exp(s_j))   (natural log)
 Computed here in float64 with numpy from the exact stored inputs, independently of reference/.
 Pages are handed out in a random order from a cache with spare pages (random values too), so a
-kernel that ignores kv_indices or reads a wrong page fails.
+kernel that ignores kv_indices or reads a wrong page fails. Cases with a page pool (last column) draw
+every page of every request from that many distinct pages instead (page numbers repeat in
+kv_indices): hundreds of keys in a few KB of cache, which keeps golden/ small.
+
+The later cases are there for what the first ones never reach (each is named by a claim in
+lab/core/compare.c's attention rationale or by a test of lab/attention_prefill/test_attention_prefill.c):
+several kv heads at GQA 1, 4 and 8 (a kernel that reads kv head 0 for every qo head), requests of
+hundreds of keys in every dtype, past the largest key tile of any variant (128), so the running max
+grows after the first tile (a kernel that never rescales its running output) and a P.V accumulated in
+the input dtype drifts past the bound, and one batch of 128 requests with q_len 2 and kv_len - q_len
+= 0..127: every offset of the causal diagonal inside a key tile of 32, 64 or 128 keys (a mask whose
+tile-skip test is off by one row is wrong at exactly one offset per tile size).
 Run: /usr/bin/python3 golden/gen/attention_prefill.py && bash golden/gen/manifest.sh
 """
 import math
@@ -21,6 +32,7 @@ GEN = "golden/gen/attention_prefill.py"
 
 CASES = [
     # name, dtype, causal, q_lens, kv_lens, qo_heads, kv_heads, head_dim, page_size, spare pages, q scale, sm_scale
+    # [, page pool: 0 = distinct pages as needed]
     ("causal_prefill_gqa4_bf16", "bf16", True, [21], [21], 4, 1, 64, 16, 1, 1.0, None),
     ("noncausal_ragged_fp16", "fp16", False, [9, 14], [20, 31], 1, 1, 64, 16, 1, 1.0, None),
     ("extend_q37_kv300", "bf16", True, [37], [300], 1, 1, 64, 16, 1, 1.0, None),
@@ -31,6 +43,12 @@ CASES = [
     ("head_dim_128_extend", "bf16", True, [8], [20], 2, 1, 128, 16, 1, 1.0, None),
     ("head_dim_256_page8", "bf16", True, [9], [18], 1, 1, 256, 8, 1, 1.0, None),
     ("large_logits_bf16", "bf16", True, [24], [24], 2, 1, 64, 16, 1, 30.0, None),
+    ("gqa8_extend_kv520_bf16", "bf16", True, [16, 0, 5], [520, 9, 300], 16, 2, 64, 16, 1, 1.0, None, 10),
+    ("gqa4_noncausal_kv600_fp16", "fp16", False, [20, 13], [600, 333], 8, 2, 64, 16, 1, 1.0, None, 10),
+    ("mha_causal_q140_page1_fp32", "fp32", True, [140, 0, 60], [140, 5, 400], 2, 2, 64, 1, 1, 1.0, None, 64),
+    ("gqa8_ragged_page7_bf16", "bf16", True, [1, 0, 20, 0], [350, 20, 470, 0], 16, 2, 64, 7, 1, 1.0, None, 12),
+    ("causal_offsets_0_127_bf16", "bf16", True, [2] * 128, [2 + r for r in range(128)], 1, 1, 64, 16, 1, 1.0, None,
+     4),
 ]
 
 
@@ -63,12 +81,16 @@ def attention(q, kc, vc, qo_indptr, kv_indptr, kv_indices, last, causal, sm_scal
 
 def main():
     total = 0
-    for n, (name, dtype, causal, q_lens, kv_lens, hq, hk, d, page, spare, q_scale, scale) in enumerate(CASES):
+    for n, (name, dtype, causal, q_lens, kv_lens, hq, hk, d, page, spare, q_scale, scale, *pool) in enumerate(CASES):
         seed = 1000 + n
         rng = np.random.default_rng(seed)
         npages = [(kv + page - 1) // page for kv in kv_lens]
-        num_pages = sum(npages) + spare
-        order = rng.permutation(num_pages)[:sum(npages)].astype(np.int32)
+        if pool:
+            num_pages = pool[0] + spare
+            order = rng.integers(0, pool[0], size=sum(npages)).astype(np.int32)
+        else:
+            num_pages = sum(npages) + spare
+            order = rng.permutation(num_pages)[:sum(npages)].astype(np.int32)
         qo_indptr = np.concatenate([[0], np.cumsum(q_lens)]).astype(np.int32)
         kv_indptr = np.concatenate([[0], np.cumsum(npages)]).astype(np.int32)
         last = np.array([kv - (p - 1) * page if p else 0 for kv, p in zip(kv_lens, npages)], dtype=np.int32)

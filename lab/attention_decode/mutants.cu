@@ -5,19 +5,39 @@
  *   last_partial_page_dropped  kv_len counts whole pages only: a partly filled last page is skipped
  *   wrong_kv_head         qo head h reads kv head h % kv_heads (interleaved) instead of h / group
  *   pv_accumulated_in_dtype  the P.V accumulator is rounded to bf16/fp16 after every key
- *   lse_in_log2           lse = log2(sum exp(s)), FlashInfer's convention, where ours is ln */
+ *   lse_in_log2           lse = log2(sum exp(s)), FlashInfer's convention, where ours is ln
+ *   o_in_dtype_every_16   the accumulator rounded to bf16/fp16 every 16 keys only (the weaker form of
+ *                         pv_accumulated_in_dtype: what a tile-wise kernel storing O in bf16 does)
+ *   last_key_dropped      keys stop at kv_len - 1
+ *   no_rescale            the accumulator is not rescaled when the running max grows (l is)
+ *   kv_head_zero          every qo head reads kv head 0
+ *   no_sm_scale           the logits are q.k, sm_scale never applied
+ * lab/core/compare.c's attention rationale claims to catch each class; their float64 twins
+ * (lab/attention_prefill/mutants_reference.c) show on the CPU which goldens catch them. */
 #include "kernels/attention_decode/decode.cuh"
 #include "lab/core/registry.h"
 
-enum bug { NO_MAX, PARTIAL_PAGE_DROPPED, WRONG_KV_HEAD, ACC_IN_DTYPE, LSE_LOG2 };
+enum bug {
+    NO_MAX,
+    PARTIAL_PAGE_DROPPED,
+    WRONG_KV_HEAD,
+    ACC_IN_DTYPE,
+    LSE_LOG2,
+    ACC_IN_DTYPE_EVERY_16,
+    LAST_KEY_DROPPED,
+    NO_RESCALE,
+    KV_HEAD_ZERO,
+    NO_SM_SCALE
+};
 
 template <typename T, int BUG>
 static __global__ void decode_mutant(const kl_attention_decode_params p)
 {
     const int b = blockIdx.x, h = blockIdx.y, group = (int)(p.num_qo_heads / p.num_kv_heads), d = (int)p.head_dim;
-    const int g = BUG == WRONG_KV_HEAD ? h % (int)p.num_kv_heads : h / group;
+    const int g = BUG == WRONG_KV_HEAD ? h % (int)p.num_kv_heads : BUG == KV_HEAD_ZERO ? 0 : h / group;
     int n = kl::decode::kv_len(p, b);
     if (BUG == PARTIAL_PAGE_DROPPED) n -= n % (int)p.page_size;
+    if (BUG == LAST_KEY_DROPPED) n = max(0, n - 1);
     if (n == 0) return kl::decode::write_empty<T>(p, b, h, threadIdx.x, blockDim.x);
     const T *q = static_cast<const T *>(p.q) + ((int64_t)b * p.num_qo_heads + h) * d;
     float m = BUG == NO_MAX ? 0.f : -INFINITY, l = 0, acc[2] = {0, 0};
@@ -26,13 +46,14 @@ static __global__ void decode_mutant(const kl_attention_decode_params p)
         const T *k = static_cast<const T *>(p.k_cache) + at, *v = static_cast<const T *>(p.v_cache) + at;
         float part = 0;
         for (int i = threadIdx.x; i < d; i += blockDim.x) part += kl::to_f32(q[i]) * kl::to_f32(k[i]);
-        const float s = p.sm_scale * kl::block_sum(part);
+        const float s = (BUG == NO_SM_SCALE ? 1.f : p.sm_scale) * kl::block_sum(part);
         const float m_new = BUG == NO_MAX ? 0.f : fmaxf(m, s), alpha = expf(m - m_new), prob = expf(s - m_new);
         l = l * alpha + prob;
         for (int j = 0; j < 2; j++) {
             const int i = threadIdx.x + j * blockDim.x;
-            if (i < d) acc[j] = acc[j] * alpha + prob * kl::to_f32(v[i]);
-            if (BUG == ACC_IN_DTYPE) acc[j] = kl::to_f32(kl::from_f32<T>(acc[j]));
+            if (i < d) acc[j] = (BUG == NO_RESCALE ? acc[j] : acc[j] * alpha) + prob * kl::to_f32(v[i]);
+            if (BUG == ACC_IN_DTYPE || (BUG == ACC_IN_DTYPE_EVERY_16 && t % 16 == 15))
+                acc[j] = kl::to_f32(kl::from_f32<T>(acc[j]));
         }
         m = m_new;
     }
@@ -65,3 +86,13 @@ KL_VARIANT(attention_decode, mutant_pv_accumulated_in_dtype, launch<ACC_IN_DTYPE
            .summary = "P.V accumulated in the input dtype", .mutant = 1);
 KL_VARIANT(attention_decode, mutant_lse_in_log2, launch<LSE_LOG2>, .min_cc = 70, .summary = "lse in base 2",
            .mutant = 1);
+KL_VARIANT(attention_decode, mutant_o_in_dtype_every_16, launch<ACC_IN_DTYPE_EVERY_16>, .min_cc = 70,
+           .summary = "P.V accumulator rounded to the input dtype every 16 keys", .mutant = 1);
+KL_VARIANT(attention_decode, mutant_last_key_dropped, launch<LAST_KEY_DROPPED>, .min_cc = 70,
+           .summary = "the request's last key never attended", .mutant = 1);
+KL_VARIANT(attention_decode, mutant_no_rescale, launch<NO_RESCALE>, .min_cc = 70,
+           .summary = "accumulator not rescaled when the max grows", .mutant = 1);
+KL_VARIANT(attention_decode, mutant_kv_head_zero, launch<KV_HEAD_ZERO>, .min_cc = 70,
+           .summary = "every qo head reads kv head 0", .mutant = 1);
+KL_VARIANT(attention_decode, mutant_no_sm_scale, launch<NO_SM_SCALE>, .min_cc = 70,
+           .summary = "sm_scale never applied", .mutant = 1);

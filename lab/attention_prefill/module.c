@@ -277,7 +277,13 @@ struct kl_attention_prefill_problem *kl_attention_prefill_problem_random(const s
     return p;
 }
 
-/* The edge catalogue: every shape the kernels special-case, small enough for the float64 reference. */
+/* The edge catalogue: every shape the kernels special-case, small enough for the float64 reference.
+ * An edge whose kv_lens[0] is -1 is a batch of `batch` requests of q_len q_lens[0] whose kv_len -
+ * q_len runs 0, 1, ..., batch - 1: the causal diagonal of a query tile's first row lands on every
+ * key of a key tile of up to `batch` keys. Tiled kernels skip the mask on the key tiles that row
+ * sees whole, so a mistake there shows at one offset per tile size only. The variants' key tiles:
+ * 32 (v1; mma.cuh at head_dim 256), 64 (mma.cuh; hopper.cuh at head_dim 256), 128 (hopper.cuh,
+ * head_dim <= 128). */
 #define MAXB 5
 static const struct edge {
     int64_t batch, q_lens[MAXB], kv_lens[MAXB];
@@ -307,8 +313,13 @@ static const struct edge {
     {1, {130}, {1000}, 8, 2, 64, 16, false, KL_F16, 1, "long keys, non-causal"},
     {5, {200, 129, 64, 1, 255}, {200, 300, 64, 129, 400}, 8, 2, 128, 7, true, KL_BF16, 1,
      "ragged batch of many tiles, page 7"},
+    {128, {2}, {-1}, 8, 2, 128, 16, true, KL_BF16, 1, "causal diagonal at every offset of 128-key tiles"},
+    {128, {2}, {-1}, 16, 2, 64, 7, true, KL_F16, 1, "causal diagonal at every offset of 128-key tiles, GQA 8, page 7"},
+    {64, {3}, {-1}, 4, 2, 256, 16, true, KL_BF16, 1, "causal diagonal at every offset of 64-key tiles"},
+    {32, {2}, {-1}, 4, 2, 64, 1, true, KL_F32, 1, "causal diagonal at every offset of 32-key tiles in fp32"},
 };
 #define N_EDGES ((int)(sizeof kedges / sizeof kedges[0]))
+#define MAX_REQUESTS 128
 #define N_RANDOM 6
 
 /* snprintf at *off, never past len. */
@@ -342,17 +353,28 @@ static void *make(int i, uint64_t seed, char *label, size_t len)
             e.kv_lens[b] = e.q_lens[b] + kl_rng_range(&rng, 250);
         }
     }
+    const bool offsets = e.kv_lens[0] == -1;
+    int64_t q_lens[MAX_REQUESTS], kv_lens[MAX_REQUESTS];
+    KL_CHECK(e.batch <= MAX_REQUESTS, "edge %d: %lld requests, at most %d", i, (long long)e.batch, MAX_REQUESTS);
+    for (int64_t b = 0; b < e.batch; b++) {
+        q_lens[b] = offsets ? e.q_lens[0] : e.q_lens[b];
+        kv_lens[b] = offsets ? e.q_lens[0] + b : e.kv_lens[b];
+    }
     size_t off = 0;
     append(label, len, &off, "%s:batch=%lld,q=", e.what, (long long)e.batch);
-    for (int64_t b = 0; b < e.batch; b++) append(label, len, &off, "%s%lld", b ? "/" : "", (long long)e.q_lens[b]);
-    append(label, len, &off, ",kv=");
-    for (int64_t b = 0; b < e.batch; b++) append(label, len, &off, "%s%lld", b ? "/" : "", (long long)e.kv_lens[b]);
+    if (offsets) {
+        append(label, len, &off, "%lld,kv=q+0..%lld", (long long)e.q_lens[0], (long long)(e.batch - 1));
+    } else {
+        for (int64_t b = 0; b < e.batch; b++) append(label, len, &off, "%s%lld", b ? "/" : "", (long long)q_lens[b]);
+        append(label, len, &off, ",kv=");
+        for (int64_t b = 0; b < e.batch; b++) append(label, len, &off, "%s%lld", b ? "/" : "", (long long)kv_lens[b]);
+    }
     append(label, len, &off, ",heads=%lld/%lld,head_dim=%lld,page=%lld,%s,%s", (long long)e.qo_heads,
            (long long)e.kv_heads, (long long)e.head_dim, (long long)e.page_size, e.causal ? "causal" : "noncausal",
            kl_dtype_name(e.dtype));
     for (char *c = label; *c; c++)
         if (*c == ' ') *c = '_';
-    struct kl_attention_prefill_spec sp = {.batch = e.batch, .q_lens = e.q_lens, .kv_lens = e.kv_lens,
+    struct kl_attention_prefill_spec sp = {.batch = e.batch, .q_lens = q_lens, .kv_lens = kv_lens,
                                            .num_qo_heads = e.qo_heads, .num_kv_heads = e.kv_heads,
                                            .head_dim = e.head_dim, .page_size = e.page_size, .spare_pages = 3,
                                            .causal = e.causal, .dtype = e.dtype, .q_scale = e.q_scale};

@@ -125,15 +125,51 @@ struct kl_policy kl_policy_reference(bool exact)
  * + 2^-21 (absolute), plus 2^-23 |lse| for the final float32 roundings; its rel_l2 limit, 2^-12,
  * is only there for systematic errors (a log2 instead of ln is 0.44 relative, a missing sm_scale
  * more), the precision is carried by the element bound.
- * What the rows still let through: one key of n dropped moves an output element by about
- * |v - out| / n, inside the element bound once n > 1/u_p (256 keys in bf16), but its rel_l2 is
- * about 1/sqrt(n) against a limit near u_p: caught up to ~65k keys in bf16. Accumulating P.V in
- * bf16 loses ~sqrt(n) u per element: caught by rel_l2 from n ~ 4. No max subtraction overflows
- * to Inf/NaN on large logits: always caught. LSE in log2 is 1.44x: always caught. How the field
- * compares: flash-attention's tests ask for at most 2x the error of a PyTorch implementation in
- * the same low precision, FlashInfer uses about 1e-2 absolute for bf16; for bf16 at A ~ 10 our
- * element bound is about 0.006 max|v| and our rel_l2 limit u = 0.0039, tighter than both on
- * typical inputs and derived rather than tuned. */
+ * rel_l2 is taken over the whole output, so rows of a few keys, whose outputs are as large as v
+ * itself, dominate its norm and dilute the error of the long rows beside them.
+ *
+ * What the rows catch. Each claim below is a mutant (lab/attention_prefill/mutants_reference.h:
+ * the float64 computation with that one bug) judged with these policies on the goldens by the
+ * CPU tests of attention_decode and attention_prefill, which name the goldens that must catch it
+ * and fail if one does not; the same tests show a float32 computation of the kernel above
+ * passing every golden and catalogue problem. n is the number of keys a row attends.
+ * - sm_scale missing (logits sqrt(d) too large): out and lse, on every case with two keys or more.
+ * - lse in log2 (1.44x): lse, everywhere.
+ * - A wrong kv head (kv head 0 for every qo head, or h % kv_heads): out, wherever there are two
+ *   kv heads or more.
+ * - One key too many or too few on the causal diagonal: out, in every causal case with q_len > 1.
+ * - No max subtracted: exp overflows float32 once a logit passes ~88.7, and the NaN fails on the
+ *   goldens whose logits do (large_logits, large_logits_bf16). Below that the output is right up
+ *   to rounding: nothing catches it there, and nothing needs to.
+ * - The running output not rescaled when a later key tile raises the max: out, on the goldens
+ *   whose rows span several key tiles (of 16, 64 or 128 keys). A row that reaches only a few keys
+ *   into its second tile may never raise its max there, and passes.
+ * - A tiled causal mask whose skip test uses the tile's second row: at one (kv_len - q_len) mod
+ *   tile_k offset per tile, the tile's first row sees one extra key of weight ~1/n. lse catches it
+ *   whenever that weight beats its bound (about (d + 5) 2^-24 A + n 2^-24): rows up to a couple of
+ *   thousand keys, so at every tile size of the variants on the golden that holds every offset.
+ *   out catches it only where weight x |v - out| exceeds u_p max|v|: on that golden at tiles of 32
+ *   and 64 keys, not at 128 (n ~ 127 there).
+ * - The request's last key dropped: its weight w ~ 1/n moves each element of a row by w |v - out|,
+ *   a relative change of ~sqrt(n_eff)/n (n_eff: the softmax's effective number of keys, n for
+ *   independent random keys). out's rel_l2 catches it where the rows that lose it carry the norm
+ *   (decode, non-causal prefill; shown up to 1500 keys, and by this estimate up to n ~ 1/u_p^2,
+ *   65k keys in bf16, of independent values), and its element bound on short rows. Under causal
+ *   prefill only the last query loses it, and out catches it on the extend goldens (few queries,
+ *   hundreds of keys). lse catches it up to a couple of thousand keys (as above). A key whose
+ *   weight is below both bounds (large logits put nearly all the weight on a few keys) is not
+ *   caught, and dropping it changes nothing beyond rounding.
+ * - P.V accumulated in the input dtype (the accumulator rounded every 16 keys): each rounding
+ *   adds ~u/sqrt(3) of the running sum, ~u sqrt(n/96) relative in all: out's rel_l2 catches it on
+ *   rows of a few hundred keys and more (goldens of 300 to 8192 keys). Below ~100 keys it is no
+ *   larger than what a correct kernel's rounding of P already does, and passes.
+ * - The logits rounded to the input dtype (each off by up to u |s|): lse, on 16-bit goldens of up to
+ *   a few hundred keys; out only with large logits, or at the margin on a long row. Over thousands
+ *   of keys the errors average out below both bounds.
+ * How the field compares: flash-attention's tests ask for at most 2x the error of a PyTorch
+ * implementation in the same low precision, FlashInfer uses about 1e-2 absolute for bf16; for
+ * bf16 at A ~ 10 our element bound is about 0.006 max|v| and our rel_l2 limit u = 0.0039, tighter
+ * than both on typical inputs and derived rather than tuned. */
 static double unit_roundoff(enum kl_dtype t)
 {
     return t == KL_BF16 ? 0x1p-8 : t == KL_F16 ? 0x1p-11 : 0x1p-24;
@@ -172,10 +208,23 @@ const char kl_attention_tolerance_text[] =
     "The whole output must also hold `rel_l2 <= max(u_p, u_out) + 2 (sqrt(d) + 8) 2^-24 A + 2^-21 + 2 sqrt(n) 2^-24`: "
     "the typical, not the worst, error (independent roundings of P and of out give about 0.6 u together). `lse` "
     "(natural log) may differ by `(d + 5) 2^-24 A + n 2^-24 + 2^-21 + 2^-23 |lse|`; its rel_l2 limit 2^-12 only "
-    "catches systematic errors. What these rows still let through: one dropped key of n moves each element by about "
-    "|v - out|/n, inside the element bound once n > 1/u_p, but moves rel_l2 by about 1/sqrt(n), so it is caught up "
-    "to about 65k keys in bf16; P.V accumulated in bf16 is caught by rel_l2 from a few keys on; no max subtraction "
-    "overflows on large logits and LSE in log2 is 1.44x: both always caught. For comparison, flash-attention's tests "
+    "catches systematic errors. A float32 computation of that kernel passes every golden case and check problem.\n\n"
+    "What the rows catch, each a planted bug judged on the golden cases by the module's CPU tests, which fail if a "
+    "named case lets it through: a missing sm_scale (out and lse), lse in log2 (lse), a wrong kv head (out, on every "
+    "case with two kv heads or more), a key too many or too few on the causal diagonal (out), a running output never "
+    "rescaled when a later key tile raises the max (out, on rows of several key tiles), no max subtracted (NaN "
+    "where a logit passes ~88; below that the output is right and nothing catches it). A tiled causal mask "
+    "whose skip test uses the tile's second row gives one row per tile one extra key at a single offset of "
+    "(kv_len - q_len) mod the tile size: lse catches it at every tile size on the case that holds every offset, out "
+    "at tiles of 32 and 64 keys but not 128, where the key's weight (~1/127) times |v - out| stays inside u max|v|. "
+    "The last key dropped moves a row by about sqrt(n)/n relative: out catches it where the rows that lose it carry "
+    "the output (decode, non-causal prefill: shown up to 1500 keys, estimated up to n ~ 1/u^2, 65k in bf16) and on "
+    "short rows, lse up to a couple of thousand keys; a key of negligible weight (large logits) is not caught, nor "
+    "does it matter. P.V accumulated in the input dtype (rounded every 16 keys) drifts by about u sqrt(n/96): out "
+    "catches it on rows of a few hundred keys and more, not below ~100 keys, where it is no larger than a correct "
+    "kernel's rounding of P. Logits rounded to the input dtype: lse catches them on 16-bit cases of up to a few "
+    "hundred keys, out only with large logits or at the margin on a long row. rel_l2 spans the whole output, so short "
+    "rows (outputs as large as v) dilute the error of long rows beside them. For comparison, flash-attention's tests "
     "allow twice the error of a PyTorch implementation in the same precision and FlashInfer about 1e-2 absolute in "
     "bf16; ours is derived from u and the reduction lengths, and tighter on typical inputs.";
 
