@@ -229,7 +229,7 @@ run 0 outdeep "$kl" report --results lab/tests/report_fixture/data --out "$h/dee
 
 # 8. new-variant caps the name (it becomes a file name and C identifiers).
 longname=v1_$(printf 'a%.0s' $(seq 250))
-run 2 newlong "$kl" new-variant rmsnorm "$longname" && [ ! -e "kernels/rmsnorm/$longname.cu" ] \
+run 2 newlong "$kl" new-variant rmsnorm "$longname" --source-dir "$tmp/nvsrc" && [ ! -e "kernels/rmsnorm/$longname.cu" ] \
   && ok "new-variant refuses a 253-character name" || bad "new-variant long name: $(cat "$tmp/e_newlong")"
 rm -f "kernels/rmsnorm/$longname.cu" 2> /dev/null
 

@@ -28,7 +28,8 @@ strong() { nm -g --defined-only "$1" | awk '$2 ~ /^[TDBRC]$/ {print $3}' | sort 
 # The copy's strong symbols that the built kernlab defines already: a second definition at link.
 clashes() { comm -12 <(strong "$1") <(nm --defined-only "$kl" | awk '$2 ~ /^[TDBRC]$/ {print $3}' | sort -u); }
 # Code of a file without its opening comment and summary (they name the original, on purpose).
-body() { awk 'NR == 1 && /^\/\*/ {c = 1} c && /\*\// {c = 0; next} !c' "$1" | grep -v '\.summary = "a copy of'; }
+# Written to a file, not piped into grep -q: with pipefail an early exit of grep is a failure.
+body() { awk 'NR == 1 && /^\/\*/ {c = 1} c && /\*\// {c = 0; next} !c' "$1" | grep -v '\.summary = "a copy of' > "$tmp/body"; }
 
 # ---- rmsnorm: the default is the gated variant (v3 on sm_90), the number the next free one.
 nv rmsnorm my_idea; rc=$?
@@ -42,10 +43,11 @@ done
 grep -qE 'KL_VARIANT\(rmsnorm, v4_my_idea, launch, \.min_cc = 70,' "$f" \
   && grep -q '\.summary = "a copy of v3_pdl_residual_early, to be edited' "$f" \
   && ok "the copy registers as v4_my_idea, its summary says whose copy it is" || bad "registration: $(grep -A1 KL_VARIANT "$f")"
-old=$(body "$f" | grep -nE 'rmsnorm_v3|KL_V3_VPT|"[^"]*v3_pdl_residual_early' )
-[ -z "$old" ] && body "$f" | grep -q 'rmsnorm_v4<' && body "$f" | grep -q 'kl_rmsnorm_check_params(p, "v4_my_idea")' \
+body "$f"
+old=$(grep -nE 'rmsnorm_v3|KL_V3_VPT|"[^"]*v3_pdl_residual_early' "$tmp/body")
+[ -z "$old" ] && grep -q 'rmsnorm_v4<' "$tmp/body" && grep -q 'kl_rmsnorm_check_params(p, "v4_my_idea")' "$tmp/body" \
   && ok "kernel names, macros and messages renamed (rmsnorm_v3 -> rmsnorm_v4)" || bad "old names left: $old"
-head -3 "$f" | grep -q "^/\* v4_my_idea: TODO" && grep -q "this file is a copy of v3_pdl_residual_early" "$f" \
+grep -q "^/\* v4_my_idea: TODO" <(head -1 "$f") && grep -q "this file is a copy of v3_pdl_residual_early" "$f" \
   && ! grep -q "What changed from v2" "$f" && ok "the opening comment is a TODO naming the original" \
   || bad "header: $(head -8 "$f")"
 diff <(grep '^#include' kernels/rmsnorm/v3_pdl_residual_early.cu) <(grep '^#include' "$f") > /dev/null \
@@ -61,8 +63,8 @@ nv rmsnorm v2_x; rc=$?
   && [ ! -e "$src/kernels/rmsnorm/v2_x.cu" ] && ok "a taken number is refused, naming the next free one (v5: the file just written counts)" \
   || bad "taken number: rc=$rc $(cat "$tmp/err")"
 nv rmsnorm v7_explicit --from v0_naive; rc=$?
-[ $rc -eq 0 ] && [ -s "$src/kernels/rmsnorm/v7_explicit.cu" ] && grep -q 'rmsnorm_v7' "$src/kernels/rmsnorm/v7_explicit.cu" \
-  && ! body "$src/kernels/rmsnorm/v7_explicit.cu" | grep -q 'rmsnorm_v0' && ok "--from v0_naive with a free number of one's own" \
+body "$src/kernels/rmsnorm/v7_explicit.cu"
+[ $rc -eq 0 ] && grep -q 'rmsnorm_v7' "$tmp/body" && ! grep -q 'rmsnorm_v0' "$tmp/body" && ok "--from v0_naive with a free number of one's own" \
   || bad "--from: rc=$rc $(cat "$tmp/err")"
 nv rmsnorm; rc=$?
 [ $rc -eq 0 ] && [ -s "$src/kernels/rmsnorm/v8_my_idea.cu" ] && ok "no NAME: v8_my_idea, after the highest (v7)" \
@@ -85,7 +87,7 @@ if [ $rc -eq 0 ] && [ -s "$f" ]; then
   ok "radix: v2_simd_copy.c, a copy of the gated v1_simd"
   if "$cc" -std=gnu11 -O1 -I"$src" -c "$f" -o "$tmp/radix.o" 2> "$tmp/cc_err"; then
     c=$(clashes "$tmp/radix.o")
-    [ -z "$c" ] && strong "$tmp/radix.o" | grep -q kl_radix_cmp_simd_v2 \
+    [ -z "$c" ] && grep -q kl_radix_cmp_simd_v2 <(strong "$tmp/radix.o") \
       && ok "radix copy compiles and defines nothing kernlab defines (kl_radix_cmp_simd -> kl_radix_cmp_simd_v2)" \
       || bad "radix copy would not link: $c"
   else bad "radix copy does not compile: $(head -20 "$tmp/cc_err")"; fi
@@ -95,8 +97,9 @@ else bad "radix: rc=$rc $(cat "$tmp/err")"; fi
 nv attention_prefill --from v10_pingpong; rc=$?
 f=$src/kernels/attention_prefill/v11_my_idea.cu
 [ $rc -eq 0 ] && [ -s "$f" ] && ok "attention_prefill --from v10_pingpong: v11_my_idea.cu" || bad "prefill: rc=$rc $(cat "$tmp/err")"
-old=$(body "$f" | grep -nE 'prefill_v10\b|"[^"]*v10_pingpong')
-[ -z "$old" ] && body "$f" | grep -q 'prefill_v11<T, D>' && grep -qE 'KL_VARIANT\(attention_prefill, v11_my_idea, launch, \.min_cc = 90' "$f" \
+body "$f"
+old=$(grep -nE 'prefill_v10\b|"[^"]*v10_pingpong' "$tmp/body")
+[ -z "$old" ] && grep -q 'prefill_v11<T, D>' "$tmp/body" && grep -qE 'KL_VARIANT\(attention_prefill, v11_my_idea, launch, \.min_cc = 90' "$f" \
   && ok "no old kernel name or message left (prefill_v10 -> prefill_v11)" || bad "prefill: old names left: $old"
 diff <(grep '^#include' kernels/attention_prefill/v10_pingpong.cu) <(grep '^#include' "$f") > /dev/null \
   && grep -q '^namespace {' "$f" && grep -q '^} // namespace' "$f" \
@@ -106,7 +109,7 @@ if [ -x "$nvcc" ]; then
   if "$nvcc" -std=c++20 --expt-relaxed-constexpr -D_GNU_SOURCE -I"$src" --generate-code=arch=compute_90a,code=sm_90a \
        -x cu -c "$f" -o "$tmp/prefill.o" 2> "$tmp/nvcc_err"; then
     c=$(clashes "$tmp/prefill.o")
-    [ -z "$c" ] && strong "$tmp/prefill.o" | grep -q kl_variant_ptr_attention_prefill_v11_my_idea \
+    [ -z "$c" ] && grep -q kl_variant_ptr_attention_prefill_v11_my_idea <(strong "$tmp/prefill.o") \
       && ok "the prefill copy compiles (nvcc -c, sm_90a) and defines nothing kernlab defines" || bad "prefill copy would not link: $c"
   else bad "the prefill copy does not compile: $(grep -m5 error "$tmp/nvcc_err")"; fi
   f=$src/kernels/rmsnorm/v4_my_idea.cu
