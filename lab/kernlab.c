@@ -1,16 +1,10 @@
-/* kernlab: the lab's one command (DESIGN.md section 3).
+/* kernlab: the lab's one command (lab/CONTRACTS.md section 3).
  *
- *   kernlab list
- *   kernlab verify CASE_DIR... [--reference | --variant NAME | --all]
- *   kernlab check MODULE [--variant NAME] [--seed N]
- *   kernlab ceilings
- *   kernlab bench MODULE|all [--variant NAME] [--workload NAME] [--json FILE] [--gate] [--counters] [--peers]
- *   kernlab report [--results DIR] [--out DIR]
- *   kernlab story [--layers N] [--prompt N] [--shared N] [--steps N] [--seed N] [--out DIR] [--tiny]
- *   kernlab new-variant MODULE NAME
+ *   kernlab list | verify | check | ceilings | bench | report | story | new-variant | help
  *
- * Results go to stdout, errors to stderr naming the file or argument at fault; usage errors
- * exit 2. */
+ * Every command parses its arguments with lab/core/args.h and answers --help on stdout. Results
+ * go to stdout, errors to stderr naming the file or argument at fault. Exit status: 0 success,
+ * 1 a failure, 2 a usage error, 77 nothing could be run here (ctest's skip). */
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
@@ -26,24 +20,6 @@
 #include "lab/core/registry.h"
 #include "lab/kernlab.h"
 
-static int usage(void)
-{
-    fprintf(stderr,
-            "usage: kernlab <command> [args]\n"
-            "  list                                   modules and variants\n"
-            "  verify CASE_DIR... [--reference | --variant NAME | --all]\n"
-            "                                         check golden cases (a directory of cases is searched)\n"
-            "  check MODULE [--variant NAME] [--seed N]\n"
-            "                                         fresh random inputs + edge cases, variants vs the reference\n"
-            "  ceilings                               measure this GPU's ceilings\n"
-            "  bench MODULE|all [--variant NAME] [--workload NAME] [--json FILE] [--gate] [--counters] [--peers]\n"
-            "  report [--results DIR] [--out DIR]     write the guides from results\n"
-            "  story [--layers N] [--prompt N] [--shared N] [--steps N] [--seed N] [--out DIR] [--tiny]\n"
-            "                                         a Llama-shaped forward pass told kernel by kernel (story --help)\n"
-            "  new-variant MODULE NAME                write a variant skeleton (kernels/MODULE/NAME.cu)\n");
-    return 2;
-}
-
 static const char *cc_str(int cc, char *buf, size_t len)
 {
     if (cc == 0) snprintf(buf, len, "cpu");
@@ -51,9 +27,20 @@ static const char *cc_str(int cc, char *buf, size_t len)
     return buf;
 }
 
+static int cmd_list(int argc, char **argv);
+static const struct kl_opt list_opts[] = {{0}};
+static const struct kl_command list_command = {
+    .name = "list",
+    .summary = "modules and their variants: name, minimum compute capability, one line each",
+    .opts = list_opts,
+    .run = cmd_list,
+};
+
 static int cmd_list(int argc, char **argv)
 {
-    if (argc > 0) return fprintf(stderr, "kernlab list: unexpected argument '%s'\n", argv[0]), 2;
+    struct kl_optval opt[1];
+    int n, rc = kl_args_parse(&list_command, argc, argv, opt, NULL, &n);
+    if (rc >= 0) return rc;
     char cc[16];
     int width = 34; /* the longest module/variant name sets the column */
     for (int i = 0; i < kl_module_count(); i++)
@@ -204,40 +191,74 @@ static bool any_module_has(const char *variant)
     return false;
 }
 
+static int cmd_verify(int argc, char **argv);
+enum { VERIFY_REFERENCE, VERIFY_VARIANT, VERIFY_ALL };
+static const struct kl_opt verify_opts[] = {
+    [VERIFY_REFERENCE] = {"--reference", KL_OPT_FLAG, NULL, "the CPU reference only (runs anywhere)"},
+    [VERIFY_VARIANT] = {"--variant", KL_OPT_VALUE, "NAME", "this variant only (not the reference)"},
+    [VERIFY_ALL] = {"--all", KL_OPT_FLAG, NULL, "the reference and every variant, attempted even where they cannot run"},
+    {0},
+};
+static const struct kl_command verify_command = {
+    .name = "verify",
+    .operands = "CASE_DIR...",
+    .min_operands = 1,
+    .max_operands = -1,
+    .summary = "check golden cases; a directory of cases (golden/, golden/rmsnorm/) is searched",
+    .details = "Default: the reference and every variant this machine can run. One line per case and\n"
+               "implementation: PASS|FAIL|SKIP <module> <case> <impl> rel_l2=<x> max_abs=<y> [why]. A malformed\n"
+               "case is one FAIL line naming the file. The case format: lab/CONTRACTS.md section 4.\n"
+               "exit: 0 nothing failed, 1 a FAIL, 2 usage (a CASE_DIR that does not exist), 77 nothing could run\n",
+    .opts = verify_opts,
+    .run = cmd_verify,
+};
+
 static int cmd_verify(int argc, char **argv)
 {
-    enum { DEFAULT, REFERENCE, ONE, ALL } mode = DEFAULT;
-    const char *only = NULL;
-    struct walk w = {0};
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--reference") == 0) mode = REFERENCE;
-        else if (strcmp(argv[i], "--all") == 0) mode = ALL;
-        else if (strcmp(argv[i], "--variant") == 0) {
-            if (!(only = kl_opt_value("verify", argc, argv, &i))) return 2;
-            mode = ONE;
-        } else if (argv[i][0] == '-' && argv[i][1] == '-') {
-            return fprintf(stderr, "kernlab verify: unknown option '%s'\n", argv[i]), 2;
-        } else {
-            /* The whole argument, however long: a copy cut to a fixed buffer could name
-             * another case, which would then PASS in its place. */
-            char *path = strdup(argv[i]);
-            KL_CHECK(path, "out of memory");
-            for (size_t k = strlen(path); k > 1 && path[k - 1] == '/'; k--) path[k - 1] = 0;
-            collect_cases(path, true, &w);
-            free(path);
+    struct kl_optval opt[3];
+    const char **paths = malloc(sizeof *paths * (size_t)(argc + 1));
+    KL_CHECK(paths, "out of memory");
+    int npaths, rc = kl_args_parse(&verify_command, argc, argv, opt, paths, &npaths);
+    if (rc >= 0) return free(paths), rc;
+    if (opt[VERIFY_REFERENCE].set + opt[VERIFY_VARIANT].set + opt[VERIFY_ALL].set > 1)
+        return free(paths), kl_usage_error(&verify_command, "--reference, --variant and --all exclude each other");
+    enum { DEFAULT, REFERENCE, ONE, ALL } mode = opt[VERIFY_REFERENCE].set ? REFERENCE
+                                                 : opt[VERIFY_VARIANT].set ? ONE
+                                                 : opt[VERIFY_ALL].set     ? ALL
+                                                                           : DEFAULT;
+    const char *only = opt[VERIFY_VARIANT].value;
+    if (only && !any_module_has(only))
+        return free(paths), kl_usage_error(&verify_command, "--variant '%s': no module has such a variant (kernlab list shows them)",
+                                           only);
+    /* Every path exists before anything runs: a typo is a usage error naming it, not a FAIL line. */
+    for (int i = 0; i < npaths; i++) {
+        struct stat st;
+        const bool found = stat(paths[i], &st) == 0;
+        if (!found || !S_ISDIR(st.st_mode)) {
+            rc = kl_usage_error(&verify_command, "CASE_DIR '%s': %s", paths[i], found ? "not a directory" : strerror(errno));
+            return free(paths), rc;
         }
     }
-    if (only && !any_module_has(only))
-        return fprintf(stderr, "kernlab verify: --variant '%s': no module has such a variant (kernlab list shows them)\n",
-                       only), 2;
+    struct walk w = {0};
+    for (int i = 0; i < npaths; i++) {
+        /* The whole argument, however long: a copy cut to a fixed buffer could name
+         * another case, which would then PASS in its place. */
+        char *path = strdup(paths[i]);
+        KL_CHECK(path, "out of memory");
+        for (size_t k = strlen(path); k > 1 && path[k - 1] == '/'; k--) path[k - 1] = 0;
+        collect_cases(path, true, &w);
+        free(path);
+    }
+    free(paths);
     char **dirs = w.cases;
     int ndirs = w.n;
     free(w.seen);
-    if (ndirs == 0) return fprintf(stderr, "kernlab verify: no CASE_DIR given (or none found under it)\n"), 2;
+    if (ndirs == 0) return kl_usage_error(&verify_command, "no case found under the CASE_DIRs given");
 
     char why[256];
     const int cc = kl_device_cc(why, sizeof why);
     int fails = 0, passes = 0, skips = 0, unrunnable = 0;
+    char first_skip[sizeof ((struct kl_verdict *)0)->why] = "";
     for (int i = 0; i < ndirs; i++) {
         struct kl_case c;
         struct kl_err err = {{0}};
@@ -275,63 +296,137 @@ static int cmd_verify(int argc, char **argv)
             kl_verify_case(m, &c, var, &v);
             print_verdict(m->name, c.name, var->name, &v);
             fails += v.status == KL_FAIL, passes += v.status == KL_PASS, skips += v.status == KL_SKIP;
+            if (v.status == KL_SKIP && !first_skip[0]) snprintf(first_skip, sizeof first_skip, "%s", v.why);
         }
         kl_case_close(&c);
         free(dirs[i]);
     }
     free(dirs);
+    /* stdout first: with both sent to one file, the summary never lands inside a verdict line. */
+    fflush(stdout);
+    if (passes + fails == 0) {
+        fprintf(stderr, "verify: nothing checked: %d skipped (%s)\n", skips + unrunnable,
+                first_skip[0] ? first_skip : cc ? "needs a newer GPU" : why);
+        return KL_EXIT_NOTHING_RUN;
+    }
     fprintf(stderr, "verify: %d passed, %d failed, %d skipped", passes, fails, skips);
     if (unrunnable) fprintf(stderr, "; %d GPU variant runs not attempted (%s)", unrunnable, cc ? "needs a newer GPU" : why);
     fprintf(stderr, "\n");
-    return fails ? 1 : 0;
+    return fails ? KL_EXIT_FAIL : KL_EXIT_OK;
 }
 
 /* ---- check ---- */
 
+static int cmd_check(int argc, char **argv);
+enum { CHECK_VARIANT, CHECK_SEED };
+static const struct kl_opt check_opts[] = {
+    [CHECK_VARIANT] = {"--variant", KL_OPT_VALUE, "NAME", "this variant only (default: the reference part, then every variant)"},
+    [CHECK_SEED] = {"--seed", KL_OPT_NUMBER, "N", "the random inputs' seed (default: the clock; printed first, for a replay)"},
+    {0},
+};
+static const struct kl_command check_command = {
+    .name = "check",
+    .operands = "MODULE",
+    .min_operands = 1,
+    .max_operands = 1,
+    .summary = "fresh random inputs and the edge-case catalogue, every variant against the reference",
+    .details = "One line per problem, as verify. Without --variant the reference part comes first (the module's\n"
+               "golden cases and the catalogue through the CPU reference). The last line says how many variant\n"
+               "runs were judged, or \"nothing checked\" and why when no variant could run here.\n"
+               "exit: 0 nothing failed, 1 a FAIL (or a module with no checker), 2 usage,\n"
+               "      77 nothing checked (no variant could run here: no GPU, or one too old)\n",
+    .opts = check_opts,
+    .run = cmd_check,
+};
+
 static int cmd_check(int argc, char **argv)
 {
-    const char *module = NULL, *only = NULL, *seed_s = NULL;
-    uint64_t seed = (uint64_t)time(NULL);
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--variant") == 0) {
-            if (!(only = kl_opt_value("check", argc, argv, &i))) return 2;
-        } else if (strcmp(argv[i], "--seed") == 0) {
-            if (!(seed_s = kl_opt_value("check", argc, argv, &i))) return 2;
-            if (!kl_parse_u64(seed_s, &seed))
-                return fprintf(stderr, "kernlab check: --seed '%s' is not a number (want a decimal integer >= 0)\n",
-                               seed_s), 2;
-        } else if (argv[i][0] == '-') return fprintf(stderr, "kernlab check: unknown option '%s'\n", argv[i]), 2;
-        else if (!module) module = argv[i];
-        else return fprintf(stderr, "kernlab check: unexpected argument '%s'\n", argv[i]), 2;
-    }
-    if (!module) return fprintf(stderr, "kernlab check: no MODULE given\n"), 2;
+    struct kl_optval opt[2];
+    const char *module;
+    int n, rc = kl_args_parse(&check_command, argc, argv, opt, &module, &n);
+    if (rc >= 0) return rc;
+    const uint64_t seed = opt[CHECK_SEED].set ? opt[CHECK_SEED].number : (uint64_t)time(NULL);
     const struct kl_module *m = kl_module_find(module);
-    if (!m) return fprintf(stderr, "kernlab check: unknown module '%s' (kernlab list shows them)\n", module), 2;
+    if (!m) return kl_usage_error(&check_command, "unknown module '%s' (kernlab list shows them)", module);
+    const char *only = opt[CHECK_VARIANT].value;
     const struct kl_variant *v = NULL;
     if (only && !(v = kl_variant_find(module, only)))
-        return fprintf(stderr, "kernlab check: --variant '%s': no such variant of %s\n", only, module), 2;
+        return kl_usage_error(&check_command, "--variant '%s': no such variant of %s", only, module);
     printf("seed %llu (replay with --seed %llu)\n", (unsigned long long)seed, (unsigned long long)seed);
-    int failures = kl_check_module(m, v, seed, stdout);
-    fprintf(stderr, "check %s: %d failure%s\n", module, failures, failures == 1 ? "" : "s");
-    return failures ? 1 : 0;
+    struct kl_check_tally t;
+    kl_check_run(m, v, seed, stdout, &t);
+    fflush(stdout); /* before the summary on stderr: one file holding both keeps every line whole */
+    if (!t.judged && !t.failures) return fprintf(stderr, "check %s: nothing checked: %s\n", module, t.why), KL_EXIT_NOTHING_RUN;
+    fprintf(stderr, "check %s: %d failure%s", module, t.failures, t.failures == 1 ? "" : "s");
+    if (t.judged) fprintf(stderr, " in %d variant run%s (%d skipped)\n", t.judged, t.judged == 1 ? "" : "s", t.skipped);
+    else fprintf(stderr, "; nothing checked: %s\n", t.why);
+    return t.failures ? KL_EXIT_FAIL : KL_EXIT_OK;
+}
+
+/* ---- help and dispatch ---- */
+
+static int cmd_help(int argc, char **argv);
+static const struct kl_opt help_opts[] = {{0}};
+static const struct kl_command help_command = {
+    .name = "help",
+    .operands = "[COMMAND]",
+    .max_operands = 1,
+    .summary = "this list, or one command's usage (the same as kernlab COMMAND --help)",
+    .opts = help_opts,
+    .run = cmd_help,
+};
+
+static const struct kl_command *const commands[] = {
+    &list_command, &verify_command, &check_command, &kl_ceilings_command, &kl_bench_command,
+    &kl_report_command, &kl_story_command, &kl_new_variant_command, &help_command,
+};
+enum { N_COMMANDS = sizeof commands / sizeof commands[0] };
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: kernlab COMMAND [ARGS]   (kernlab COMMAND --help: that command's options)\n");
+    for (int i = 0; i < N_COMMANDS; i++) {
+        fprintf(f, "  ");
+        kl_args_synopsis(commands[i], f);
+        fprintf(f, "\n      %s\n", commands[i]->summary);
+    }
+    fprintf(f, "exit: 0 success, 1 a failure, 2 a usage error, 77 nothing could run here (ctest's skip code).\n"
+               "The contracts (case format, results, targets, exit codes): lab/CONTRACTS.md\n");
+}
+
+static const struct kl_command *find_command(const char *name)
+{
+    for (int i = 0; i < N_COMMANDS; i++)
+        if (strcmp(commands[i]->name, name) == 0) return commands[i];
+    return NULL;
+}
+
+static int cmd_help(int argc, char **argv)
+{
+    struct kl_optval opt[1];
+    const char *name = NULL;
+    int n, rc = kl_args_parse(&help_command, argc, argv, opt, &name, &n);
+    if (rc >= 0) return rc;
+    if (!name) return usage(stdout), KL_EXIT_OK;
+    const struct kl_command *c = find_command(name);
+    if (!c) return kl_usage_error(&help_command, "unknown command '%s'", name);
+    kl_args_usage(c, stdout);
+    return KL_EXIT_OK;
 }
 
 int main(int argc, char **argv)
 {
     /* A rank process this binary started for a multi-GPU module (lab/core/ranks.h): not a command. */
     if (kl_rank_argv(argc, argv)) return kl_rank_main(argc - 2, argv + 2);
-    if (argc < 2) return usage();
-    const char *cmd = argv[1];
-    argc -= 2, argv += 2;
-    if (strcmp(cmd, "list") == 0) return cmd_list(argc, argv);
-    if (strcmp(cmd, "verify") == 0) return cmd_verify(argc, argv);
-    if (strcmp(cmd, "check") == 0) return cmd_check(argc, argv);
-    if (strcmp(cmd, "ceilings") == 0) return kl_cmd_ceilings(argc, argv);
-    if (strcmp(cmd, "bench") == 0) return kl_cmd_bench(argc, argv);
-    if (strcmp(cmd, "report") == 0) return kl_cmd_report(argc, argv);
-    if (strcmp(cmd, "new-variant") == 0) return kl_cmd_new_variant(argc, argv);
-    if (strcmp(cmd, "story") == 0) return kl_cmd_story(argc, argv);
-    if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "help") == 0) return usage(), 0;
-    fprintf(stderr, "kernlab: unknown command '%s'\n", cmd);
-    return usage();
+    /* Whole lines: stdout sent to a file with stderr never breaks a line in two. */
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc < 2) return usage(stderr), KL_EXIT_USAGE;
+    const char *name = argv[1];
+    if (strcmp(name, "-h") == 0 || strcmp(name, "--help") == 0) return usage(stdout), KL_EXIT_OK;
+    const struct kl_command *c = find_command(name);
+    if (!c) {
+        fprintf(stderr, "kernlab: unknown command '%s'\n", name);
+        return usage(stderr), KL_EXIT_USAGE;
+    }
+    return c->run(argc - 2, argv + 2);
 }

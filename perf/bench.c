@@ -276,14 +276,25 @@ int kl_bench_module(const struct kl_bench_args *a)
 
 /* ---- commands ---- */
 
+enum { CEIL_JSON };
+static const struct kl_opt ceilings_opts[] = {
+    [CEIL_JSON] = {"--json", KL_OPT_VALUE, "FILE", "also write the ceilings as one JSON object to FILE"},
+    {0},
+};
+const struct kl_command kl_ceilings_command = {
+    .name = "ceilings",
+    .summary = "measure this GPU's ceilings: copy and read bandwidth, GEMM rate, launch floor, clocks",
+    .details = "The method: lab/CONTRACTS.md section 6. exit: 0, 1 no GPU or a failed measurement, 2 usage\n",
+    .opts = ceilings_opts,
+    .run = kl_cmd_ceilings,
+};
+
 int kl_cmd_ceilings(int argc, char **argv)
 {
-    const char *json = NULL;
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--json") == 0) {
-            if (!(json = kl_opt_value("ceilings", argc, argv, &i))) return 2;
-        } else return fprintf(stderr, "kernlab ceilings: unknown argument '%s'\n", argv[i]), 2;
-    }
+    struct kl_optval opt[1];
+    int n, rc = kl_args_parse(&kl_ceilings_command, argc, argv, opt, NULL, &n);
+    if (rc >= 0) return rc;
+    const char *json = opt[CEIL_JSON].value;
     struct kl_ceilings c;
     struct kl_err err = {{0}};
     if (kl_ceilings_measure(&c, stderr, &err)) return fprintf(stderr, "kernlab ceilings: %s\n", err.msg), 1;
@@ -379,49 +390,65 @@ static int close_results(FILE *f, const char *tmp, const char *json, bool comple
     return status ? status : 1;
 }
 
+enum { BENCH_VARIANT, BENCH_WORKLOAD, BENCH_JSON, BENCH_GATE, BENCH_COUNTERS, BENCH_PEERS, BENCH_SEED };
+static const struct kl_opt bench_opts[] = {
+    [BENCH_VARIANT] = {"--variant", KL_OPT_VALUE, "NAME", "this variant only (default: every variant this GPU runs)"},
+    [BENCH_WORKLOAD] = {"--workload", KL_OPT_VALUE, "NAME", "this workload only (default: all of the module's)"},
+    [BENCH_JSON] = {"--json", KL_OPT_VALUE, "FILE", "results, one JSON line per row; FILE is replaced when the run completes"},
+    [BENCH_GATE] = {"--gate", KL_OPT_FLAG, NULL, "judge the gated variant's rows against perf/targets/<arch>.csv"},
+    [BENCH_COUNTERS] = {"--counters", KL_OPT_FLAG, NULL, "CUPTI counters per row (DRAM bytes, throughput, stalls)"},
+    [BENCH_PEERS] = {"--peers", KL_OPT_FLAG, NULL, "PyTorch's implementations on the same workloads (perf/peers/)"},
+    [BENCH_SEED] = {"--seed", KL_OPT_NUMBER, "N", "the inputs' seed (default 1234)"},
+    {0},
+};
+const struct kl_command kl_bench_command = {
+    .name = "bench",
+    .operands = "MODULE|all",
+    .min_operands = 1,
+    .max_operands = 1,
+    .summary = "time variants on their workloads, re-check the timed outputs, optionally gate on the targets",
+    .details = "Method and targets: lab/CONTRACTS.md section 6; the results line: section 7.\n"
+               "exit: 0, 1 a failed re-check or a missed target (--gate), 2 usage,\n"
+               "      77 nothing benched (no GPU for a GPU module, a variant this GPU cannot run, too few GPUs)\n",
+    .opts = bench_opts,
+    .run = kl_cmd_bench,
+};
+
 int kl_cmd_bench(int argc, char **argv)
 {
     struct kl_bench_args a = {.table = stdout, .seed = 1234};
-    const char *target = NULL, *json = NULL;
-    bool peers = false;
-    for (int i = 0; i < argc; i++) {
-        const char *s = argv[i];
-        if (strcmp(s, "--variant") == 0 || strcmp(s, "--workload") == 0 || strcmp(s, "--json") == 0 ||
-            strcmp(s, "--seed") == 0) {
-            const char *value = kl_opt_value("bench", argc, argv, &i);
-            if (!value) return 2;
-            if (strcmp(s, "--variant") == 0) a.variant = value;
-            else if (strcmp(s, "--workload") == 0) a.workload = value;
-            else if (strcmp(s, "--json") == 0) json = value;
-            else if (!kl_parse_u64(value, &a.seed))
-                return fprintf(stderr, "kernlab bench: --seed '%s' is not a number (want a decimal integer >= 0)\n",
-                               value), 2;
-        } else if (strcmp(s, "--gate") == 0) a.gate = true;
-        else if (strcmp(s, "--counters") == 0) a.counters = true;
-        else if (strcmp(s, "--peers") == 0) peers = a.peers = true;
-        else if (s[0] == '-') return fprintf(stderr, "kernlab bench: unknown option '%s'\n", s), 2;
-        else if (!target) target = s;
-        else return fprintf(stderr, "kernlab bench: unexpected argument '%s'\n", s), 2;
-    }
-    if (!target) return fprintf(stderr, "kernlab bench: MODULE or all needed\n"), 2;
+    struct kl_optval opt[7];
+    const char *target;
+    int n_operands, rc = kl_args_parse(&kl_bench_command, argc, argv, opt, &target, &n_operands);
+    if (rc >= 0) return rc;
+    a.variant = opt[BENCH_VARIANT].value, a.workload = opt[BENCH_WORKLOAD].value;
+    a.gate = opt[BENCH_GATE].set, a.counters = opt[BENCH_COUNTERS].set, a.peers = opt[BENCH_PEERS].set;
+    if (opt[BENCH_SEED].set) a.seed = opt[BENCH_SEED].number;
+    const char *json = opt[BENCH_JSON].value;
+    const bool peers = a.peers;
     bool all = strcmp(target, "all") == 0;
     const struct kl_module *one = all ? NULL : kl_module_find(target);
-    if (!all && !one)
-        return fprintf(stderr, "kernlab bench: unknown module '%s' (kernlab list shows them)\n", target), 2;
-    if (all && a.variant) return fprintf(stderr, "kernlab bench: --variant needs one MODULE, not all\n"), 2;
+    if (!all && !one) return kl_usage_error(&kl_bench_command, "unknown module '%s' (kernlab list shows them)", target);
+    if (all && a.variant) return kl_usage_error(&kl_bench_command, "--variant needs one MODULE, not all");
     /* Every argument is checked, and the GPU, before any output is opened. */
-    if (one && a.variant && !kl_variant_find(one->name, a.variant))
-        return fprintf(stderr, "kernlab bench: --variant '%s': no such variant of %s\n", a.variant, one->name), 2;
+    const struct kl_variant *asked = one && a.variant ? kl_variant_find(one->name, a.variant) : NULL;
+    if (one && a.variant && !asked)
+        return kl_usage_error(&kl_bench_command, "--variant '%s': no such variant of %s", a.variant, one->name);
     if (one && a.workload && one->perf && !one->bench) {
         bool found = false;
         for (int i = 0; i < one->perf->n_workloads; i++) found |= strcmp(one->perf->workloads[i].name, a.workload) == 0;
-        if (!found)
-            return fprintf(stderr, "kernlab bench: --workload '%s': no such workload of %s\n", a.workload, one->name), 2;
+        if (!found) return kl_usage_error(&kl_bench_command, "--workload '%s': no such workload of %s", a.workload, one->name);
     }
     char why[256], tmp[1024];
-    bool gpu = kl_device_cc(why, sizeof why) > 0;
+    const int cc = kl_device_cc(why, sizeof why);
+    bool gpu = cc > 0;
+    /* Nothing this machine can run: said in the last line, exit 77 as a check that ran nothing. */
     if (one && one->perf && !one->bench && !gpu)
-        return fprintf(stderr, "bench %s: skipped: benchmarks need a GPU (%s)\n", one->name, why), 1;
+        return fprintf(stderr, "bench %s: nothing benched: benchmarks need a GPU (%s)\n", one->name, why), KL_EXIT_NOTHING_RUN;
+    if (asked && asked->min_cc > cc)
+        return fprintf(stderr, "bench %s: nothing benched: %s needs sm_%d, this %s\n", one->name, asked->name,
+                       asked->min_cc, gpu ? "GPU is older" : "machine has no GPU"),
+               KL_EXIT_NOTHING_RUN;
     struct kl_ceilings ceil;
     struct kl_targets targets = {0};
     struct kl_err err = {{0}};
@@ -462,7 +489,8 @@ int kl_cmd_bench(int argc, char **argv)
              * a failure only when it was asked for alone. */
             const int rc = m->bench(&a);
             if (rc == -2) status = 2;
-            else if (rc < 0 || (rc > 0 && !all)) status = 1;
+            else if (rc < 0) status = 1;
+            else if (rc > 0 && !all) status = KL_EXIT_NOTHING_RUN;
         } else if (m->perf) {
             if (!gpu) {
                 fprintf(stderr, "bench %s: skipped: benchmarks need a GPU (%s)\n", m->name, why);

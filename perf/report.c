@@ -2079,16 +2079,28 @@ static int make_dirs(const char *dir)
     return rc;
 }
 
+enum { REPORT_RESULTS, REPORT_OUT };
+static const struct kl_opt report_opts[] = {
+    [REPORT_RESULTS] = {"--results", KL_OPT_VALUE, "DIR", "results to read: DIR/*.jsonl and DIR/<device>/*.jsonl (default reports/data)"},
+    [REPORT_OUT] = {"--out", KL_OPT_VALUE, "DIR", "where the guides go (default reports)"},
+    {0},
+};
+const struct kl_command kl_report_command = {
+    .name = "report",
+    .summary = "write the guides (DIR/<module>.md, INDEX.md, environment.md, img/) from results",
+    .details = "The results line: lab/CONTRACTS.md section 7; the guides: section 8.\n"
+               "exit: 0, 1 a results file or a guide that could not be read or written, 2 usage\n",
+    .opts = report_opts,
+    .run = kl_cmd_report,
+};
+
 int kl_cmd_report(int argc, char **argv)
 {
-    const char *results = "reports/data", *out = "reports";
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--results") == 0) {
-            if (!(results = kl_opt_value("report", argc, argv, &i))) return 2;
-        } else if (strcmp(argv[i], "--out") == 0) {
-            if (!(out = kl_opt_value("report", argc, argv, &i))) return 2;
-        } else return fprintf(stderr, "kernlab report: unknown argument '%s'\n", argv[i]), 2;
-    }
+    struct kl_optval opt[2];
+    int n, rc = kl_args_parse(&kl_report_command, argc, argv, opt, NULL, &n);
+    if (rc >= 0) return rc;
+    const char *results = opt[REPORT_RESULTS].set ? opt[REPORT_RESULTS].value : "reports/data";
+    const char *out = opt[REPORT_OUT].set ? opt[REPORT_OUT].value : "reports";
     static struct mod mods[32];
     memset(mods, 0, sizeof mods);
     int nm = 0, status = 0;

@@ -22,8 +22,9 @@ grep -q '^allreduce ' "$tmp/list" && grep -q 'allreduce/v0_nccl' "$tmp/list" && 
 
 "$kl" verify golden/allreduce/rand_fp32_world8_n7 --variant v1_oneshot > "$tmp/v8" 2>&1; rc=$?
 if "$guard" --min-gpus 8 true > /dev/null; then ok "verify at world 8 (8 GPUs here: not a refusal)"
-else [ $rc -eq 0 ] && grep -q '^SKIP allreduce rand_fp32_world8_n7 v1_oneshot .*needs 8 GPUs' "$tmp/v8" \
-  && ok "a world-8 case with fewer GPUs: one SKIP line with the reason, exit 0" || bad "verify world 8: rc=$rc $(cat "$tmp/v8")"; fi
+else [ $rc -eq 77 ] && grep -q '^SKIP allreduce rand_fp32_world8_n7 v1_oneshot .*needs 8 GPUs' "$tmp/v8" \
+  && tail -1 "$tmp/v8" | grep -q "nothing checked" \
+  && ok "a world-8 case with fewer GPUs: one SKIP line with the reason, nothing checked (77)" || bad "verify world 8: rc=$rc $(cat "$tmp/v8")"; fi
 
 if "$guard" --min-gpus 2 true > /dev/null; then
   ok "bench and check (2 GPUs here: not refusals)"
@@ -32,8 +33,9 @@ else
   [ $rc -ne 0 ] && grep -q 'needs at least 2 GPUs' "$tmp/bench" \
     && ok "bench with fewer than 2 GPUs says it needs two, exit $rc" || bad "bench: rc=$rc $(cat "$tmp/bench")"
   "$kl" check allreduce --variant v4_oneshot_one_barrier --seed 1 > "$tmp/check" 2>&1; rc=$?
-  [ $rc -eq 0 ] && [ "$(grep -c '^SKIP allreduce' "$tmp/check")" -ge 40 ] && ! grep -q '^FAIL' "$tmp/check" \
-    && ok "check with fewer than 2 GPUs: every problem SKIPs with the reason" || bad "check: rc=$rc $(head -5 "$tmp/check")"
+  [ $rc -eq 77 ] && [ "$(grep -c '^SKIP allreduce' "$tmp/check")" -ge 40 ] && ! grep -q '^FAIL' "$tmp/check" \
+    && tail -1 "$tmp/check" | grep -q "nothing checked" \
+    && ok "check with fewer than 2 GPUs: every problem SKIPs with the reason, nothing checked (77)" || bad "check: rc=$rc $(head -5 "$tmp/check")"
 fi
 
 # A case whose params.world disagrees with its rows: one FAIL line naming the file.

@@ -145,8 +145,21 @@ void kl_verify_case(const struct kl_module *m, const struct kl_case *c, const st
  * golden) or a variant (each output's own policy, else its dtype's row). */
 void kl_compare_outputs(const struct kl_outputs *got, const struct kl_outputs *want, bool reference,
                         struct kl_verdict *out);
+/* What a check did. A run of a variant is judged when it gave PASS or FAIL; a check in which no
+ * run was judged checked nothing, whatever the reference part did (lab/CONTRACTS.md section 3). */
+struct kl_check_tally {
+    int failures;  /* FAIL lines: the reference part's and the variants' */
+    int judged;    /* variant runs that gave PASS or FAIL */
+    int skipped;   /* variant runs this machine could not make (SKIP) */
+    char why[512]; /* when nothing was judged: why (the first skip's reason, or no checker) */
+};
 /* v == NULL: the reference part first (every golden case of the module, then the catalogue
- * through the reference, which needs no GPU), then every variant; else variant v alone. */
+ * through the reference, which needs no GPU), then every variant; else variant v alone. A module
+ * with neither a checker of its own nor tensor ops is a failure. One line per problem to log. */
+void kl_check_run(const struct kl_module *m, const struct kl_variant *v, uint64_t seed, FILE *log,
+                  struct kl_check_tally *t);
+/* kl_check_run, then, when no variant run was judged, a last line "nothing checked: <why>" to
+ * log. Returns the number of failures. */
 int kl_check_module(const struct kl_module *m, const struct kl_variant *v, uint64_t seed, FILE *log);
 
 #ifdef __cplusplus

@@ -520,3 +520,191 @@ Test(core, numbers_on_the_command_line_are_digits_only)
     static const char *kbad[] = {"", "-1", "+1", " 1", "1 ", "abc", "1e3", "18446744073709551616"};
     for (size_t i = 0; i < sizeof kbad / sizeof kbad[0]; i++) cr_assert(!kl_parse_u64(kbad[i], &v), "'%s' accepted", kbad[i]);
 }
+
+/* ---- the command line (lab/core/args.h) ---- */
+
+enum { T_FLAG, T_NAME, T_COUNT };
+static const struct kl_opt ktest_opts[] = {
+    [T_FLAG] = {"--flag", KL_OPT_FLAG, NULL, "a flag"},
+    [T_NAME] = {"--name", KL_OPT_VALUE, "NAME", "a value"},
+    [T_COUNT] = {"--count", KL_OPT_NUMBER, "N", "a number from 2 to 9", 2, 9},
+    {0},
+};
+static const struct kl_command ktest_command = {
+    .name = "test", .operands = "A [B]", .min_operands = 1, .max_operands = 2, .summary = "s", .opts = ktest_opts};
+
+/* Parses the words of line; returns kl_args_parse's status. */
+static int parse_line(const char *line, struct kl_optval *opt, const char **ops, int *nops)
+{
+    static char copy[256];
+    static char *argv[16];
+    snprintf(copy, sizeof copy, "%s", line);
+    int argc = 0;
+    for (char *w = strtok(copy, " "); w && argc < 16; w = strtok(NULL, " ")) argv[argc++] = strcmp(w, "''") ? w : (char *)"";
+    return kl_args_parse(&ktest_command, argc, argv, opt, ops, nops);
+}
+
+Test(core, one_parser_reads_flags_values_numbers_and_operands_anywhere)
+{
+    struct kl_optval o[3];
+    const char *ops[2];
+    int n;
+    cr_assert_eq(parse_line("a --count 3 --flag b --name=x", o, ops, &n), -1);
+    cr_assert(o[T_FLAG].set && o[T_COUNT].number == 3 && strcmp(o[T_NAME].value, "x") == 0);
+    cr_assert(n == 2 && strcmp(ops[0], "a") == 0 && strcmp(ops[1], "b") == 0);
+    cr_assert_eq(parse_line("-- --flag", o, ops, &n), -1, "after --, an operand");
+    cr_assert(n == 1 && strcmp(ops[0], "--flag") == 0 && !o[T_FLAG].set);
+    cr_assert_eq(parse_line("a --bogus --help", o, ops, &n), 0, "--help wins wherever it stands");
+    cr_assert_eq(parse_line("-h", o, ops, &n), 0);
+}
+
+Test(core, usage_errors_exit_2)
+{
+    struct kl_optval o[3];
+    const char *ops[2];
+    int n;
+    static const char *kbad[] = {
+        "",                 /* A missing */
+        "a b c",            /* one operand too many */
+        "a --bogus",        /* unknown option */
+        "a --name",         /* no value */
+        "a --name --flag",  /* a forgotten value, not a name "--flag" */
+        "a --name ''",      /* an empty value */
+        "a --count 1",      /* below the range */
+        "a --count 10",     /* above it */
+        "a --count -3",     /* not digits */
+        "a --count 3x",     /* not digits */
+        "a --flag=1",       /* a flag takes no value */
+    };
+    for (size_t i = 0; i < sizeof kbad / sizeof kbad[0]; i++)
+        cr_assert_eq(parse_line(kbad[i], o, ops, &n), 2, "'%s' parsed", kbad[i]);
+}
+
+/* ---- checks that check nothing, and modules that cannot be checked (lab/core/verify.c) ---- */
+
+/* A module of two outputs that the tests below fake: a CPU variant that agrees with the
+ * reference, a variant no machine runs, and names as long as a module may give them. */
+static char klong_a[700], klong_b[700];
+static void *fake_make(int i, uint64_t seed, char *label, size_t len)
+{
+    if (i >= 2) return NULL;
+    snprintf(label, len, "problem=%d", i);
+    return calloc(1, 8);
+}
+static void fake_fill(struct kl_outputs *o, double base, const char *a, const char *b, bool with_b)
+{
+    kl_outputs_set(o, 0, a, KL_F32, false, 4);
+    for (int k = 0; k < 4; k++) o->o[0].v[k] = base + k;
+    if (!with_b) return;
+    kl_outputs_set(o, 1, b, KL_F32, false, 4);
+    for (int k = 0; k < 4; k++) o->o[1].v[k] = base - k;
+}
+static int fake_reference(const void *prob, struct kl_outputs *out, struct kl_err *err)
+{
+    return fake_fill(out, 1, "out", "lse", true), 0;
+}
+static int fake_run(const struct kl_variant *v, const void *prob, struct kl_outputs *out, struct kl_err *err)
+{
+    return fake_fill(out, 1, "out", "lse", true), 0;
+}
+static void *fake_load(const struct kl_case *c, struct kl_outputs *expected, struct kl_err *err)
+{
+    fake_fill(expected, 1, "out", "lse", true);
+    return calloc(1, 8);
+}
+static const struct kl_tensor_ops kfake_ops = {fake_load, fake_make, fake_reference, fake_run, free};
+KL_MODULE(zz_fake, .summary = "check test", .min_cc = 0, .tensor = &kfake_ops);
+KL_VARIANT(zz_fake, v0_cpu, no_launch, .min_cc = 0, .summary = "runs on the CPU");
+KL_VARIANT(zz_fake, v1_future, no_launch, .min_cc = 1000, .summary = "needs an sm_1000");
+KL_MODULE(zz_no_checker, .summary = "a module with neither tensor ops nor a checker", .min_cc = 0);
+/* A module's own checker, writing what each variant gave. */
+static int hook_skips(const struct kl_variant *v, uint64_t seed, FILE *log)
+{
+    fprintf(log, "SKIP zz_hook all %s needs 3 GPUs\n", v ? v->name : "v0_x");
+    return 0;
+}
+KL_MODULE(zz_hook, .summary = "own checker", .min_cc = 0, .check = hook_skips);
+
+/* The log's last line (lines are short here). */
+static const char *last_line(FILE *f, char *line, size_t len)
+{
+    rewind(f);
+    line[0] = 0;
+    while (fgets(line, (int)len, f)) /* at the end fgets leaves the last line in place */
+        ;
+    return line;
+}
+
+Test(core, a_check_that_ran_no_variant_says_nothing_checked_last)
+{
+    struct kl_check_tally t;
+    char line[1024];
+    FILE *log = tmpfile();
+    kl_check_run(kl_module_find("zz_fake"), NULL, 1, log, &t);
+    cr_assert_eq(t.failures, 0);
+    cr_assert_eq(t.judged, 2, "v0_cpu's two problems are judged, got %d", t.judged);
+    cr_assert_eq(t.skipped, 1, "v1_future is one SKIP line");
+
+    const struct kl_variant *future = kl_variant_find("zz_fake", "v1_future");
+    cr_assert_eq(kl_check_module(kl_module_find("zz_fake"), future, 1, log), 0);
+    const char want[] = "nothing checked: zz_fake/v1_future could not run here: ";
+    cr_assert(strncmp(last_line(log, line, sizeof line), want, sizeof want - 1) == 0, "last line: %s", line);
+    kl_check_run(kl_module_find("zz_fake"), future, 1, log, &t);
+    cr_assert_eq(t.judged, 0);
+
+    /* a module's own checker is counted by its lines: SKIP alone is nothing checked */
+    kl_check_run(kl_module_find("zz_hook"), NULL, 1, log, &t);
+    cr_assert(t.judged == 0 && t.skipped == 1 && strstr(t.why, "needs 3 GPUs"), "%d %d %s", t.judged, t.skipped, t.why);
+    fclose(log);
+}
+
+Test(core, a_module_with_no_checker_is_a_failure)
+{
+    struct kl_check_tally t;
+    FILE *log = tmpfile();
+    kl_check_run(kl_module_find("zz_no_checker"), NULL, 1, log, &t);
+    cr_assert_eq(t.failures, 1);
+    cr_assert(strstr(t.why, "no checker"), "%s", t.why);
+    fclose(log);
+    struct kl_case c;
+    struct kl_err err = {{0}};
+    cr_assert_eq(kl_case_open(&c, KL_SOURCE_DIR "/golden/rmsnorm/fp32_small", &err), 0, "%s", err.msg);
+    struct kl_verdict v;
+    kl_verify_case(kl_module_find("zz_no_checker"), &c, NULL, &v);
+    cr_assert_eq(v.status, KL_FAIL, "a case nobody can judge is not a pass, nor a skip");
+    kl_case_close(&c);
+}
+
+/* The verdict's message: long output names, one output wrong and one missing, must stay within
+ * the buffer (a canary after it stays whole) and end in a terminated string. */
+static int long_reference(const void *prob, struct kl_outputs *out, struct kl_err *err)
+{
+    return fake_fill(out, 50, klong_a, klong_b, false), 0; /* a wrong, b not produced */
+}
+static void *long_load(const struct kl_case *c, struct kl_outputs *expected, struct kl_err *err)
+{
+    memset(klong_a, 'a', sizeof klong_a - 1);
+    memset(klong_b, 'b', sizeof klong_b - 1);
+    fake_fill(expected, 1, klong_a, klong_b, true);
+    return calloc(1, 8);
+}
+static const struct kl_tensor_ops klong_ops = {long_load, fake_make, long_reference, fake_run, free};
+KL_MODULE(zz_long, .summary = "long names", .min_cc = 0, .tensor = &klong_ops);
+
+Test(core, a_verdicts_message_never_overflows_whatever_the_names)
+{
+    struct kl_case c;
+    struct kl_err err = {{0}};
+    cr_assert_eq(kl_case_open(&c, KL_SOURCE_DIR "/golden/rmsnorm/fp32_small", &err), 0, "%s", err.msg);
+    struct {
+        struct kl_verdict v;
+        char canary[4096];
+    } s;
+    memset(s.canary, 0x5a, sizeof s.canary);
+    kl_verify_case(kl_module_find("zz_long"), &c, NULL, &s.v);
+    kl_case_close(&c);
+    cr_assert_eq(s.v.status, KL_FAIL);
+    cr_assert_lt(strlen(s.v.why), sizeof s.v.why);
+    cr_assert(strstr(s.v.why, "aaaa"), "the first wrong output is named");
+    for (size_t i = 0; i < sizeof s.canary; i++) cr_assert_eq((unsigned char)s.canary[i], 0x5a, "byte %zu past the verdict written", i);
+}

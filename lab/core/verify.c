@@ -2,11 +2,13 @@
  * catalogue (`kernlab check`), both comparing with the policy of lab/core/compare.c. */
 #include <dirent.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "check.h"
 #include "device.h"
 #include "registry.h"
 
@@ -23,20 +25,34 @@ static const char *cannot_run(const struct kl_variant *v, char *why, size_t len)
     return NULL;
 }
 
+/* Appends to a message buffer of cap bytes filled up to *off: whatever the pieces hold, it never
+ * writes past the buffer, and once it is full the rest is dropped (snprintf returns the length it
+ * would have written, so *off alone could run past cap). */
+static void appendf(char *buf, size_t cap, size_t *off, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void appendf(char *buf, size_t cap, size_t *off, const char *fmt, ...)
+{
+    if (*off >= cap - 1) return;
+    va_list ap;
+    va_start(ap, fmt);
+    const int n = vsnprintf(buf + *off, cap - *off, fmt, ap);
+    va_end(ap);
+    if (n > 0) *off = *off + (size_t)n < cap - 1 ? *off + (size_t)n : cap - 1;
+}
+
 /* Compares every output by name; the worst figures and the first mismatches go to verdict. */
 static void compare_outputs(const struct kl_outputs *got, const struct kl_outputs *want, bool reference,
                             struct kl_verdict *out)
 {
     out->status = KL_PASS;
     size_t off = 0;
+    const size_t cap = sizeof out->why;
     for (int i = 0; i < want->count; i++) {
         const struct kl_out *w = &want->o[i], *g = NULL;
         for (int j = 0; j < got->count; j++)
             if (strcmp(got->o[j].name, w->name) == 0) g = &got->o[j];
         if (!g || g->n != w->n) {
             out->status = KL_FAIL;
-            off += (size_t)snprintf(out->why + off, sizeof out->why - off, "%s: %s; ", w->name,
-                                    g ? "wrong element count" : "not produced");
+            appendf(out->why, cap, &off, "%s: %s; ", w->name, g ? "wrong element count" : "not produced");
             continue;
         }
         /* The reference is float64, held to one float32 rounding of the goldens' <f4 values.
@@ -48,19 +64,15 @@ static void compare_outputs(const struct kl_outputs *got, const struct kl_output
         kl_compare(g->v, w->v, w->n, p, &c);
         if (c.rel_l2 > out->rel_l2 || isnan(c.rel_l2)) out->rel_l2 = c.rel_l2;
         if (c.max_abs > out->max_abs || isnan(c.max_abs)) out->max_abs = c.max_abs;
-        if (!c.pass && off < sizeof out->why) {
+        if (!c.pass) {
             out->status = KL_FAIL;
-            off += (size_t)snprintf(out->why + off, sizeof out->why - off,
-                                    "%s: %lld elements out of bounds, rel_l2 %.3g (limit %.3g)", w->name,
-                                    (long long)c.n_bad, c.rel_l2, p.rel_l2);
-            if (c.bias_limit > 0 && off < sizeof out->why)
-                off += (size_t)snprintf(out->why + off, sizeof out->why - off, ", bias %.3g (limit %.3g)", c.bias,
-                                        c.bias_limit);
-            for (int k = 0; k < c.n_reported && k < 3 && off < sizeof out->why; k++)
-                off += (size_t)snprintf(out->why + off, sizeof out->why - off, "%s %s[%lld] got %.6g want %.6g",
-                                        k ? "," : ":", w->name, (long long)c.first[k].index, c.first[k].got,
-                                        c.first[k].want);
-            if (off < sizeof out->why) off += (size_t)snprintf(out->why + off, sizeof out->why - off, "; ");
+            appendf(out->why, cap, &off, "%s: %lld elements out of bounds, rel_l2 %.3g (limit %.3g)", w->name,
+                    (long long)c.n_bad, c.rel_l2, p.rel_l2);
+            if (c.bias_limit > 0) appendf(out->why, cap, &off, ", bias %.3g (limit %.3g)", c.bias, c.bias_limit);
+            for (int k = 0; k < c.n_reported && k < 3; k++)
+                appendf(out->why, cap, &off, "%s %s[%lld] got %.6g want %.6g", k ? "," : ":", w->name,
+                        (long long)c.first[k].index, c.first[k].got, c.first[k].want);
+            appendf(out->why, cap, &off, "; ");
         }
     }
 }
@@ -70,9 +82,10 @@ void kl_verify_case(const struct kl_module *m, const struct kl_case *c, const st
 {
     memset(out, 0, sizeof *out);
     if (m->verify) return m->verify(c, v, out);
-    if (!m->tensor) {
-        out->status = KL_SKIP;
-        snprintf(out->why, sizeof out->why, "module %s has no checker yet", m->name);
+    if (!m->tensor) { /* a module must say how it is checked: a case nobody can judge is not a pass */
+        out->status = KL_FAIL;
+        out->rel_l2 = out->max_abs = NAN;
+        snprintf(out->why, sizeof out->why, "module %s has no checker", m->name);
         return;
     }
     char why[256];
@@ -101,12 +114,15 @@ void kl_verify_case(const struct kl_module *m, const struct kl_case *c, const st
     kl_outputs_free(&got);
 }
 
-/* One line per problem: PASS|FAIL|SKIP <module> <label> <impl> rel_l2=... max_abs=... */
-static int check_one(const struct kl_module *m, const struct kl_variant *v, uint64_t seed, FILE *log)
+/* One line per problem: PASS|FAIL|SKIP <module> <label> <impl> rel_l2=... max_abs=... A variant
+ * this machine cannot run is one SKIP line, its reason kept in t. */
+static int check_one(const struct kl_module *m, const struct kl_variant *v, uint64_t seed, FILE *log,
+                     struct kl_check_tally *t)
 {
     int failures = 0;
     char why[256];
     if (cannot_run(v, why, sizeof why)) {
+        if (!t->why[0]) snprintf(t->why, sizeof t->why, "%s", why);
         fprintf(log, "SKIP %s all %s %s\n", m->name, v->name, why);
         return 0;
     }
@@ -201,15 +217,78 @@ static int check_reference(const struct kl_module *m, uint64_t seed, FILE *log)
     return failures;
 }
 
+/* A stream that passes every byte on to another and counts the lines of variant runs written
+ * through it by their first word, the checkers' one contract (registry.h): PASS and FAIL were
+ * judged, SKIP was not; the first SKIP line's text is kept as the reason. Modules' own checkers
+ * (radix, allreduce) write through it unchanged, so their runs are counted like the generic ones. */
+struct line_counter {
+    FILE *to;
+    struct kl_check_tally *t;
+    char head[5];
+    int nhead;    /* characters of the current line seen, up to 5 */
+    size_t kept;  /* characters of the current SKIP line kept in t->why, while keeping */
+    bool keeping;
+};
+
+static ssize_t counter_write(void *cookie, const char *buf, size_t n)
+{
+    struct line_counter *c = cookie;
+    for (size_t i = 0; i < n; i++) {
+        if (buf[i] == '\n') {
+            c->nhead = 0, c->keeping = false;
+        } else if (c->nhead < 5) {
+            c->head[c->nhead++] = buf[i];
+            if (c->nhead < 5) continue;
+            if (memcmp(c->head, "PASS ", 5) == 0 || memcmp(c->head, "FAIL ", 5) == 0) c->t->judged++;
+            if (memcmp(c->head, "SKIP ", 5) == 0) {
+                c->t->skipped++;
+                if (!c->t->why[0]) c->keeping = true, c->kept = 0;
+            }
+        } else if (c->keeping && c->kept + 1 < sizeof c->t->why) {
+            c->t->why[c->kept++] = buf[i];
+            c->t->why[c->kept] = 0;
+        }
+    }
+    return fwrite(buf, 1, n, c->to) == n ? (ssize_t)n : -1;
+}
+
+void kl_check_run(const struct kl_module *m, const struct kl_variant *v, uint64_t seed, FILE *log,
+                  struct kl_check_tally *t)
+{
+    memset(t, 0, sizeof *t);
+    if (!m->check && !m->tensor) {
+        t->failures = 1;
+        snprintf(t->why, sizeof t->why, "module %s has no checker", m->name);
+        fprintf(log, "FAIL %s all %s %s\n", m->name, v ? v->name : "all", t->why);
+        return;
+    }
+    fflush(log);
+    struct line_counter lc = {.to = log, .t = t};
+    FILE *counted = fopencookie(&lc, "w", (cookie_io_functions_t){.write = counter_write});
+    KL_CHECK(counted, "out of memory");
+    setvbuf(counted, NULL, _IOLBF, 0); /* each line in order with whatever else writes to log */
+    if (m->check) {
+        t->failures = m->check(v, seed, counted);
+    } else {
+        if (!v) t->failures += check_reference(m, seed, log);
+        const int n = v ? 1 : kl_variant_count(m->name, false);
+        for (int i = 0; i < n; i++) t->failures += check_one(m, v ? v : kl_variant_at(m->name, i, false), seed, counted, t);
+    }
+    fclose(counted);
+    if (t->judged) return;
+    char first[256]; /* the first skip's reason, cut to leave room for the sentence around it */
+    snprintf(first, sizeof first, "%.255s", t->why);
+    if (v) snprintf(t->why, sizeof t->why, "%s/%s could not run here: %s", m->name, v->name, first);
+    else if (!t->skipped && !kl_variant_count(m->name, false)) snprintf(t->why, sizeof t->why, "%s has no variant", m->name);
+    else snprintf(t->why, sizeof t->why, "no variant of %s could run here (the first: %s)", m->name, first);
+}
+
 int kl_check_module(const struct kl_module *m, const struct kl_variant *v, uint64_t seed, FILE *log)
 {
-    if (m->check) return m->check(v, seed, log);
-    if (!m->tensor) return 0;
-    if (v) return check_one(m, v, seed, log);
-    int failures = check_reference(m, seed, log);
-    for (int i = 0; i < kl_variant_count(m->name, false); i++)
-        failures += check_one(m, kl_variant_at(m->name, i, false), seed, log);
-    return failures;
+    struct kl_check_tally t;
+    kl_check_run(m, v, seed, log, &t);
+    if (!t.judged) fprintf(log, "nothing checked: %s\n", t.why);
+    return t.failures;
 }
 
 void kl_compare_outputs(const struct kl_outputs *got, const struct kl_outputs *want, bool reference,

@@ -1,6 +1,6 @@
 /* `kernlab story [--layers N] [--prompt N] [--shared N] [--steps N] [--seed N] [--out DIR] [--tiny]`
  *
- * Arguments are checked before anything else (usage errors exit 2), then the device (none: exit 1
+ * Arguments are checked before anything else (lab/core/args.h) (usage errors exit 2), then the device (none: exit 1
  * and nothing written), then the memory plan; only then is DIR created. */
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -16,38 +16,27 @@
 
 #include <cuda_runtime_api.h>
 
-static const char story_usage[] =
-    "usage: kernlab story [--layers N] [--prompt N] [--shared N] [--steps N] [--seed N] [--out DIR] [--tiny]\n"
-    "  A Llama-3.1-8B-shaped decoder (random weights) serving two requests: request 1 prefills its prompt\n"
-    "  (a radix miss), request 2 shares a prefix and prefills only the rest (a hit), both decode together,\n"
-    "  then decode again as a CUDA graph. Every kernel is recorded (CUPTI) and one of each kind profiled.\n"
-    "  --layers N   decoder layers, 1-32 (default: as many as fit, 32 on an 80 GB card; --tiny: 2)\n"
-    "  --prompt N   request 1's prompt tokens, 32-8192 (default 2048)\n"
-    "  --shared N   tokens request 2 shares with it, 16 <= N < prompt (default 3/4 of the prompt: 1536)\n"
-    "  --steps N    decode steps, 64-4096 (default 128)\n"
-    "  --seed N     weights and prompts (default 1)\n"
-    "  --out DIR    writes DIR/story.json (the results), DIR/story.md and DIR/story-trace.json\n"
-    "               (default story-out)\n"
-    "  --tiny       the check's tiny model (hidden 256, 4/2 heads, vocab 512) instead of Llama's shapes\n";
-
-static int usage_error(const char *fmt, const char *arg)
-{
-    fprintf(stderr, "kernlab story: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n%.*s(kernlab story --help says more)\n", (int)strcspn(story_usage, "\n") + 1, story_usage);
-    return 2;
-}
-
-/* A whole decimal number in [lo, hi], or -1 (the caller names the option). */
-static int parse_int(const char *s, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    const long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return -1;
-    *out = v;
-    return 0;
-}
+enum { STORY_LAYERS, STORY_PROMPT, STORY_SHARED, STORY_STEPS, STORY_SEED, STORY_OUT, STORY_TINY };
+static const struct kl_opt story_opts[] = {
+    [STORY_LAYERS] = {"--layers", KL_OPT_NUMBER, "N", "decoder layers, 1-32 (default: as many as fit, 32 on an 80 GB card; --tiny: 2)", 1, 32},
+    [STORY_PROMPT] = {"--prompt", KL_OPT_NUMBER, "N", "request 1's prompt tokens, 32-8192 (default 2048)", 32, 8192},
+    [STORY_SHARED] = {"--shared", KL_OPT_NUMBER, "N", "tokens request 2 shares with it, 16 <= N < prompt (default 3/4 of the prompt: 1536)", 16, 8191},
+    [STORY_STEPS] = {"--steps", KL_OPT_NUMBER, "N", "decode steps, 64-4096 (default 128)", 64, 4096},
+    [STORY_SEED] = {"--seed", KL_OPT_NUMBER, "N", "weights and prompts (default 1)"},
+    [STORY_OUT] = {"--out", KL_OPT_VALUE, "DIR", "writes DIR/story.json (the results), DIR/story.md and DIR/story-trace.json (default story-out)"},
+    [STORY_TINY] = {"--tiny", KL_OPT_FLAG, NULL, "the check's tiny model (hidden 256, 4/2 heads, vocab 512) instead of Llama's shapes"},
+    {0},
+};
+const struct kl_command kl_story_command = {
+    .name = "story",
+    .summary = "a Llama-shaped forward pass told kernel by kernel",
+    .details = "A Llama-3.1-8B-shaped decoder (random weights) serving two requests: request 1 prefills its prompt\n"
+               "(a radix miss), request 2 shares a prefix and prefills only the rest (a hit), both decode together,\n"
+               "then decode again as a CUDA graph. Every kernel is recorded (CUPTI) and one of each kind profiled.\n"
+               "More: lab/CONTRACTS.md section 9. exit: 0, 1 no suitable GPU or a failed run (nothing written), 2 usage\n",
+    .opts = story_opts,
+    .run = kl_cmd_story,
+};
 
 int kl_story_write_json(const cJSON *doc, const char *path)
 {
@@ -79,47 +68,19 @@ int kl_story_write_json(const cJSON *doc, const char *path)
 
 int kl_cmd_story(int argc, char **argv)
 {
-    long layers = 0, prompt = 2048, shared = -1, steps = 128;
-    unsigned long long seed = 1;
-    const char *out = "story-out";
-    bool tiny = false;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--tiny") == 0) {
-            tiny = true;
-            continue;
-        }
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) return fputs(story_usage, stdout), 0;
-        if (strcmp(a, "--layers") && strcmp(a, "--prompt") && strcmp(a, "--shared") && strcmp(a, "--steps") &&
-            strcmp(a, "--seed") && strcmp(a, "--out"))
-            return usage_error("unknown argument '%s'", a);
-        if (i + 1 == argc) return usage_error("%s needs a value", a);
-        const char *val = argv[++i];
-        if (strcmp(a, "--out") == 0) {
-            if (!*val) return usage_error("%s needs a directory", a);
-            out = val;
-        } else if (strcmp(a, "--seed") == 0) {
-            char *end;
-            errno = 0;
-            seed = strtoull(val, &end, 10);
-            if (errno || end == val || *end || val[0] == '-')
-                return usage_error("--seed '%s' is not a number >= 0", val);
-        } else if (strcmp(a, "--layers") == 0) {
-            if (parse_int(val, 1, 32, &layers)) return usage_error("--layers '%s': a number from 1 to 32", val);
-        } else if (strcmp(a, "--prompt") == 0) {
-            if (parse_int(val, 32, 8192, &prompt)) return usage_error("--prompt '%s': a number from 32 to 8192", val);
-        } else if (strcmp(a, "--shared") == 0) {
-            if (parse_int(val, 16, 8191, &shared)) return usage_error("--shared '%s': a number from 16 to 8191", val);
-        } else if (parse_int(val, 64, 4096, &steps)) {
-            return usage_error("--steps '%s': a number from 64 to 4096", val);
-        }
-    }
-    if (shared < 0) shared = prompt * 3 / 4;
-    if (shared >= prompt) {
-        char msg[96];
-        snprintf(msg, sizeof msg, "%ld >= --prompt %ld", shared, prompt);
-        return usage_error("--shared %s: request 2 must have a token of its own", msg);
-    }
+    struct kl_optval opt[7];
+    int n, rc = kl_args_parse(&kl_story_command, argc, argv, opt, NULL, &n);
+    if (rc >= 0) return rc;
+    long layers = opt[STORY_LAYERS].set ? (long)opt[STORY_LAYERS].number : 0; /* 0: as many as fit */
+    const long prompt = opt[STORY_PROMPT].set ? (long)opt[STORY_PROMPT].number : 2048;
+    const long steps = opt[STORY_STEPS].set ? (long)opt[STORY_STEPS].number : 128;
+    const long shared = opt[STORY_SHARED].set ? (long)opt[STORY_SHARED].number : prompt * 3 / 4;
+    const unsigned long long seed = opt[STORY_SEED].set ? opt[STORY_SEED].number : 1;
+    const char *out = opt[STORY_OUT].set ? opt[STORY_OUT].value : "story-out";
+    const bool tiny = opt[STORY_TINY].set;
+    if (shared >= prompt)
+        return kl_usage_error(&kl_story_command, "--shared %ld >= --prompt %ld: request 2 must have a token of its own",
+                              shared, prompt);
 
     char why[256];
     const int cc = kl_device_cc(why, sizeof why);
@@ -164,7 +125,7 @@ int kl_cmd_story(int argc, char **argv)
     kl_counters_shutdown();
     char path[1200];
     snprintf(path, sizeof path, "%s/story.json", out);
-    int rc = 0;
+    rc = 0;
     /* the guide comes from the file just written, exactly as `kernlab report` will make it */
     if (kl_story_write_json(r.doc, path)) {
         fprintf(stderr, "kernlab story: %s: %s\n", path, strerror(errno));

@@ -108,9 +108,11 @@ PY
 "$kl" verify > /dev/null 2>&1; [ $? -eq 2 ] && ok "verify without cases exits 2" || bad "verify without cases"
 "$kl" check no_such_module > /dev/null 2>&1; [ $? -eq 2 ] && ok "check of an unknown module exits 2" || bad "check unknown"
 "$kl" frobnicate > /dev/null 2>&1; [ $? -eq 2 ] && ok "unknown command exits 2" || bad "unknown command"
-"$kl" new-variant rmsnorm BadName > /dev/null 2>&1; [ $? -eq 2 ] && ok "new-variant rejects a badly formed name" || bad "new-variant name"
-"$kl" new-variant no_such_module v9_x > /dev/null 2>&1; [ $? -eq 2 ] && ok "new-variant rejects an unknown module" || bad "new-variant module"
-"$kl" new-variant rmsnorm v0_naive > /dev/null 2>&1; [ $? -eq 1 ] && ok "new-variant refuses to overwrite a variant" || bad "new-variant overwrite"
+# (new-variant writes into a scratch tree here, never into kernels/: lab/tests/new_variant.sh tests it in full)
+mkdir -p "$tmp/nvsrc" && cp -r kernels "$tmp/nvsrc/"
+"$kl" new-variant rmsnorm BadName --source-dir "$tmp/nvsrc" > /dev/null 2>&1; [ $? -eq 2 ] && ok "new-variant rejects a badly formed name" || bad "new-variant name"
+"$kl" new-variant no_such_module v9_x --source-dir "$tmp/nvsrc" > /dev/null 2>&1; [ $? -eq 2 ] && ok "new-variant rejects an unknown module" || bad "new-variant module"
+"$kl" new-variant rmsnorm v0_naive --source-dir "$tmp/nvsrc" > /dev/null 2>&1; [ $? -eq 1 ] && ok "new-variant refuses to overwrite a variant" || bad "new-variant overwrite"
 "$kl" ceilings > /dev/null 2> "$tmp/ceil"; rc=$?
 if "$(dirname "$kl")/kl_gpu_guard" true > /dev/null; then ok "ceilings (GPU present: not checked here)"
 else [ $rc -eq 1 ] && grep -q "no CUDA device" "$tmp/ceil" && ok "ceilings without a GPU: a clean refusal, exit 1" || bad "ceilings: rc=$rc $(cat "$tmp/ceil")"; fi
@@ -204,14 +206,16 @@ run 0 bench_cpu "$kl" bench radix --variant v0_scalar --workload match_hot_p1 --
   && ok "a completed bench replaces --json with its rows, no stray files" || bad "bench radix: $(ls -A "$h/bench") $(cat "$tmp/e_bench_cpu")"
 echo keep > "$h/bench/existing.jsonl"
 if ! "$(dirname "$kl")/kl_gpu_guard" true > /dev/null 2>&1; then
-  run 1 bench_nogpu "$kl" bench rmsnorm --json "$h/bench/existing.jsonl"
+  run 77 bench_nogpu "$kl" bench rmsnorm --json "$h/bench/existing.jsonl"
   [ "$(cat "$h/bench/existing.jsonl")" = keep ] && [ "$(ls -A "$h/bench")" = existing.jsonl ] \
-    && ok "bench without a GPU leaves --json untouched, no stray files" || bad "bench without a GPU: $(ls -A "$h/bench") $(cat "$h/bench/existing.jsonl")"
+    && tail -1 "$tmp/e_bench_nogpu" | grep -q "nothing benched: benchmarks need a GPU" \
+    && ok "bench without a GPU: nothing benched (77), --json untouched, no stray files" || bad "bench without a GPU: $(ls -A "$h/bench") $(cat "$h/bench/existing.jsonl")"
 fi
 
-# 6. A path too long for the case buffer is refused, never truncated into another case.
+# 6. A path too long for the case buffer is refused, never truncated into another case (one that
+# does not exist is a usage error naming it; a FAIL for one that exists and is too long).
 long=golden/rmsnorm/odd_hidden_111$(printf '/.%.0s' $(seq 600))/nosuch
-run 1 longpath "$kl" verify --reference "$long" && ! grep -q '^PASS' "$tmp/o_longpath" \
+run 2 longpath "$kl" verify --reference "$long" && ! grep -q '^PASS' "$tmp/o_longpath" && grep -q "nosuch" "$tmp/e_longpath" \
   && ok "a path longer than the buffer fails" || bad "long path: $(cut -c1-200 "$tmp/o_longpath")"
 
 # 7. report --out: a regular file is an error with errno; a missing folder is made like mkdir -p.
@@ -225,7 +229,7 @@ run 0 outdeep "$kl" report --results lab/tests/report_fixture/data --out "$h/dee
 
 # 8. new-variant caps the name (it becomes a file name and C identifiers).
 longname=v1_$(printf 'a%.0s' $(seq 250))
-run 2 newlong "$kl" new-variant rmsnorm "$longname" && [ ! -e "kernels/rmsnorm/$longname.cu" ] \
+run 2 newlong "$kl" new-variant rmsnorm "$longname" --source-dir "$tmp/nvsrc" && [ ! -e "kernels/rmsnorm/$longname.cu" ] \
   && ok "new-variant refuses a 253-character name" || bad "new-variant long name: $(cat "$tmp/e_newlong")"
 rm -f "kernels/rmsnorm/$longname.cu" 2> /dev/null
 
@@ -272,9 +276,11 @@ done
 run 2 vnosuch "$kl" verify --variant nosuch golden/rmsnorm/fp32_small && ok "verify --variant nosuch exits 2" \
   || bad "verify --variant nosuch"
 
-# 12, 14. check without a GPU still checks the reference; the skip reason says why in plain words.
-# (With a GPU this checks every variant too: a longer timeout.)
-T=300 run 0 checkref "$kl" check rmsnorm --seed 1 && grep -q '^PASS rmsnorm .* reference' "$tmp/o_checkref" \
+# 12, 14. check without a GPU still checks the reference; the skip reason says why in plain words;
+# with no variant run the check says "nothing checked" and exits 77. (With a GPU this checks every
+# variant too: a longer timeout.)
+want=0; "$(dirname "$kl")/kl_gpu_guard" true > /dev/null 2>&1 || want=77
+T=300 run $want checkref "$kl" check rmsnorm --seed 1 && grep -q '^PASS rmsnorm .* reference' "$tmp/o_checkref" \
   && ! grep -q '^FAIL' "$tmp/o_checkref" && ok "check runs the reference part anywhere" \
   || bad "check reference: $(head -5 "$tmp/o_checkref")"
 if ! "$(dirname "$kl")/kl_gpu_guard" true > /dev/null 2>&1; then
@@ -297,13 +303,67 @@ for args in "--layers 0" "--layers 33" "--prompt 31" "--prompt x" "--shared 15" 
   [ $rc -eq 2 ] && [ ! -e "$tmp/story_usage" ] && grep -q "^kernlab story: " "$tmp/story_err" \
     && ok "story $args: a usage error, exit 2" || bad "story $args: rc=$rc $(cat "$tmp/story_err")"
 done
-"$kl" story --help | grep -q -- "--shared N" && ok "story --help documents its options" || bad "story --help"
+"$kl" story --help > "$tmp/story_help" && grep -q -- "--shared N" "$tmp/story_help" && ok "story --help documents its options" || bad "story --help"
 if "$(dirname "$kl")/kl_gpu_guard" true > /dev/null; then ok "story without a GPU (GPU present: not checked here)"
 else
   "$kl" story --tiny --out "$tmp/story_out" > /dev/null 2> "$tmp/story_err"; rc=$?
   [ $rc -eq 1 ] && [ ! -e "$tmp/story_out" ] && grep -q "^kernlab story: needs a CUDA device (" "$tmp/story_err" \
     && ok "story without a GPU: a clean refusal, exit 1, nothing written" || bad "story: rc=$rc $(cat "$tmp/story_err")"
 fi
+
+# ---- Every command: --help, usage errors, exit codes (issue 23; lab/CONTRACTS.md section 3) ----
+commands="list verify check ceilings bench report story new-variant help"
+for c in $commands; do
+  for h in --help -h; do
+    run 0 help "$kl" $c $h && grep -q "^usage: kernlab $c" "$tmp/o_help" && [ ! -s "$tmp/e_help" ] \
+      || bad "$c $h: $(head -c 300 "$tmp/o_help" "$tmp/e_help")"
+  done
+  run 0 helpcmd "$kl" help $c && cmp -s "$tmp/o_help" "$tmp/o_helpcmd" || bad "help $c differs from $c --help"
+  # an unknown option, named, on stderr; nothing on stdout
+  run 2 bogus "$kl" $c --bogus-option && grep -q "^kernlab $c: unknown option '--bogus-option'" "$tmp/e_bogus" \
+    && [ ! -s "$tmp/o_bogus" ] || bad "$c --bogus-option: $(cat "$tmp/o_bogus" "$tmp/e_bogus")"
+done
+ok "every command answers --help and -h on stdout (exit 0), kernlab help COMMAND the same, an unknown option exit 2 naming it"
+for h in --help -h help; do
+  run 0 top "$kl" $h && grep -q "^usage: kernlab COMMAND" "$tmp/o_top" && [ ! -s "$tmp/e_top" ] || bad "kernlab $h: $(cat "$tmp/e_top")"
+  for c in $commands; do grep -q "^  kernlab $c" "$tmp/o_top" || bad "kernlab $h does not list $c"; done
+done
+ok "kernlab --help, -h and help list every command on stdout"
+run 2 topnone "$kl" && grep -q "^usage: kernlab COMMAND" "$tmp/e_topnone" && ok "kernlab alone: usage on stderr, exit 2" || bad "kernlab alone"
+run 2 helpx "$kl" help nosuch && grep -q "unknown command 'nosuch'" "$tmp/e_helpx" && ok "help nosuch: exit 2 naming it" || bad "help nosuch"
+for c in "list extra:'extra'" "check:no MODULE given" "check rmsnorm extra:'extra'" "bench:no MODULE" \
+         "ceilings extra:'extra'" "report extra:'extra'" "new-variant:no MODULE given" "verify:no CASE_DIR given" \
+         "verify --reference --all golden:exclude each other" "check rmsnorm --variant v9_nosuch:'v9_nosuch'" \
+         "check no_such_module:'no_such_module'" "bench no_such_module:'no_such_module'" "check rmsnorm --seed=x:--seed 'x'"; do
+  run 2 usage "$kl" ${c%%:*} && grep -q -- "${c#*:}" "$tmp/e_usage" && grep -q "^usage: kernlab" "$tmp/e_usage" \
+    && ok "${c%%:*}: a usage error naming ${c#*:}" || bad "${c%%:*}: $(cat "$tmp/e_usage")"
+done
+run 2 nope "$kl" verify golden/nope/ && grep -q "CASE_DIR 'golden/nope/': No such file or directory" "$tmp/e_nope" \
+  && [ ! -s "$tmp/o_nope" ] && ok "verify golden/nope/: a usage error naming the path, no FAIL line" \
+  || bad "verify golden/nope/: $(cat "$tmp/o_nope" "$tmp/e_nope")"
+run 2 notdir "$kl" verify golden/rmsnorm/fp32_small/meta.json && grep -q "not a directory" "$tmp/e_notdir" \
+  && ok "verify FILE: a usage error, not a directory" || bad "verify FILE: $(cat "$tmp/e_notdir")"
+
+# Nothing checked is not a pass: its last line says so, exit 77 (ctest's skip). Needs no GPU here.
+if ! "$(dirname "$kl")/kl_gpu_guard" true > /dev/null 2>&1; then
+  for c in "check rmsnorm --variant v2_pdl --seed 1" "check attention_prefill --variant v10_pingpong --seed 1" \
+           "check allreduce --variant v1_oneshot --seed 1" "verify --variant v2_pdl golden/rmsnorm" "verify --variant v3_pdl_residual_early golden/rmsnorm/fp32_small"; do
+    T=120 run 77 nothing sh -c "\"\$0\" $c 2>&1" "$kl" && tail -1 "$tmp/o_nothing" | grep -q "nothing checked: .*no CUDA device" \
+      && ok "$c: exit 77, the last line: $(tail -1 "$tmp/o_nothing" | cut -c1-90)" || bad "$c: $(tail -2 "$tmp/o_nothing")"
+  done
+  tail -1 "$tmp/e_checkref" | grep -q "^check rmsnorm: nothing checked: no variant of rmsnorm could run here" \
+    && ok "check rmsnorm (the reference part passed, no variant ran): nothing checked, 77" || bad "check rmsnorm: $(tail -1 "$tmp/e_checkref")"
+fi
+T=120 run 0 radixcheck "$kl" check radix --seed 1 && tail -1 "$tmp/e_radixcheck" | grep -q "^check radix: 0 failures in [1-9][0-9]* variant runs" \
+  && ok "check radix (CPU variants): judged, exit 0: $(tail -1 "$tmp/e_radixcheck")" || bad "check radix: $(tail -1 "$tmp/e_radixcheck")"
+
+# stdout and stderr in one file: every line whole, the summary last (a full stdout buffer used to
+# be written after the summary, splitting a verdict line).
+"$kl" verify golden > "$tmp/both" 2>&1
+bad_lines=$(grep -cvE '^(PASS|FAIL|SKIP) [a-z_]+ [^ ]+ [^ ]+ rel_l2=[^ ]+ max_abs=[^ ]+|^verify: [0-9]+ passed' "$tmp/both")
+[ "$bad_lines" -eq 0 ] && tail -1 "$tmp/both" | grep -q "^verify: " && [ "$(wc -l < "$tmp/both")" -gt 100 ] \
+  && ok "verify golden > log 2>&1: $(wc -l < "$tmp/both") whole lines, the summary last" \
+  || bad "interleaved output: $(grep -vE '^(PASS|FAIL|SKIP) |^verify: ' "$tmp/both" | head -3)"
 
 echo "$passes passed, $fails failed"
 exit $((fails > 0))
