@@ -597,11 +597,16 @@ static int stalls_of(const cJSON *r, const char **names, double *pct, int max)
 
 /* ---- the roofline picture ---- */
 
-/* Colour i of n, all n distinct: hues evenly around the wheel, alternate series darker so that
- * neighbours differ in lightness too. */
+/* Colour i of a chart's n series. Up to 20, Kelly's colours of maximum contrast (darkest first, the
+ * pale ones last, white and black left out); past 20, hues evenly around the wheel, alternate series
+ * darker: n distinct colours either way. */
 static const char *series_color(char *buf, size_t len, int i, int n)
 {
-    const double h = fmod(360.0 * i / (n > 0 ? n : 1) + 210, 360), sat = 0.70, light = i % 2 ? 0.36 : 0.52;
+    static const char *kkelly[] = {"#0067a5", "#f38400", "#008856", "#be0032", "#875692", "#882d17", "#e68fac",
+                                   "#848482", "#8db600", "#2b3d26", "#604e97", "#f6a600", "#b3446c", "#654522",
+                                   "#e25822", "#a1caf1", "#c2b280", "#f99379", "#dcd300", "#f3c300"};
+    if (n <= (int)(sizeof kkelly / sizeof *kkelly)) return snprintf(buf, len, "%s", kkelly[i]), buf;
+    const double h = fmod(360.0 * i / n + 210, 360), sat = 0.70, light = i % 2 ? 0.36 : 0.52;
     const double c = (1 - fabs(2 * light - 1)) * sat, x = c * (1 - fabs(fmod(h / 60, 2) - 1)), m = light - c / 2;
     double rgb[3] = {0, 0, 0};
     const int sector = (int)(h / 60) % 6;
@@ -642,9 +647,10 @@ static bool has_flops(const struct mod *md)
     return false;
 }
 
-/* Workload labels along the bottom of a chart, one each, in as many rows as it takes for no two
- * to overlap (9-px text is about 5.5 px per character). x[w] is the label's centre, NAN to skip. */
-static void workload_labels(FILE *f, const struct mod *md, const double *x, double y_top)
+/* Workload labels, one each, in as many rows as it takes for no two to overlap (9-px text is about
+ * 5.5 px per character), the rows stepping by `step` px from y0 (negative: upwards). x[w] is the
+ * label's centre, NAN to skip. */
+static void workload_labels(FILE *f, const struct mod *md, const double *x, double y0, double step)
 {
     double row_end[8];
     for (int k = 0; k < 8; k++) row_end[k] = -1e9;
@@ -655,12 +661,12 @@ static void workload_labels(FILE *f, const struct mod *md, const double *x, doub
         while (k < 7 && x[w] - half < row_end[k]) k++;
         row_end[k] = x[w] + half;
         fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"9\" text-anchor=\"middle\" fill=\"#333\">%s</text>\n", x[w],
-                y_top + 11.0 * k, md->workloads[w]);
+                y0 + step * k, md->workloads[w]);
     }
 }
 
-/* The legend: one line per variant drawn, in its colour; peers as squares. */
-static void legend(FILE *f, const struct mod *md, const bool *drawn)
+/* The legend: one line per variant drawn, in its colour, peers marked; then what tells them apart. */
+static void legend(FILE *f, const struct mod *md, const bool *drawn, const char *key)
 {
     int line = 0;
     for (int i = 0; i < md->n_variants; i++) {
@@ -670,7 +676,7 @@ static void legend(FILE *f, const struct mod *md, const bool *drawn)
         fprintf(f, "<text x=\"622\" y=\"%d\" fill=\"%s\">%s %s</text>\n", 44 + 14 * line++, COLOR(i, md->n_variants),
                 r && is_peer(r) ? "&#9632;" : "&#9679;", md->variants[i]);
     }
-    fprintf(f, "<text x=\"622\" y=\"%d\" fill=\"#555\">&#9679; ours  &#9632; peer</text>\n", 50 + 14 * line);
+    fprintf(f, "<text x=\"622\" y=\"%d\" fill=\"#555\">%s</text>\n", 50 + 14 * line, key);
 }
 
 /* Bandwidth bars for a module without FLOPs: per workload a group of bars, one per variant, the
@@ -714,8 +720,8 @@ static void svg_bars(FILE *f, const struct mod *md, double copy_gbs)
                     is_peer(r) ? " fill-opacity=\"0.55\" stroke=\"black\" stroke-width=\"0.5\"" : "");
         }
     }
-    workload_labels(f, md, label_x, y0 + 14);
-    legend(f, md, drawn);
+    workload_labels(f, md, label_x, y0 + 14, 11);
+    legend(f, md, drawn, "solid: ours, pale: peer");
 }
 
 /* The roofline: the copy-bandwidth and GEMM-rate roofs; each workload's intensity (the same for
@@ -737,7 +743,8 @@ static void svg_roofline(FILE *f, const struct mod *md, double copy_gbs, double 
     double ridge = kl_fig_ridge(copy_gbs, gemm_tflops), i0 = 1e-2, y0 = copy_gbs * 1e9 * i0 / 1e12;
     fprintf(f, "<polyline fill=\"none\" stroke=\"black\" stroke-width=\"2\" points=\"%.1f,%.1f %.1f,%.1f %.1f,%.1f\"/>\n",
             sx(i0), sy(y0), sx(ridge), sy(gemm_tflops), sx(1e4), sy(gemm_tflops));
-    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\">ridge %.0f FLOP/B</text>\n", sx(ridge) + 4, sy(gemm_tflops) + 14, ridge);
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">ridge %.0f FLOP/B</text>\n", sx(ridge) - 4,
+            sy(gemm_tflops) - 6, ridge);
     double label_x[64];
     bool drawn[64] = {false};
     for (int w = 0; w < md->n_workloads; w++) {
@@ -753,7 +760,8 @@ static void svg_roofline(FILE *f, const struct mod *md, double copy_gbs, double 
             const cJSON *r = find_row(md, md->variants[i], md->workloads[w]);
             const double t = r ? row_tflops(r) : NAN;
             if (!isfinite(label_x[w]) || !(t > 0)) continue;
-            const double x = label_x[w], y = sy(fmin(fmax(t, 1e-3), 1e4));
+            /* side by side along the workload's line, 2 px apart, so equal rates stay visible */
+            const double x = label_x[w] + 2.0 * (i - (md->n_variants - 1) / 2.0), y = sy(fmin(fmax(t, 1e-3), 1e4));
             drawn[i] = true;
             if (is_peer(r))
                 fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"8\" height=\"8\" fill=\"%s\"/>\n", x - 4, y - 4,
@@ -761,8 +769,8 @@ static void svg_roofline(FILE *f, const struct mod *md, double copy_gbs, double 
             else
                 fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4.5\" fill=\"%s\"/>\n", x, y, COLOR(i, md->n_variants));
         }
-    workload_labels(f, md, label_x, 40);
-    legend(f, md, drawn);
+    workload_labels(f, md, label_x, 364, -11);
+    legend(f, md, drawn, "&#9679; ours  &#9632; peer");
 }
 
 static int write_svg(const char *path, const struct mod *md, double copy_gbs, double gemm_tflops)
