@@ -35,6 +35,13 @@ def fail(where, msg):
     FAILS.append(f"{where}: {msg}")
 
 
+def expect(where, cells, want):
+    """Each cell of a parsed table row that `want` names must read as `want` says."""
+    for col, v in want.items():
+        if cells.get(col) != v:
+            fail(where, f"{col} reads {cells.get(col)!r}, the results give {v!r}")
+
+
 def c_round(fmt, v):
     """What C's printf writes for v (Python's % formatting rounds the same, correctly)."""
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
@@ -149,9 +156,7 @@ def check_hardware_table(name, text, rows, module, labels):
                 f"{rc.get('replay')} replay, {c_round('%.0f', rc.get('checked'))} of {c_round('%.0f', rc.get('of'))} sampled")
         else:
             want["re-check of the timed launches"] = "not recorded"
-        for col, v in want.items():
-            if t.get(col) != v:
-                fail(where, f"{col} reads {t.get(col)!r}, the results give {v!r}")
+        expect(where, t, want)
         checked += 1
     return checked
 
@@ -203,9 +208,7 @@ def check_allreduce(name, text, rows):
                 "busbw GB/s": c_round("%.1f", algbw * 2 * (world - 1) / world)}
         if nccl:
             want["vs NCCL"] = c_round("%.2f", us / num(nccl, "time_us.median"))
-        for col, v in want.items():
-            if t.get(col) != v:
-                fail(where, f"{col} reads {t.get(col)!r}, the results give {v!r}")
+        expect(where, t, want)
         checked += 1
     return checked
 
@@ -325,9 +328,7 @@ def check_story(text, doc, check, rows):
         c = p["counters"]
         hbm = 100 * gbs(c["dram_read_bytes"] + c["dram_write_bytes"], p["us"]) / copy
         want = {"HBM": c_round("%.0f%%", hbm), "L2 hit": l2_cell(c.get("l2_hit_rate_pct", float("nan")), "%")}
-        for col, v in want.items():
-            if t.get(col) != v:
-                fail(f"story.md: kernels table {t['phase']} {t['op']}", f"{col} reads {t.get(col)!r}, the results give {v!r}")
+        expect(f"story.md: kernels table {t['phase']} {t['op']}", t, want)
         checked += 1
     # the timeline's layer 0 of the prefill: "├── rms_norm 13.3 us <- HBM 45%, ..."
     for m in re.finditer(r"^│   ├── (\w+) .*?<- HBM (\d+)%", text.split("Time ")[3] if text.count("Time ") > 3 else "", re.M):
