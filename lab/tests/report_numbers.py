@@ -397,6 +397,7 @@ def check_environment(text, rows):
 
 # ---- hygiene ----
 
+REPORTS = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "reports"))
 SANDBOX = re.compile(r"device tool|device machine|\bsession\b|\blent\b|sandbox|\bbudget_left", re.I)
 
 
@@ -410,7 +411,9 @@ def check_hygiene(guides):
             target, anchor, line = m.groups()
             if line == "0":
                 fail(name, f"links to line 0 of {target}")
-            if not target.startswith("http") and not os.path.exists(os.path.normpath(os.path.join(guides, target))):
+            # the guides live in reports/: "../x" is x in the repository, wherever this copy of them is
+            base = REPORTS if target.startswith("../") else guides
+            if not target.startswith("http") and not os.path.exists(os.path.normpath(os.path.join(base, target))):
                 fail(name, f"links to {target}, which does not exist")
         for m in SANDBOX.finditer(text):
             fail(name, f"speaks of the development environment: ...{text[max(0, m.start() - 40):m.end() + 20]!r}...")
