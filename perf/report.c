@@ -1716,40 +1716,6 @@ static void golden_cases_line(FILE *f, const struct mod *md)
     }
 }
 
-/* The outputs a module updates in place, from its golden cases' file names: an output <x>_out.npy
- * beside an input <x>.npy starts as that input (rope's q and k, store's caches). Writes them as
- * "`q`, `k`" and returns true when there are any. */
-static bool updated_in_place(const char *module, char *out, size_t len)
-{
-    char dir[1100];
-    snprintf(dir, sizeof dir, KL_SOURCE_DIR "/golden/%s", module);
-    struct dirent **cases;
-    int n = scandir(dir, &cases, NULL, alphasort), found = 0;
-    out[0] = 0;
-    for (int i = 0; i < n; i++) {
-        char cdir[1400];
-        snprintf(cdir, sizeof cdir, "%s/%s", dir, cases[i]->d_name);
-        struct dirent **files;
-        int m = cases[i]->d_name[0] != '.' && !found ? scandir(cdir, &files, NULL, alphasort) : 0;
-        for (int k = 0; k < m; k++) {
-            const char *name = files[k]->d_name, *suffix = strstr(name, "_out.npy");
-            char input[1600];
-            struct stat st;
-            if (suffix && suffix[8] == 0 &&
-                snprintf(input, sizeof input, "%s/%.*s.npy", cdir, (int)(suffix - name), name) < (int)sizeof input &&
-                stat(input, &st) == 0) {
-                size_t o = strlen(out);
-                snprintf(out + o, len - o, "%s`%.*s`", found++ ? ", " : "", (int)(suffix - name), name);
-            }
-            free(files[k]);
-        }
-        if (m > 0) free(files);
-        free(cases[i]);
-    }
-    if (n > 0) free(cases);
-    return found > 0;
-}
-
 static void section_correctness(FILE *f, const struct mod *md)
 {
     if (md->m && !md->m->tensor) {
@@ -1758,14 +1724,13 @@ static void section_correctness(FILE *f, const struct mod *md)
                    "`kernlab check %s` replays seeded random operation sequences against the reference after every "
                    "operation. There is no tolerance: results are integers and must match exactly.\n\n", md->name, md->name);
     } else {
-    char updated[256];
     fprintf(f, "## Correctness: tolerances and edge cases\n\nEvery variant is checked against the float64 reference "
                "(`reference/%s.c`) on the golden cases, on fresh random inputs (seed printed, `KL_SEED` replays) and "
                "on the edge catalogue below; ", md->name);
-    if (updated_in_place(md->name, updated, sizeof updated))
-        fprintf(f, "%s %s updated in place: each starts as its input, so an element the kernel should change but leaves "
-                   "unwritten keeps its old value, which fails wherever the change is not zero. ",
-                updated, strchr(updated, ',') ? "are" : "is");
+    if (md->m && md->m->in_place) /* those outputs start as inputs: nothing to poison */
+        fprintf(f, "what the kernel updates in place (%s) is not poisoned: it starts as its input, so an element the "
+                   "kernel should change but leaves unwritten keeps its old value, which fails wherever the change is not "
+                   "zero; any other output is poisoned before each run, so an unwritten element fails. ", md->m->in_place);
     else
         fprintf(f, "outputs are poisoned before each run so an unwritten element fails. ");
     fprintf(f, "The tolerance rows (lab/core/compare.c):\n\n| output dtype | rtol | atol (x max abs ref) | rel_l2 | why |\n"
@@ -2131,7 +2096,7 @@ static void ar_targets(FILE *f, const struct mod *md, const struct kl_targets *t
     for (int w = 0; w < md->n_workloads; w++)
         if (!kl_target_find(t90, md->name, md->workloads[w]) && has_row(md, md->workloads[w]))
             fprintf(f, "%s`%s`", ungated++ ? ", " : "\nUngated (no target row): ", md->workloads[w]);
-    fprintf(f, "%s\n", ungated ? "." : "");
+    fprintf(f, "%s\n", ungated ? ".\n" : "");
 }
 
 static void ar_counters(FILE *f, const struct mod *md)

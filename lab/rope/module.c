@@ -245,7 +245,7 @@ static int run(const struct kl_variant *v, const void *prob, struct kl_outputs *
 static const struct kl_tensor_ops ops = {load, make, reference, run, free_problem};
 
 KL_MODULE(rope, .summary = "rotary position embedding, in place on Q and K (neox or interleaved, partial)",
-          .min_cc = 70,
+          .min_cc = 70, .in_place = "q, k",
           .semantics = "For each token, each q and k head, and each pair i < rotary_dim/2: (x1, x2) -> (x1 cos - x2 sin, "
                        "x2 cos + x1 sin) with cos and sin from row positions[t] of a float32 cos/sin cache. is_neox "
                        "pairs dims i and i + rotary_dim/2, interleaved (GPT-J) pairs 2i and 2i+1; dims past "

@@ -389,9 +389,14 @@ def check_environment(text, rows):
         if not r or c_round("%.0f", r["ceilings"]["copy_gbs"]) != copy:
             fail("environment.md", f"{dev}: copy bandwidth {copy} GB/s is not the `{module}` run's")
         checked += 1
-    for m in re.finditer(r"^\| GPUs \| (.*) \|$", text, re.M):
-        if re.match(r"\d", m.group(1)) and not any(r.get("topology") for r in rows.values()):
-            fail("environment.md", "counts GPUs that no topology recorded")
+    # a machine's GPU count comes from a topology recorded on that machine, or is not given
+    for section in re.split(r"^## ", text, flags=re.M)[1:]:
+        dev = section.split(" (the `", 1)[0]
+        m = re.search(r"^\| GPUs \| (.*) \|$", section, re.M)
+        topo = next((r["topology"] for k, r in rows.items() if k[3] == dev and r.get("topology")), None)
+        if m and re.match(r"\d", m.group(1)) and (not topo or not m.group(1).startswith(c_round("%.0f", topo["gpus"]))):
+            fail("environment.md", f"{dev}: {m.group(1)[:40]!r} GPUs, but no topology recorded on it says so")
+        checked += 1
     return checked
 
 
@@ -420,6 +425,11 @@ def check_hygiene(guides):
         for m in re.finditer(r"--json reports/data/([^ \n`]+)", text):
             if "/" not in m.group(1):
                 fail(name, f"Reproduce writes reports/data/{m.group(1)}, one file for every device")
+    # rope and store update their outputs in place: those cannot have been poisoned before a run
+    for name in ("rope.md", "store.md"):
+        path = os.path.join(guides, name)
+        if os.path.exists(path) and "; outputs are poisoned before each run" in open(path, encoding="utf-8").read():
+            fail(name, "says its outputs are poisoned, but the kernel updates them in place")
     if os.path.exists(os.path.join(guides, "INDEX.md")):
         fail("INDEX.md", "collides with index.md on case-insensitive file systems (the way in is README.md)")
 
