@@ -93,6 +93,16 @@ grep -q 'after setmaxnreg: the producer warpgroup 72 registers/thread, each cons
   || { echo "timeline: the story does not give v10's register split after setmaxnreg"; exit 1; }
 grep -q 'barrier .*<- waiting at a barrier, not a per-tile __syncthreads (this kernel has none in its loop)' "$g" \
   || { echo "timeline: a warp-specialized variant's barrier stall is read as a per-tile __syncthreads"; exit 1; }
+# The way in judges the gated variant (v10_pingpong) and names its miss, marked as throttled (the row is).
+grep -q '^| \[attention_prefill\](attention_prefill.md) | .* | `v10_pingpong`: 0 of 1 targets met (causal-8k tc_frac 0.366 >= 0.65: \*\*miss\*\* (throttled)) |$' \
+  "$tmp/timeline/README.md" || { echo "README.md: the gate does not name the gated variant's miss"; grep attention_prefill.md "$tmp/timeline/README.md"; exit 1; }
+# Each row says how it was timed and which re-check its timed launches got (the Fixture-B rows carry
+# the bench's recheck object; rows without one say "not recorded"), and a throttled median is marked.
+grep -q '^| v1_vec16 | decode-64 | Fixture-B | [^|]* | graph | .* | graph replay, whole output |$' "$two/rmsnorm.md" \
+  && grep -q '^| v1_vec16 | prefill-16k | Fixture-B | 51.00 (49.98-53.55) (throttled) | events | .* | events replay, 4096 of 16384 sampled |$' "$two/rmsnorm.md" \
+  && grep -q '^- made-up: the first and the last row of every block of 256$' "$two/rmsnorm.md" \
+  && grep -q '^| v0_naive | decode-64 | Fixture-A | [^|]* | graph | .* | not recorded |$' "$two/rmsnorm.md" \
+  || { echo "two devices: the timing, re-check or throttle of a row is not said"; grep '^| v' "$two/rmsnorm.md" | head -12; exit 1; }
 
 # A variant nobody measured changes nothing but its marked lines: the guides of the build without
 # v3_pdl_residual_early (the tree before a learner added it; the fixture has no row of it) equal
