@@ -3,13 +3,25 @@
 
 #include <math.h>
 
-static bool positive(double x) { return isfinite(x) && x > 0; }
+static bool positive(double x)
+{
+    return isfinite(x) && x > 0;
+}
 
-double kl_fig_gbs(double bytes, double us) { return positive(bytes) && positive(us) ? bytes / (us * 1e3) : NAN; }
+double kl_fig_gbs(double bytes, double us)
+{
+    return positive(bytes) && positive(us) ? bytes / (us * 1e3) : NAN;
+}
 
-double kl_fig_tflops(double flops, double us) { return positive(flops) && positive(us) ? flops / (us * 1e6) : NAN; }
+double kl_fig_tflops(double flops, double us)
+{
+    return positive(flops) && positive(us) ? flops / (us * 1e6) : NAN;
+}
 
-double kl_fig_frac(double value, double ceiling) { return positive(ceiling) && isfinite(value) ? value / ceiling : NAN; }
+double kl_fig_frac(double value, double ceiling)
+{
+    return positive(ceiling) && isfinite(value) ? value / ceiling : NAN;
+}
 
 double kl_fig_dram_pct(double dram_read_bytes, double dram_write_bytes, double us, double copy_gbs)
 {
@@ -26,7 +38,8 @@ double kl_fig_l2_hit_pct(double counter_pct)
 
 const char *kl_fig_roof(double dram_pct, double tensor_pipe_pct)
 {
-    const double mem = isfinite(dram_pct) ? dram_pct / 100 : 0, tc = isfinite(tensor_pipe_pct) ? tensor_pipe_pct / 100 : 0;
+    const double mem = isfinite(dram_pct) ? dram_pct / 100 : 0,
+                 tc = isfinite(tensor_pipe_pct) ? tensor_pipe_pct / 100 : 0;
     if (mem < KL_FIG_ROOF_SHARE && tc < KL_FIG_ROOF_SHARE) return "neither roof";
     return tc > mem ? "tensor-bound" : "memory-bound";
 }

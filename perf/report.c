@@ -92,16 +92,28 @@ static const struct kl_targets *targets_of(const cJSON *r, const struct kl_targe
 
 /* ---- figures derived from a row (perf/figures.h: one formula each) ---- */
 
-static double row_gbs(const cJSON *r) { return kl_fig_gbs(num(r, "bytes"), num(r, "time_us.median")); }
-static double row_tflops(const cJSON *r) { return kl_fig_tflops(num(r, "flops"), num(r, "time_us.median")); }
+static double row_gbs(const cJSON *r)
+{
+    return kl_fig_gbs(num(r, "bytes"), num(r, "time_us.median"));
+}
+static double row_tflops(const cJSON *r)
+{
+    return kl_fig_tflops(num(r, "flops"), num(r, "time_us.median"));
+}
 /* Of the copy bandwidth the row's own run measured. */
-static double row_bw_frac(const cJSON *r) { return kl_fig_frac(row_gbs(r), num(r, "device.copy_gbs")); }
+static double row_bw_frac(const cJSON *r)
+{
+    return kl_fig_frac(row_gbs(r), num(r, "device.copy_gbs"));
+}
 static double row_dram_bytes(const cJSON *r)
 {
     return num(r, "counters.dram_read_bytes") + num(r, "counters.dram_write_bytes");
 }
 /* DRAM bytes the counters saw over the model's bytes. */
-static double row_dram_ratio(const cJSON *r) { return kl_fig_frac(row_dram_bytes(r), num(r, "bytes")); }
+static double row_dram_ratio(const cJSON *r)
+{
+    return kl_fig_frac(row_dram_bytes(r), num(r, "bytes"));
+}
 static double row_dram_pct(const cJSON *r)
 {
     return kl_fig_dram_pct(num(r, "counters.dram_read_bytes"), num(r, "counters.dram_write_bytes"),
@@ -110,18 +122,25 @@ static double row_dram_pct(const cJSON *r)
 /* "memory" or "compute": the roof the byte and FLOP models put the workload under. */
 static const char *row_bound(const cJSON *r)
 {
-    return kl_fig_model_bound(num(r, "flops"), num(r, "bytes"), num(r, "device.copy_gbs"), num(r, "device.gemm_tflops"));
+    return kl_fig_model_bound(num(r, "flops"), num(r, "bytes"), num(r, "device.copy_gbs"),
+                              num(r, "device.gemm_tflops"));
 }
-static double row_ridge(const cJSON *r) { return kl_fig_ridge(num(r, "device.copy_gbs"), num(r, "device.gemm_tflops")); }
+static double row_ridge(const cJSON *r)
+{
+    return kl_fig_ridge(num(r, "device.copy_gbs"), num(r, "device.gemm_tflops"));
+}
 
 /* The L2 hit rate as a cell: the rate, "n/a (X%)" where the counter read outside 0-100%, "-"
  * where there is no counter. */
 static const char *l2_hit_cell(char *buf, size_t len, const cJSON *r, const char *pct_sign)
 {
     const double c = num(r, "counters.l2_hit_rate_pct"), h = kl_fig_l2_hit_pct(c);
-    if (isfinite(h)) snprintf(buf, len, "%.0f%s", h, pct_sign);
-    else if (isfinite(c)) snprintf(buf, len, "n/a (counter %.0f%%)", c);
-    else snprintf(buf, len, "-");
+    if (isfinite(h))
+        snprintf(buf, len, "%.0f%s", h, pct_sign);
+    else if (isfinite(c))
+        snprintf(buf, len, "n/a (counter %.0f%%)", c);
+    else
+        snprintf(buf, len, "-");
     return buf;
 }
 #define L2HIT(r, pct) l2_hit_cell((char[48]){0}, 48, r, pct)
@@ -145,13 +164,17 @@ static const char *recheck_cell(char *buf, size_t len, const cJSON *r)
     if (strcmp(outputs, "all") == 0)
         snprintf(buf, len, "%s replay, whole output", replay);
     else
-        snprintf(buf, len, "%s replay, %s of %s sampled", replay, F("%.0f", num(c, "checked")), F("%.0f", num(c, "of")));
+        snprintf(buf, len, "%s replay, %s of %s sampled", replay, F("%.0f", num(c, "checked")),
+                 F("%.0f", num(c, "of")));
     return buf;
 }
 #define RECHECK(r) recheck_cell((char[160]){0}, 160, r)
 
 /* " (throttled)" for a row whose clocks dropped while it was timed. */
-static const char *throttled_mark(const cJSON *r) { return cJSON_IsTrue(get(r, "throttled")) ? " (throttled)" : ""; }
+static const char *throttled_mark(const cJSON *r)
+{
+    return cJSON_IsTrue(get(r, "throttled")) ? " (throttled)" : "";
+}
 
 /* The source path relative to the repository, for links that work on GitHub and locally. */
 static const char *rel_path(const char *file)
@@ -219,7 +242,8 @@ static bool hidden_variant(const char *module, const char *variant)
 static int variant_count(const char *module)
 {
     int n = 0;
-    for (int i = 0; i < kl_variant_count(module, false); i++) n += !hidden_variant(module, kl_variant_at(module, i, false)->name);
+    for (int i = 0; i < kl_variant_count(module, false); i++)
+        n += !hidden_variant(module, kl_variant_at(module, i, false)->name);
     return n;
 }
 
@@ -516,7 +540,7 @@ static double frac_of_bound(const cJSON *r)
         return metric ? num(r, metric) : NAN;
     }
     return strcmp(row_bound(r), "compute") == 0 ? kl_fig_frac(row_tflops(r), num(r, "device.gemm_tflops"))
-                                                 : row_bw_frac(r);
+                                                : row_bw_frac(r);
 }
 
 /* Our best variant on a workload: the highest fraction of its bound. */
@@ -612,7 +636,8 @@ static const char *series_color(char *buf, size_t len, int i, int n)
     const int sector = (int)(h / 60) % 6;
     static const int kslot[6][3] = {{0, 1, 2}, {1, 0, 2}, {2, 0, 1}, {2, 1, 0}, {1, 2, 0}, {0, 2, 1}}; /* c, x, 0 */
     const double val[3] = {c, x, 0};
-    for (int k = 0; k < 3; k++) rgb[k] = val[kslot[sector][k]];
+    for (int k = 0; k < 3; k++)
+        rgb[k] = val[kslot[sector][k]];
     snprintf(buf, len, "#%02x%02x%02x", (int)lround((rgb[0] + m) * 255), (int)lround((rgb[1] + m) * 255),
              (int)lround((rgb[2] + m) * 255));
     return buf;
@@ -653,12 +678,14 @@ static bool has_flops(const struct mod *md)
 static void workload_labels(FILE *f, const struct mod *md, const double *x, double y0, double step)
 {
     double row_end[8];
-    for (int k = 0; k < 8; k++) row_end[k] = -1e9;
+    for (int k = 0; k < 8; k++)
+        row_end[k] = -1e9;
     for (int w = 0; w < md->n_workloads; w++) {
         if (!isfinite(x[w])) continue;
         const double half = 2.75 * strlen(md->workloads[w]) + 3;
         int k = 0;
-        while (k < 7 && x[w] - half < row_end[k]) k++;
+        while (k < 7 && x[w] - half < row_end[k])
+            k++;
         row_end[k] = x[w] + half;
         fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"9\" text-anchor=\"middle\" fill=\"#333\">%s</text>\n", x[w],
                 y0 + step * k, md->workloads[w]);
@@ -672,7 +699,8 @@ static void legend(FILE *f, const struct mod *md, const bool *drawn, const char 
     for (int i = 0; i < md->n_variants; i++) {
         if (!drawn[i]) continue;
         const cJSON *r = NULL;
-        for (int w = 0; w < md->n_workloads && !r; w++) r = find_row(md, md->variants[i], md->workloads[w]);
+        for (int w = 0; w < md->n_workloads && !r; w++)
+            r = find_row(md, md->variants[i], md->workloads[w]);
         fprintf(f, "<text x=\"622\" y=\"%d\" fill=\"%s\">%s %s</text>\n", 44 + 14 * line++, COLOR(i, md->n_variants),
                 r && is_peer(r) ? "&#9632;" : "&#9679;", md->variants[i]);
     }
@@ -688,19 +716,26 @@ static void svg_bars(FILE *f, const struct mod *md, double copy_gbs)
         if (on_dev(md, md->rows.r[j]) && row_gbs(md->rows.r[j]) > top) top = row_gbs(md->rows.r[j]);
     top = ceil(top / 500) * 500;
     const double x0 = 70, W = 520, y0 = 360, H = 320;
-    fprintf(f, "<text x=\"70\" y=\"18\" font-size=\"13\">%s bandwidth%s%s: GB/s of the byte model per variant; no FLOPs, "
-               "so no roofline</text>\n", md->name, multi(md) ? " on " : "", multi(md) ? md->labels[0] : "");
+    fprintf(f,
+            "<text x=\"70\" y=\"18\" font-size=\"13\">%s bandwidth%s%s: GB/s of the byte model per variant; no FLOPs, "
+            "so no roofline</text>\n",
+            md->name, multi(md) ? " on " : "", multi(md) ? md->labels[0] : "");
     for (int g = 0; g <= 5; g++) {
         const double y = y0 - H * g / 5.0;
-        fprintf(f, "<line x1=\"%g\" y1=\"%.1f\" x2=\"%g\" y2=\"%.1f\" stroke=\"#eee\"/><text x=\"%g\" y=\"%.1f\" "
-                   "text-anchor=\"end\">%.0f</text>\n", x0, y, x0 + W, y, x0 - 6, y + 4, top * g / 5);
+        fprintf(f,
+                "<line x1=\"%g\" y1=\"%.1f\" x2=\"%g\" y2=\"%.1f\" stroke=\"#eee\"/><text x=\"%g\" y=\"%.1f\" "
+                "text-anchor=\"end\">%.0f</text>\n",
+                x0, y, x0 + W, y, x0 - 6, y + 4, top * g / 5);
     }
     const double yc = y0 - H * copy_gbs / top;
-    fprintf(f, "<line x1=\"%g\" y1=\"%.1f\" x2=\"%g\" y2=\"%.1f\" stroke=\"black\" stroke-width=\"2\"/><text x=\"%g\" "
-               "y=\"%.1f\">copy %.0f GB/s</text>\n", x0, yc, x0 + W, yc, x0 + 4, yc - 4, copy_gbs);
+    fprintf(f,
+            "<line x1=\"%g\" y1=\"%.1f\" x2=\"%g\" y2=\"%.1f\" stroke=\"black\" stroke-width=\"2\"/><text x=\"%g\" "
+            "y=\"%.1f\">copy %.0f GB/s</text>\n",
+            x0, yc, x0 + W, yc, x0 + 4, yc - 4, copy_gbs);
     fprintf(f, "<text x=\"16\" y=\"200\" transform=\"rotate(-90 16 200)\" text-anchor=\"middle\">GB/s</text>\n");
     int nw = 0;
-    for (int w = 0; w < md->n_workloads; w++) nw += has_row(md, md->workloads[w]);
+    for (int w = 0; w < md->n_workloads; w++)
+        nw += has_row(md, md->workloads[w]);
     double label_x[64];
     bool drawn[64] = {false};
     const double group = nw ? W / nw : W, bar = fmax(1.0, (group - 8) / (md->n_variants ? md->n_variants : 1));
@@ -752,7 +787,8 @@ static void svg_roofline(FILE *f, const struct mod *md, double copy_gbs, double 
         const double b = r ? num(r, "bytes") : NAN, fl = r ? num(r, "flops") : NAN;
         label_x[w] = b > 0 && fl > 0 ? sx(fmin(fmax(fl / b, 1e-2), 1e4)) : NAN;
         if (isfinite(label_x[w]))
-            fprintf(f, "<line x1=\"%.1f\" y1=\"30\" x2=\"%.1f\" y2=\"370\" stroke=\"#bbb\" stroke-dasharray=\"3,3\"/>\n",
+            fprintf(f,
+                    "<line x1=\"%.1f\" y1=\"30\" x2=\"%.1f\" y2=\"370\" stroke=\"#bbb\" stroke-dasharray=\"3,3\"/>\n",
                     label_x[w], label_x[w]);
     }
     for (int i = 0; i < md->n_variants; i++)
@@ -779,8 +815,10 @@ static int write_svg(const char *path, const struct mod *md, double copy_gbs, do
     if (!f) return -1;
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"820\" height=\"420\" font-family=\"sans-serif\" "
                "font-size=\"11\">\n<rect width=\"820\" height=\"420\" fill=\"white\"/>\n");
-    if (has_flops(md)) svg_roofline(f, md, copy_gbs, gemm_tflops);
-    else svg_bars(f, md, copy_gbs);
+    if (has_flops(md))
+        svg_roofline(f, md, copy_gbs, gemm_tflops);
+    else
+        svg_bars(f, md, copy_gbs);
     fprintf(f, "</svg>\n");
     return finish(f, path);
 }
@@ -944,8 +982,10 @@ static bool measured(const struct mod *md, const char *variant)
  * __global__ function (a host-side variant: NCCL's, the CPU's). */
 static const char *source_link(char *buf, size_t len, const char *file, int line)
 {
-    if (line > 0) snprintf(buf, len, "[%s:%d](../%s#L%d)", rel_path(file), line, rel_path(file), line);
-    else snprintf(buf, len, "[%s](../%s)", rel_path(file), rel_path(file));
+    if (line > 0)
+        snprintf(buf, len, "[%s:%d](../%s#L%d)", rel_path(file), line, rel_path(file), line);
+    else
+        snprintf(buf, len, "[%s](../%s)", rel_path(file), rel_path(file));
     return buf;
 }
 
@@ -973,9 +1013,10 @@ static void section_variants(FILE *f, const struct mod *md, const char *workload
             fprintf(f, "```text\n%s\n```\n\n", comment);
         }
         if (unmeasured) {
-            fprintf(f, "Not measured yet: no results row names `%s`. `build/kernlab bench %s --variant %s --counters "
-                       "--json reports/data/<device>/%s.jsonl`, then `build/kernlab report`, puts it in the tables.\n\n"
-                       KL_UNMEASURED_END "\n",
+            fprintf(f,
+                    "Not measured yet: no results row names `%s`. `build/kernlab bench %s --variant %s --counters "
+                    "--json reports/data/<device>/%s.jsonl`, then `build/kernlab report`, puts it in the "
+                    "tables.\n\n" KL_UNMEASURED_END "\n",
                     v->name, md->name, v->name, md->name);
             continue;
         }
@@ -1034,10 +1075,12 @@ static void section_story(FILE *f, const struct mod *md, const char *workload, c
     fprintf(f, "## Execution story: `%s` on `%s`\n\nOne launch, from the host's call to the last byte written, with "
                "the hardware state the counters measured (CUPTI Range Profiler over the same launch, L2 flushed "
                "first).\n\n```text\n", variant, workload);
-    fprintf(f, "Time 0.00 us     the launch (timed as %s: %s us%s; with events around each launch: %s us; launch "
-               "floor on this GPU: %s us in a graph, %s us on a stream)\n",
+    fprintf(f,
+            "Time 0.00 us     the launch (timed as %s: %s us%s; with events around each launch: %s us; launch "
+            "floor on this GPU: %s us in a graph, %s us on a stream)\n",
             strcmp(timed_as(r), "graph") == 0 ? "CUDA-graph replays" : timed_as(r), F("%.2f", t), throttled_mark(r),
-            F("%.2f", num(r, "time_us_events.median")), F("%.2f", floor_us), F("%.2f", num(r, "ceilings.launch_us_stream")));
+            F("%.2f", num(r, "time_us_events.median")), F("%.2f", floor_us),
+            F("%.2f", num(r, "ceilings.launch_us_stream")));
     const cJSON *k = get(r, "counters.launch");
     fprintf(f, "Kernel: %s\n", k ? str(k, "kernel", "?") : variant);
     if (k) {
@@ -1053,16 +1096,19 @@ static void section_story(FILE *f, const struct mod *md, const char *workload, c
                 str(k, "occupancy_limiter", "?"));
     }
     const double ratio = row_dram_ratio(r);
-    fprintf(f, "├── DRAM: read %s + wrote %s = %s of the %s the model needs (%s)\n", HB(rd), HB(wr), F("%.3fx", ratio), HB(b),
+    fprintf(f, "├── DRAM: read %s + wrote %s = %s of the %s the model needs (%s)\n", HB(rd), HB(wr), F("%.3fx", ratio),
+            HB(b),
             !isfinite(ratio) ? "no counters"
             : ratio > 1.15   ? "re-reads or uncoalesced access"
-            : ratio < 0.85   ? "outputs still dirty in L2 when the range ended are not yet DRAM writes, and any input L2 "
-                               "served is no DRAM read"
-                             : "every byte once, nothing more");
-    fprintf(f, "├── DRAM busy: %s%% (those bytes over the %s us, against the measured copy bandwidth of %s GB/s); SM %s%%, "
-               "L2 hit rate %s, tensor pipe %s%% (the counters)\n",
-            F("%.1f", row_dram_pct(r)), F("%.2f", t), F("%.0f", num(r, "device.copy_gbs")),
-            F("%.1f", num(r, "counters.sm_throughput_pct")), L2HIT(r, "%"), F("%.1f", num(r, "counters.tensor_pipe_pct")));
+            : ratio < 0.85 ? "outputs still dirty in L2 when the range ended are not yet DRAM writes, and any input L2 "
+                             "served is no DRAM read"
+                           : "every byte once, nothing more");
+    fprintf(
+        f,
+        "├── DRAM busy: %s%% (those bytes over the %s us, against the measured copy bandwidth of %s GB/s); SM %s%%, "
+        "L2 hit rate %s, tensor pipe %s%% (the counters)\n",
+        F("%.1f", row_dram_pct(r)), F("%.2f", t), F("%.0f", num(r, "device.copy_gbs")),
+        F("%.1f", num(r, "counters.sm_throughput_pct")), L2HIT(r, "%"), F("%.1f", num(r, "counters.tensor_pipe_pct")));
     const char *names[32];
     double pct[32];
     int n = stalls_of(r, names, pct, 32);
@@ -1075,12 +1121,15 @@ static void section_story(FILE *f, const struct mod *md, const char *workload, c
         fprintf(f, "DRAM %s%% busy and %s of the copy bandwidth reached\n", F("%.0f", row_dram_pct(r)),
                 F("%.2f", row_bw_frac(r)));
     else
-        fprintf(f, "%s of the GEMM rate reached\n", F("%.2f", kl_fig_frac(row_tflops(r), num(r, "device.gemm_tflops"))));
+        fprintf(f, "%s of the GEMM rate reached\n",
+                F("%.2f", kl_fig_frac(row_tflops(r), num(r, "device.gemm_tflops"))));
     fprintf(f, "Time %s us    last block retires: %s GB/s = %s of the measured copy bandwidth", F("%.2f", t),
             F("%.0f", row_gbs(r)), F("%.3f", row_bw_frac(r)));
     if (isfinite(num(r, "copy_same_bytes_us")))
-        fprintf(f, "; a plain copy of the same %s takes %s us (%s of the long-copy rate), so this kernel is at %s of "
-                   "what its size allows", HB(b), F("%.2f", num(r, "copy_same_bytes_us")),
+        fprintf(f,
+                "; a plain copy of the same %s takes %s us (%s of the long-copy rate), so this kernel is at %s of "
+                "what its size allows",
+                HB(b), F("%.2f", num(r, "copy_same_bytes_us")),
                 F("%.3f", kl_fig_frac(kl_fig_gbs(b, num(r, "copy_same_bytes_us")), num(r, "device.copy_gbs"))),
                 F("%.3f", num(r, "copy_same_bytes_frac")));
     if (t < 5 * floor_us) fprintf(f, "; %s x the graph launch floor", F("%.1f", t / floor_us));
@@ -1096,9 +1145,10 @@ static void section_story(FILE *f, const struct mod *md, const char *workload, c
         const char *names_o[32];
         double pct_o[32];
         int no = stalls_of(o, names_o, pct_o, 32);
-        fprintf(f, "The same launch on %s (%s: copy %s GB/s, graph launch floor %s us): %s us (timed as %s%s; events %s "
-                   "us), %s GB/s = %s of its copy bandwidth and %s of a same-size copy (%s us); DRAM read %s + wrote %s = "
-                   "%s of the model, DRAM %s%% busy, achieved occupancy %s%%",
+        fprintf(f,
+                "The same launch on %s (%s: copy %s GB/s, graph launch floor %s us): %s us (timed as %s%s; events %s "
+                "us), %s GB/s = %s of its copy bandwidth and %s of a same-size copy (%s us); DRAM read %s + wrote %s = "
+                "%s of the model, DRAM %s%% busy, achieved occupancy %s%%",
                 md->labels[d], md->devices[d], F("%.0f", num(o, "device.copy_gbs")),
                 F("%.2f", num(o, "ceilings.launch_us_graph")), F("%.2f", num(o, "time_us.median")), timed_as(o),
                 throttled_mark(o), F("%.2f", num(o, "time_us_events.median")), F("%.0f", row_gbs(o)),
@@ -1118,7 +1168,10 @@ static void section_story(FILE *f, const struct mod *md, const char *workload, c
  * bank conflicts, occupancy and its limiter). Rows whose module reports the attention work
  * ("work": rows, pairs, head_dim) get the attention tile's steps by name. */
 
-static bool compute_bound(const cJSON *r) { return r && strcmp(row_bound(r), "compute") == 0; }
+static bool compute_bound(const cJSON *r)
+{
+    return r && strcmp(row_bound(r), "compute") == 0;
+}
 
 /* Extra shared-memory wavefronts caused by bank conflicts, as a share of all shared wavefronts. */
 static double conflict_share(const cJSON *r)
@@ -1250,10 +1303,12 @@ static void section_compute_story(FILE *f, const struct mod *md, const cJSON *r,
     const double occ = k ? num(k, "theoretical_occupancy_pct") : NAN;
     /* CTAs resident per SM: theoretical occupancy x the SM's warp slots (64) / warps per CTA. */
     const double per_sm = threads > 0 ? floor(occ / 100.0 * 64 / (threads / 32.0) + 1e-9) : NAN;
-    fprintf(f, "## Execution story: `%s` on `%s`\n\nOne launch, then the life of one CTA (the average over the launch's "
-               "CTAs, counting those of a ragged batch that find no rows and exit at once) through the pipes, with what the counters measured over the same launch (CUPTI Range Profiler, L2 "
-               "flushed first). The workload does %s FLOP per byte it must move against a ridge of %s: compute-bound, "
-               "so the question is how busy the tensor pipe is and what keeps it waiting.\n\n```text\n",
+    fprintf(f,
+            "## Execution story: `%s` on `%s`\n\nOne launch, then the life of one CTA (the average over the launch's "
+            "CTAs, counting those of a ragged batch that find no rows and exit at once) through the pipes, with what "
+            "the counters measured over the same launch (CUPTI Range Profiler, L2 "
+            "flushed first). The workload does %s FLOP per byte it must move against a ridge of %s: compute-bound, "
+            "so the question is how busy the tensor pipe is and what keeps it waiting.\n\n```text\n",
             variant, workload, F("%.0f", flops / num(r, "bytes")), F("%.0f", row_ridge(r)));
     fprintf(f, "Time 0.00 us     the launch (timed as %s: %s us%s; events around each launch: %s us)\n",
             strcmp(timed_as(r), "graph") == 0 ? "CUDA-graph replays" : timed_as(r), F("%.2f", t), throttled_mark(r),
@@ -1280,9 +1335,10 @@ static void section_compute_story(FILE *f, const struct mod *md, const cJSON *r,
         fprintf(f, "├── One CTA: %s rows (query, head) of the %s, each seeing %s keys on average: %s FLOPs, %s us of its "
                    "SM slot at the measured rate\n",
                 F("%.0f", cta_rows), F("%.0f", rows), F("%.0f", keys), F("%.3g", flops / blocks), F("%.1f", cta_us));
-        fprintf(f, "│   ├── load:     its q rows once (%s), then its keys' K and V rows tile by tile into shared memory "
-                   "(about %s: every tile once per CTA); the whole launch read %s from DRAM for a %s model, L2 hit rate "
-                   "%s\n",
+        fprintf(f,
+                "│   ├── load:     its q rows once (%s), then its keys' K and V rows tile by tile into shared memory "
+                "(about %s: every tile once per CTA); the whole launch read %s from DRAM for a %s model, L2 hit rate "
+                "%s\n",
                 HB(cta_rows * d * 2), HB(keys * d * 2 * 2), HB(num(r, "counters.dram_read_bytes")), HB(num(r, "bytes")),
                 L2HIT(r, "%"));
         fprintf(f, "│   ├── GEMM 1:   S = Q K^T, %s FLOPs per CTA on the tensor pipe (2 x head_dim per pair)\n",
@@ -1354,11 +1410,12 @@ static void section_compute_hardware(FILE *f, const struct mod *md, const char *
             for (int s = 0; s < n && s < 3 && off < sizeof stalls; s++)
                 off += (size_t)snprintf(stalls + off, sizeof stalls - off, "%s%s %.0f%%", s ? ", " : "", names[s], pct[s]);
             fprintf(f, "| %s%s | %s | %s | %s | %s | %s | %s / %s | %s | %s | %s | %s |\n", md->variants[i],
-                    is_peer(r) ? " (peer)" : "", md->workloads[w], F("%.1f", row_tflops(r)), F("%.3f", frac_of_bound(r)),
-                    F("%.1f", num(r, "counters.tensor_pipe_pct")), F("%.1f%%", 100 * conflict_share(r)),
-                    F("%.0f%%", num(r, "counters.achieved_occupancy_pct")),
-                    F("%.0f%%", k ? num(k, "theoretical_occupancy_pct") : NAN), k ? str(k, "occupancy_limiter", "-") : "-",
-                    F("%.0f", k ? num(k, "registers") : NAN), F("%.0f", k ? num(k, "local_bytes") : NAN), stalls);
+                    is_peer(r) ? " (peer)" : "", md->workloads[w], F("%.1f", row_tflops(r)),
+                    F("%.3f", frac_of_bound(r)), F("%.1f", num(r, "counters.tensor_pipe_pct")),
+                    F("%.1f%%", 100 * conflict_share(r)), F("%.0f%%", num(r, "counters.achieved_occupancy_pct")),
+                    F("%.0f%%", k ? num(k, "theoretical_occupancy_pct") : NAN),
+                    k ? str(k, "occupancy_limiter", "-") : "-", F("%.0f", k ? num(k, "registers") : NAN),
+                    F("%.0f", k ? num(k, "local_bytes") : NAN), stalls);
         }
     fprintf(f, "\nOn `%s`, variant by variant:\n\n", main_w ? main_w : "-");
     for (int i = 0; main_w && i < md->n_variants; i++) {
@@ -1381,11 +1438,11 @@ static void section_compute_hardware(FILE *f, const struct mod *md, const char *
 #define KL_TIMING_NOTE                                                                                                 \
     "Each median is timed as its `timed` column says: `graph`, CUDA-graph replays (back-to-back launches, as a "       \
     "serving engine runs them), or `events`, each launch alone between two events (what the bench falls back to for "  \
-    "long kernels, and which adds the GPU's launch processing); the events column gives the event timing of every "   \
+    "long kernels, and which adds the GPU's launch processing); the events column gives the event timing of every "    \
     "row. A median marked (throttled) was timed while the SM clock dropped."
 #define KL_DRAM_NOTE                                                                                                   \
-    "DRAM %% is the DRAM bytes the counters saw (one launch, L2 flushed first: the bytes-over-model column) over the "  \
-    "median time, as a share of the copy bandwidth measured in the same run (environment.md): the counter's own "     \
+    "DRAM %% is the DRAM bytes the counters saw (one launch, L2 flushed first: the bytes-over-model column) over the " \
+    "median time, as a share of the copy bandwidth measured in the same run (environment.md): the counter's own "      \
     "throughput figure is averaged over the whole profiled range, tens of microseconds longer than a short kernel. "   \
     "L2 hit %% is the counter's hits over lookups."
 
@@ -1398,27 +1455,33 @@ static void notes_after_hardware_table(FILE *f, const struct mod *md)
         odd_l2 |= isfinite(c) && !isfinite(kl_fig_l2_hit_pct(c));
     }
     if (odd_l2)
-        fprintf(f, "\nn/a in the L2 column: the counter read outside 0-100%%. It is the hits over the lookups of every L2 "
-                   "client in the profiled range (stores count as hits), and the profiler may count the two in different "
-                   "replays; for a kernel that moves a few kilobytes those are not the same lookups, so the ratio says "
-                   "nothing about the kernel's reuse.\n");
+        fprintf(f,
+                "\nn/a in the L2 column: the counter read outside 0-100%%. It is the hits over the lookups of every L2 "
+                "client in the profiled range (stores count as hits), and the profiler may count the two in different "
+                "replays; for a kernel that moves a few kilobytes those are not the same lookups, so the ratio says "
+                "nothing about the kernel's reuse.\n");
     const char *reasons[16];
     int nr = 0;
     for (int j = 0; j < md->rows.n && nr < 16; j++) {
         const cJSON *c = get(md->rows.r[j], "recheck");
-        const char *why = cJSON_IsObject(c) && strcmp(str(c, "outputs", ""), "all") != 0 ? str(c, "reason", NULL) : NULL;
+        const char *why =
+            cJSON_IsObject(c) && strcmp(str(c, "outputs", ""), "all") != 0 ? str(c, "reason", NULL) : NULL;
         if (why && index_of(reasons, nr, why) < 0) reasons[nr++] = why;
     }
-    for (int k = 0; k < nr; k++) fprintf(f, "%s%s\n", k ? "- " : "\nSampled re-checks, and why not the whole output:\n\n- ", reasons[k]);
+    for (int k = 0; k < nr; k++)
+        fprintf(f, "%s%s\n", k ? "- " : "\nSampled re-checks, and why not the whole output:\n\n- ", reasons[k]);
 }
 
 static void section_hardware(FILE *f, const struct mod *md, const char *main_w)
 {
     if (md->rows.n && num(md->rows.r[0], "device.cc") == 0) return; /* CPU: see "Module measurements" */
-    fprintf(f, "## Hardware analysis\n\n" KL_TIMING_NOTE " " KL_DRAM_NOTE "\n\n| variant | workload |%s median us "
-               "(min-max) | timed | events us | GB/s | of copy | DRAM bytes / model | DRAM %% | SM %% | occupancy | L2 hit %% | "
-               "top stall | re-check of the timed launches |\n|---|---|%s---|---|---|---|---|---|---|---|---|---|---|---|\n",
-            multi(md) ? " device |" : "", multi(md) ? "---|" : "");
+    fprintf(
+        f,
+        "## Hardware analysis\n\n" KL_TIMING_NOTE " " KL_DRAM_NOTE "\n\n| variant | workload |%s median us "
+        "(min-max) | timed | events us | GB/s | of copy | DRAM bytes / model | DRAM %% | SM %% | occupancy | L2 hit %% "
+        "| "
+        "top stall | re-check of the timed launches |\n|---|---|%s---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        multi(md) ? " device |" : "", multi(md) ? "---|" : "");
     for (int i = 0; i < md->n_variants; i++)
         for (int w = 0; w < md->n_workloads; w++)
             for (int d = 0; d < md->n_devices; d++) { /* each device under the other: one kernel, two memories */
@@ -1477,8 +1540,8 @@ static void section_hardware(FILE *f, const struct mod *md, const char *main_w)
             const char *names_o[32];
             double pct_o[32];
             int no = stalls_of(o, names_o, pct_o, 32);
-            fprintf(f, " On %s: %s of its copy bandwidth, %s the modelled bytes", md->labels[d], F("%.2f", row_bw_frac(o)),
-                    F("%.2fx", row_dram_ratio(o)));
+            fprintf(f, " On %s: %s of its copy bandwidth, %s the modelled bytes", md->labels[d],
+                    F("%.2f", row_bw_frac(o)), F("%.2fx", row_dram_ratio(o)));
             if (no) fprintf(f, ", mostly %s (%.0f%%)", names_o[0], pct_o[0]);
             fprintf(f, ".");
         }
@@ -1510,8 +1573,12 @@ static const char *target_cell(char *buf, size_t len, const struct kl_targets *t
     const struct kl_target *x = kl_target_find(targets_of(r, t), module, workload);
     if (!x) return snprintf(buf, len, "-"), buf;
     const double v = metric_value(r, x->metric);
-    snprintf(buf, len, "%s %s %s %.2f: %s%s", x->metric, F("%.3f", v), kl_metric_lower_is_better(x->metric) ? "<=" : ">=",
-             x->target, !isfinite(v) ? "not measured" : metric_passes(x, v) ? "**pass**" : "**miss**", throttled_mark(r));
+    snprintf(buf, len, "%s %s %s %.2f: %s%s", x->metric, F("%.3f", v),
+             kl_metric_lower_is_better(x->metric) ? "<=" : ">=", x->target,
+             !isfinite(v)          ? "not measured"
+             : metric_passes(x, v) ? "**pass**"
+                                   : "**miss**",
+             throttled_mark(r));
     return buf;
 }
 
@@ -1532,7 +1599,8 @@ static void target_row_cells(FILE *f, const struct mod *md, const char *variant,
     fprintf(f, " | %s%s", F("%.2f", num(r, "time_us.median")), throttled_mark(r));
     if (with_gbs) fprintf(f, " | %s", F("%.0f", row_gbs(r)));
     fprintf(f, " | %s | %s | %s | %s", F("%.3f", row_bw_frac(r)), F("%.3f", copy_us / num(r, "time_us.median")),
-            F("%.2f", num(r, "floor_frac")), is_peer(r) ? "-" : target_cell(c90, sizeof c90, t90, md->name, workload, r));
+            F("%.2f", num(r, "floor_frac")),
+            is_peer(r) ? "-" : target_cell(c90, sizeof c90, t90, md->name, workload, r));
 }
 
 /* What the target's metric means, for a workload that can only be launch-bound. */
@@ -1550,9 +1618,10 @@ static const char *small_workload_gate(const struct kl_target *x)
 static void section_cpu_targets(FILE *f, const struct mod *md)
 {
     const char *gated = kl_targets_gated(&kcpu_targets, md->name);
-    fprintf(f, "## Against the targets\n\nTargets of modules that run on the CPU are in perf/targets/cpu.csv; the gate "
-               "(`kernlab bench %s --gate`) judges `%s`, the variant that file names; the other variants are shown "
-               "against the same targets.\n\n| workload | variant | median us | target |\n|---|---|---|---|\n",
+    fprintf(f,
+            "## Against the targets\n\nTargets of modules that run on the CPU are in perf/targets/cpu.csv; the gate "
+            "(`kernlab bench %s --gate`) judges `%s`, the variant that file names; the other variants are shown "
+            "against the same targets.\n\n| workload | variant | median us | target |\n|---|---|---|---|\n",
             md->name, gated ? gated : "(none named)");
     char cell[160];
     for (int w = 0; w < md->n_workloads; w++)
@@ -1560,7 +1629,8 @@ static void section_cpu_targets(FILE *f, const struct mod *md)
             const cJSON *r = find_row(md, md->variants[i], md->workloads[w]);
             if (r)
                 fprintf(f, "| %s | %s%s | %s | %s |\n", md->workloads[w], md->variants[i], is_peer(r) ? " (peer)" : "",
-                        F("%.2f", num(r, "time_us.median")), target_cell(cell, sizeof cell, NULL, md->name, md->workloads[w], r));
+                        F("%.2f", num(r, "time_us.median")),
+                        target_cell(cell, sizeof cell, NULL, md->name, md->workloads[w], r));
         }
     fprintf(f, "\n");
 }
@@ -1569,14 +1639,16 @@ static void section_targets(FILE *f, const struct mod *md, const struct kl_targe
 {
     if (md->rows.n && num(md->rows.r[0], "device.cc") == 0) return section_cpu_targets(f, md);
     const char *gated = kl_targets_gated(t90, md->name);
-    fprintf(f, "## Against the targets and the peers\n\nsm_90 targets are ours (perf/targets/sm_90.csv); the gate "
-               "(`kernlab bench %s --gate`) judges `%s`, the variant that file names, and the other variants are shown "
-               "against the same targets. sm_80 targets are the study notes' A100 expectations "
-               "(perf/targets/sm_80_a100.csv), shown against these sm_90 measurements as a fraction of this GPU's "
-               "ceilings: a reference point, not a gate here. Peers are timed the same way in the same run. *Same-size "
-               "copy* is a plain copy of the workload's bytes, timed the same way: above 0.9 of it, what remains is the "
-               "size (launch ramp-up and tail), not the kernel. A median marked (throttled) was timed while the SM clock "
-               "dropped.", md->name, gated ? gated : "(none named)");
+    fprintf(f,
+            "## Against the targets and the peers\n\nsm_90 targets are ours (perf/targets/sm_90.csv); the gate "
+            "(`kernlab bench %s --gate`) judges `%s`, the variant that file names, and the other variants are shown "
+            "against the same targets. sm_80 targets are the study notes' A100 expectations "
+            "(perf/targets/sm_80_a100.csv), shown against these sm_90 measurements as a fraction of this GPU's "
+            "ceilings: a reference point, not a gate here. Peers are timed the same way in the same run. *Same-size "
+            "copy* is a plain copy of the workload's bytes, timed the same way: above 0.9 of it, what remains is the "
+            "size (launch ramp-up and tail), not the kernel. A median marked (throttled) was timed while the SM clock "
+            "dropped.",
+            md->name, gated ? gated : "(none named)");
     if (!multi(md)) {
         fprintf(f, "\n\n| workload | variant | median us | GB/s | of copy | of same-size copy | floor_frac | sm_90 target | "
                    "sm_80 (A100 notes) |\n|---|---|---|---|---|---|---|---|---|\n");
@@ -1639,8 +1711,8 @@ static void section_targets(FILE *f, const struct mod *md, const struct kl_targe
             double copy_us = r ? num(r, "copy_same_bytes_us") : NAN;
             if (!x || !isfinite(copy_us)) continue;
             double copy_value = strcmp(x->metric, "floor_frac") == 0 ? num(r, "ceilings.launch_us_graph") / copy_us
-                                : strcmp(x->metric, "bw_frac") == 0 ? kl_fig_frac(kl_fig_gbs(num(r, "bytes"), copy_us),
-                                                                                  num(r, "device.copy_gbs"))
+                                : strcmp(x->metric, "bw_frac") == 0
+                                    ? kl_fig_frac(kl_fig_gbs(num(r, "bytes"), copy_us), num(r, "device.copy_gbs"))
                                 : strcmp(x->metric, "copy_same_bytes_frac") == 0 ? 1.0 /* the copy itself */
                                                                                  : NAN;
             if (isfinite(copy_value) && copy_value < x->target) {
@@ -1724,22 +1796,28 @@ static void section_correctness(FILE *f, const struct mod *md)
                    "`kernlab check %s` replays seeded random operation sequences against the reference after every "
                    "operation. There is no tolerance: results are integers and must match exactly.\n\n", md->name, md->name);
     } else {
-    fprintf(f, "## Correctness: tolerances and edge cases\n\nEvery variant is checked against the float64 reference "
-               "(`reference/%s.c`) on the golden cases, on fresh random inputs (seed printed, `KL_SEED` replays) and "
-               "on the edge catalogue below; ", md->name);
-    if (md->m && md->m->in_place) /* those outputs start as inputs: nothing to poison */
-        fprintf(f, "what the kernel updates in place (%s) is not poisoned: it starts as its input, so an element the "
-                   "kernel should change but leaves unwritten keeps its old value, which fails wherever the change is not "
-                   "zero; any other output is poisoned before each run, so an unwritten element fails. ", md->m->in_place);
-    else
-        fprintf(f, "outputs are poisoned before each run so an unwritten element fails. ");
-    fprintf(f, "The tolerance rows (lab/core/compare.c):\n\n| output dtype | rtol | atol (x max abs ref) | rel_l2 | why |\n"
-               "|---|---|---|---|---|\n");
-    enum kl_dtype types[] = {KL_F32, KL_F16, KL_BF16};
-    for (int i = 0; i < 3; i++) {
-        struct kl_policy p = kl_policy_for(types[i], false);
-        fprintf(f, "| %s | 2^%.0f | 2^%.0f | 2^%.0f | %s |\n", kl_dtype_name(types[i]), log2(p.rtol), log2(p.atol_frac),
-                log2(p.rel_l2), p.why);
+        fprintf(f,
+                "## Correctness: tolerances and edge cases\n\nEvery variant is checked against the float64 reference "
+                "(`reference/%s.c`) on the golden cases, on fresh random inputs (seed printed, `KL_SEED` replays) and "
+                "on the edge catalogue below; ",
+                md->name);
+        if (md->m && md->m->in_place) /* those outputs start as inputs: nothing to poison */
+            fprintf(
+                f,
+                "what the kernel updates in place (%s) is not poisoned: it starts as its input, so an element the "
+                "kernel should change but leaves unwritten keeps its old value, which fails wherever the change is not "
+                "zero; any other output is poisoned before each run, so an unwritten element fails. ",
+                md->m->in_place);
+        else
+            fprintf(f, "outputs are poisoned before each run so an unwritten element fails. ");
+        fprintf(f, "The tolerance rows (lab/core/compare.c):\n\n| output dtype | rtol | atol (x max abs ref) | rel_l2 "
+                   "| why |\n"
+                   "|---|---|---|---|---|\n");
+        enum kl_dtype types[] = {KL_F32, KL_F16, KL_BF16};
+        for (int i = 0; i < 3; i++) {
+            struct kl_policy p = kl_policy_for(types[i], false);
+            fprintf(f, "| %s | 2^%.0f | 2^%.0f | 2^%.0f | %s |\n", kl_dtype_name(types[i]), log2(p.rtol),
+                    log2(p.atol_frac), log2(p.rel_l2), p.why);
     }
     fprintf(f, "| data movement | 0 | 0 | 0 | %s |\n\n", kl_policy_for(KL_BF16, true).why);
     if (md->m && md->m->tolerance) fprintf(f, "%s\n\n", md->m->tolerance);
@@ -1762,10 +1840,11 @@ static void section_exercises(FILE *f, const struct mod *md)
 {
     fprintf(f, "## Exercises\n\n");
     if (md->m && md->m->exercises) fprintf(f, "%s\n\n", md->m->exercises);
-    fprintf(f, "Start any of them with `build/kernlab new-variant %s vN_your_idea` (README.md, *Add a variant*): the new "
-               "file is a working copy of an existing variant, tested at once by ctest, and it appears in this guide as "
-               "not measured until a results row names it. Write down the predicted time before measuring; if the result "
-               "misses the prediction in either direction, find out why (the counters above) before the next change.\n\n",
+    fprintf(f,
+            "Start any of them with `build/kernlab new-variant %s vN_your_idea` (README.md, *Add a variant*): the new "
+            "file is a working copy of an existing variant, tested at once by ctest, and it appears in this guide as "
+            "not measured until a results row names it. Write down the predicted time before measuring; if the result "
+            "misses the prediction in either direction, find out why (the counters above) before the next change.\n\n",
             md->name);
 }
 
@@ -1775,7 +1854,8 @@ static const char *device_folder(const char *device, char *out, size_t len)
 {
     if (strncmp(device, "NVIDIA ", 7) == 0) device += 7;
     size_t n = 0;
-    for (; device[n] && device[n] != ' ' && n + 1 < len; n++) out[n] = (char)tolower((unsigned char)device[n]);
+    for (; device[n] && device[n] != ' ' && n + 1 < len; n++)
+        out[n] = (char)tolower((unsigned char)device[n]);
     out[n] = 0;
     return out;
 }
@@ -1793,8 +1873,10 @@ static void section_reproduce(FILE *f, const struct mod *md)
                     md->name, device_folder(md->devices[d], folder, sizeof folder), md->name, md->devices[d]);
         }
     else
-        fprintf(f, "build/kernlab bench %s --gate --json reports/data/<device>/%s.jsonl   # <device>: the folder "
-                   "./lab.sh run writes into (h100, h200, ...)\n", md->name, md->name);
+        fprintf(f,
+                "build/kernlab bench %s --gate --json reports/data/<device>/%s.jsonl   # <device>: the folder "
+                "./lab.sh run writes into (h100, h200, ...)\n",
+                md->name, md->name);
     fprintf(f, "build/kernlab report --results reports/data --out reports\n```\n");
 }
 
@@ -1876,7 +1958,8 @@ static void ar_topology(FILE *f, const struct mod *md)
         for (const char *c = smi; *c; c++) { /* without its terminal escapes (an underlined header) */
             if (*c == '\x1b' && c[1] == '[') {
                 c += 2;
-                while (*c && !(*c >= '@' && *c <= '~')) c++;
+                while (*c && !(*c >= '@' && *c <= '~'))
+                    c++;
                 if (!*c) break;
                 continue;
             }
@@ -2008,19 +2091,23 @@ static void ar_svg(const char *path, const struct mod *md)
 static void ar_curves(FILE *f, const struct mod *md)
 {
     int worlds[8], nw = ar_worlds(md, worlds, 8);
-    fprintf(f, "## algbw and busbw against NCCL\n\n![allreduce busbw](img/allreduce-busbw.svg)\n\nAs nccl-tests reports "
-               "them: algbw = bytes of one rank's buffer / time of the slowest rank; busbw = algbw x 2(world-1)/world, "
-               "the rate each GPU's link carries in a ring, so it compares across worlds and with the peer copy "
-               "ceiling. Times are medians in microseconds per call, timed as the `timed` column says (`graph`: "
-               "CUDA-graph replays, as a decode step replays them; `events`: each call alone between two events); *vs "
-               "NCCL* is our time over NCCL's in the same run (below 1 is faster); eager is one call between two "
-               "events.\n\n");
+    fprintf(f,
+            "## algbw and busbw against NCCL\n\n![allreduce busbw](img/allreduce-busbw.svg)\n\nAs nccl-tests reports "
+            "them: algbw = bytes of one rank's buffer / time of the slowest rank; busbw = algbw x 2(world-1)/world, "
+            "the rate each GPU's link carries in a ring, so it compares across worlds and with the peer copy "
+            "ceiling. Times are medians in microseconds per call, timed as the `timed` column says (`graph`: "
+            "CUDA-graph replays, as a decode step replays them; `events`: each call alone between two events); *vs "
+            "NCCL* is our time over NCCL's in the same run (below 1 is faster); eager is one call between two "
+            "events.\n\n");
     for (int k = 0; k < nw; k++) {
         const char *sizes[32];
         int ns = ar_sizes(md, worlds[k], sizes, 32);
-        fprintf(f, "### world %d\n\n| variant | size | us | timed | us (eager) | algbw GB/s | busbw GB/s | vs NCCL | busbw "
-                   "of NCCL's | slowest rank | check | re-check of the timed calls |\n"
-                   "|---|---|---|---|---|---|---|---|---|---|---|---|\n", worlds[k]);
+        fprintf(
+            f,
+            "### world %d\n\n| variant | size | us | timed | us (eager) | algbw GB/s | busbw GB/s | vs NCCL | busbw "
+            "of NCCL's | slowest rank | check | re-check of the timed calls |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+            worlds[k]);
         for (int s = 0; s < ns; s++)
             for (int i = 0; i < md->n_variants; i++) {
                 const cJSON *r = find_row(md, md->variants[i], sizes[s]);
@@ -2032,8 +2119,9 @@ static void ar_curves(FILE *f, const struct mod *md)
                 fprintf(f, "| %s%s | %s | %s%s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", md->variants[i],
                         is_peer(r) ? " (peer)" : "", sizes[s], F("%.2f", num(r, "time_us.median")), throttled_mark(r),
                         timed_as(r), F("%.2f", num(r, "time_us_eager")), F("%.1f", num(r, "algbw_gbs")),
-                        F("%.1f", num(r, "busbw_gbs")), F("%.2f", vs), F("%.3f", frac), F("%.0f", num(r, "slowest_rank")),
-                        cJSON_IsTrue(get(r, "check.pass")) ? "ok" : "FAIL", RECHECK(r));
+                        F("%.1f", num(r, "busbw_gbs")), F("%.2f", vs), F("%.3f", frac),
+                        F("%.0f", num(r, "slowest_rank")), cJSON_IsTrue(get(r, "check.pass")) ? "ok" : "FAIL",
+                        RECHECK(r));
             }
         fprintf(f, "\n");
     }
@@ -2070,11 +2158,12 @@ static void ar_switch(FILE *f, const struct mod *md)
 
 static void ar_targets(FILE *f, const struct mod *md, const struct kl_targets *t90)
 {
-    fprintf(f, "## Against the targets\n\nsm_90 targets (perf/targets/sm_90.csv) are judged on the variant that file "
-               "names for the module (its gated_variant row; `kernlab bench allreduce --gate` judges it), against NCCL "
-               "in the same run: `latency_vs_nccl` = our time / NCCL's (pass at or below the target), `busbw_frac` = our "
-               "busbw / NCCL's. Sizes without a target row are listed after the table as ungated.\n\n| workload | "
-               "variant | metric | value | target | result | source |\n|---|---|---|---|---|---|---|\n");
+    fprintf(f,
+            "## Against the targets\n\nsm_90 targets (perf/targets/sm_90.csv) are judged on the variant that file "
+            "names for the module (its gated_variant row; `kernlab bench allreduce --gate` judges it), against NCCL "
+            "in the same run: `latency_vs_nccl` = our time / NCCL's (pass at or below the target), `busbw_frac` = our "
+            "busbw / NCCL's. Sizes without a target row are listed after the table as ungated.\n\n| workload | "
+            "variant | metric | value | target | result | source |\n|---|---|---|---|---|---|---|\n");
     /* Judged here from the targets file, as the other guides judge their rows: a results file
      * written without --gate (or before the gate knew these metrics) is judged the same way. */
     const struct kl_variant *gated = md->rows.n ? kl_gated_variant(md->name, (int)num(md->rows.r[0], "device.cc"), NULL) : NULL;
@@ -2086,9 +2175,9 @@ static void ar_targets(FILE *f, const struct mod *md, const struct kl_targets *t
         if (!x || strcmp(str(r, "variant", ""), best) != 0 || is_peer(r)) continue;
         const double v = metric_value(r, x->metric);
         const bool pass = metric_passes(x, v);
-        fprintf(f, "| %s | %s | %s | %s | %s %s | %s%s | %s |\n", str(r, "workload", "?"), best, x->metric, F("%.3f", v),
-                kl_metric_lower_is_better(x->metric) ? "<=" : ">=", F("%.2f", x->target), pass ? "**pass**" : "**miss**",
-                throttled_mark(r), x->source);
+        fprintf(f, "| %s | %s | %s | %s | %s %s | %s%s | %s |\n", str(r, "workload", "?"), best, x->metric,
+                F("%.3f", v), kl_metric_lower_is_better(x->metric) ? "<=" : ">=", F("%.2f", x->target),
+                pass ? "**pass**" : "**miss**", throttled_mark(r), x->source);
         said++;
     }
     if (!said) fprintf(f, "| - | - | - | - | - | not gated in these results | - |\n");
@@ -2138,22 +2227,24 @@ static void ar_correctness(FILE *f, const struct mod *md)
         if (strncmp(label, "random", 6) != 0) fprintf(f, "- %s\n", label);
         kl_ar_problem_free(p);
     }
-    fprintf(f, "\nThe tests across GPUs (lab/allreduce/test_allreduce.c, suite `allreduce_multigpu`) add, for every "
-               "variant: 1000 back-to-back calls with fresh inputs each call and one rank late by 5-40 us (a device-side "
-               "sleep), calls captured in CUDA graphs replayed between eager calls (the graph captured before any eager "
-               "call), a consumer launched with programmatic dependent launch, a second stream refused, a dead peer and "
-               "a barrier timeout that name the rank and the step. Bugs custom all-reduces in serving engines shipped "
-               "(lab/CONTRACTS.md section 10), and what here stands against each:\n\n"
-               "- byte flags sharing one 8-byte word: one 4-byte flag per (barrier, block, rank), one writer each "
-               "(kernels/allreduce/allreduce.h);\n"
-               "- a race when flags are reset between calls: flags are never reset, they hold the call number "
-               "(the late-rank back-to-back test);\n"
-               "- a -0.0 arrival sentinel compared with ==: no sentinel here; the signed-zero cases (and mutant_zero_start) "
-               "are ready for a Lamport variant;\n"
-               "- completion signalled (PDL) before the output was written: the PDL consumer test;\n"
-               "- one communicator used from two streams: refused by every launcher (the second-stream test);\n"
-               "- CUDA-graph warm-up that skipped the real all-reduce: the call number lives on the device, the graph "
-               "test captures before any eager call, and mutant_host_epoch (a host-side call number) is flagged.\n\n");
+    fprintf(
+        f,
+        "\nThe tests across GPUs (lab/allreduce/test_allreduce.c, suite `allreduce_multigpu`) add, for every "
+        "variant: 1000 back-to-back calls with fresh inputs each call and one rank late by 5-40 us (a device-side "
+        "sleep), calls captured in CUDA graphs replayed between eager calls (the graph captured before any eager "
+        "call), a consumer launched with programmatic dependent launch, a second stream refused, a dead peer and "
+        "a barrier timeout that name the rank and the step. Bugs custom all-reduces in serving engines shipped "
+        "(lab/CONTRACTS.md section 10), and what here stands against each:\n\n"
+        "- byte flags sharing one 8-byte word: one 4-byte flag per (barrier, block, rank), one writer each "
+        "(kernels/allreduce/allreduce.h);\n"
+        "- a race when flags are reset between calls: flags are never reset, they hold the call number "
+        "(the late-rank back-to-back test);\n"
+        "- a -0.0 arrival sentinel compared with ==: no sentinel here; the signed-zero cases (and mutant_zero_start) "
+        "are ready for a Lamport variant;\n"
+        "- completion signalled (PDL) before the output was written: the PDL consumer test;\n"
+        "- one communicator used from two streams: refused by every launcher (the second-stream test);\n"
+        "- CUDA-graph warm-up that skipped the real all-reduce: the call number lives on the device, the graph "
+        "test captures before any eager call, and mutant_host_epoch (a host-side call number) is flagged.\n\n");
     golden_cases_line(f, md);
 }
 
@@ -2192,13 +2283,16 @@ static int write_guide_allreduce(const char *out, struct mod *md, const struct k
     ar_counters(f, md);
     ar_correctness(f, md);
     section_exercises(f, md);
-    fprintf(f, "## Reproduce\n\n```sh\n./lab.sh test                                  # build + every test (multigpu ones "
-               "skip below 2 GPUs)\nbuild/kernlab verify golden/allreduce/\nbuild/kernlab check allreduce --seed 1\n"
-               "build/kernlab ceilings                         # with 2+ GPUs: the peer copy ceiling too\n");
+    fprintf(f,
+            "## Reproduce\n\n```sh\n./lab.sh test                                  # build + every test (multigpu ones "
+            "skip below 2 GPUs)\nbuild/kernlab verify golden/allreduce/\nbuild/kernlab check allreduce --seed 1\n"
+            "build/kernlab ceilings                         # with 2+ GPUs: the peer copy ceiling too\n");
     for (int d = 0; d < md->n_devices; d++) {
         char folder[64];
-        fprintf(f, "build/kernlab bench allreduce --counters --peers --gate --json reports/data/%s/allreduce.jsonl   # on "
-                   "%s GPUs\n", device_folder(md->devices[d], folder, sizeof folder), md->devices[d]);
+        fprintf(f,
+                "build/kernlab bench allreduce --counters --peers --gate --json reports/data/%s/allreduce.jsonl   # on "
+                "%s GPUs\n",
+                device_folder(md->devices[d], folder, sizeof folder), md->devices[d]);
     }
     fprintf(f, "build/kernlab report --results reports/data --out reports\n```\n");
     return finish(f, path);
@@ -2214,8 +2308,9 @@ static void allreduce_index_figure(char *buf, size_t len, const struct mod *md, 
     snprintf(w256, sizeof w256, "256MB-world%d", worlds[0]);
     const cJSON *a = find_row(md, gated, w8), *b = find_row(md, gated, w256);
     if (a)
-        snprintf(buf, len, "%s %s: %s us = %s x NCCL; 256MB: busbw %s x NCCL", gated, w8, F("%.2f", num(a, "time_us.median")),
-                 F("%.2f", num(a, "latency_vs_nccl")), b ? F("%.2f", num(b, "busbw_frac")) : "-");
+        snprintf(buf, len, "%s %s: %s us = %s x NCCL; 256MB: busbw %s x NCCL", gated, w8,
+                 F("%.2f", num(a, "time_us.median")), F("%.2f", num(a, "latency_vs_nccl")),
+                 b ? F("%.2f", num(b, "busbw_frac")) : "-");
 }
 
 static int write_guide(const char *out, struct mod *md, const struct kl_targets *t90, const struct kl_targets *t80)
@@ -2244,11 +2339,12 @@ static int write_guide(const char *out, struct mod *md, const struct kl_targets 
     if (copy > 0 && gemm > 0 && !has_flops(md)) {
         status = write_svg(svg, md, copy, gemm);
         const cJSON *b = w && best ? find_row(md, best, w) : NULL;
-        fprintf(f, "## Bandwidth\n\n![%s bandwidth](img/%s-roofline.svg)\n\nThe kernels of this module do no "
-                   "arithmetic (0 FLOPs in every workload's model), so they have no place on a roofline: the picture "
-                   "gives each variant's GB/s of the byte model per workload, against %s measured copy bandwidth (%s "
-                   "GB/s, the line across).", md->name, md->name, multi(md) ? "the primary device's" : "this run's",
-                F("%.0f", copy));
+        fprintf(f,
+                "## Bandwidth\n\n![%s bandwidth](img/%s-roofline.svg)\n\nThe kernels of this module do no "
+                "arithmetic (0 FLOPs in every workload's model), so they have no place on a roofline: the picture "
+                "gives each variant's GB/s of the byte model per workload, against %s measured copy bandwidth (%s "
+                "GB/s, the line across).",
+                md->name, md->name, multi(md) ? "the primary device's" : "this run's", F("%.0f", copy));
         if (multi(md)) fprintf(f, " The bars are %s's measurements (%s).", md->labels[0], md->devices[0]);
         if (b) fprintf(f, " `%s` on `%s` reaches %s of the copy bandwidth.", best, w, F("%.2f", row_bw_frac(b)));
         fprintf(f, " Solid bars are our variants, pale outlined bars the peers; each workload is labelled once below "
@@ -2256,14 +2352,16 @@ static int write_guide(const char *out, struct mod *md, const struct kl_targets 
     } else if (copy > 0 && gemm > 0) {
         status = write_svg(svg, md, copy, gemm);
         const cJSON *b = w && best ? find_row(md, best, w) : NULL;
-        fprintf(f, "## Roofline\n\n![%s roofline](img/%s-roofline.svg)\n\nThe roofs are %s measured copy "
-                   "bandwidth (%s GB/s) and cuBLAS bf16 GEMM rate (%s TFLOP/s); they meet at %s FLOP/byte.",
+        fprintf(f,
+                "## Roofline\n\n![%s roofline](img/%s-roofline.svg)\n\nThe roofs are %s measured copy "
+                "bandwidth (%s GB/s) and cuBLAS bf16 GEMM rate (%s TFLOP/s); they meet at %s FLOP/byte.",
                 md->name, md->name, multi(md) ? "the primary device's" : "this run's", F("%.0f", copy), F("%.0f", gemm),
                 F("%.0f", kl_fig_ridge(copy, gemm)));
         if (multi(md)) fprintf(f, " The points are %s's measurements (%s).", md->labels[0], md->devices[0]);
         if (b)
-            fprintf(f, " `%s` on `%s` does %s FLOP per byte it must move: %s-bound, so its bound is %s, and it "
-                       "reaches %s of it.",
+            fprintf(f,
+                    " `%s` on `%s` does %s FLOP per byte it must move: %s-bound, so its bound is %s, and it "
+                    "reaches %s of it.",
                     best, w, F("%.3f", num(b, "flops") / num(b, "bytes")), row_bound(b),
                     strcmp(row_bound(b), "memory") == 0 ? "the copy bandwidth" : "the GEMM rate",
                     F("%.2f", frac_of_bound(b)));
@@ -2320,7 +2418,9 @@ static void gate_summary(char *buf, size_t len, const struct mod *on, const stru
         const char *wl = on->workloads[w];
         const struct kl_target *x = kl_target_find(t, on->name, wl);
         if (!x) {
-            if (has_row(on, wl)) ou += (size_t)snprintf(ungated + ou, ou < sizeof ungated ? sizeof ungated - ou : 0, "%s%s", ou ? ", " : "", wl);
+            if (has_row(on, wl))
+                ou += (size_t)snprintf(ungated + ou, ou < sizeof ungated ? sizeof ungated - ou : 0, "%s%s",
+                                       ou ? ", " : "", wl);
             continue;
         }
         if (!has_row(on, wl)) continue; /* a workload this device did not run at all */
@@ -2333,8 +2433,8 @@ static void gate_summary(char *buf, size_t len, const struct mod *on, const stru
         }
         if (r && metric_passes(x, v)) { /* met, but on a throttled clock: said, and counted as met */
             met++;
-            om += (size_t)snprintf(misses + om, om < sizeof misses ? sizeof misses - om : 0, "%s%s %s %s met, throttled",
-                                   om ? "; " : "", wl, x->metric, F("%.3f", v));
+            om += (size_t)snprintf(misses + om, om < sizeof misses ? sizeof misses - om : 0,
+                                   "%s%s %s %s met, throttled", om ? "; " : "", wl, x->metric, F("%.3f", v));
             continue;
         }
         om += (size_t)snprintf(misses + om, om < sizeof misses ? sizeof misses - om : 0, "%s%s %s %s %s %.2f: %s%s",
@@ -2387,7 +2487,8 @@ static int write_index(const char *out, struct mod *mods, int n, const struct kl
         for (int k = 0; k < n; k++)
             if (strcmp(mods[k].name, m->name) == 0) md = &mods[k];
         int nv = variant_count(m->name), measured_nv = 0;
-        for (int v = 0; md && v < nv; v++) measured_nv += measured(md, variant_at(m->name, v)->name);
+        for (int v = 0; md && v < nv; v++)
+            measured_nv += measured(md, variant_at(m->name, v)->name);
         unmeasured += nv - measured_nv;
         if (!md) {
             fprintf(f, "| %s | %s | 0 | not measured yet | - | - |\n", m->name, m->summary);
@@ -2404,12 +2505,16 @@ static int write_index(const char *out, struct mod *mods, int n, const struct kl
             const cJSON *r = gated && w ? find_row(&on, gated, w) : NULL;
             char one[200] = "-", pre[80] = "", g[2048];
             if (multi(md)) snprintf(pre, sizeof pre, "%s%s: ", d ? "; " : "", md->labels[d]);
-            if (!r) snprintf(one, sizeof one, "%s on %s: not measured", gated ? gated : "(no gated variant)", w ? w : "-");
+            if (!r)
+                snprintf(one, sizeof one, "%s on %s: not measured", gated ? gated : "(no gated variant)", w ? w : "-");
             else if (num(r, "device.cc") == 0)
-                snprintf(one, sizeof one, "%s on %s: %s ns per match (CPU)", gated, w, F("%.0f", num(r, "ns_per_match")));
+                snprintf(one, sizeof one, "%s on %s: %s ns per match (CPU)", gated, w,
+                         F("%.0f", num(r, "ns_per_match")));
             else if (compute_bound(r))
-                snprintf(one, sizeof one, "%s on %s: %s TFLOP/s%s", gated, w, F("%.0f", row_tflops(r)), throttled_mark(r));
-            else snprintf(one, sizeof one, "%s on %s: %s GB/s%s", gated, w, F("%.0f", row_gbs(r)), throttled_mark(r));
+                snprintf(one, sizeof one, "%s on %s: %s TFLOP/s%s", gated, w, F("%.0f", row_tflops(r)),
+                         throttled_mark(r));
+            else
+                snprintf(one, sizeof one, "%s on %s: %s GB/s%s", gated, w, F("%.0f", row_gbs(r)), throttled_mark(r));
             if (strcmp(m->name, "allreduce") == 0) allreduce_index_figure(one, sizeof one, &on, gated);
             gate_summary(g, sizeof g, &on, t90);
             of += (size_t)snprintf(fig + of, of < sizeof fig ? sizeof fig - of : 0, "%s%s", pre, one);
@@ -2417,7 +2522,8 @@ static int write_index(const char *out, struct mod *mods, int n, const struct kl
                                    r && strcmp(m->name, "allreduce") != 0 ? F("%.2f", frac_of_bound(r)) : "-");
             og += (size_t)snprintf(gate + og, og < sizeof gate ? sizeof gate - og : 0, "%s%s", pre, g);
         }
-        fprintf(f, "| [%s](%s.md) | %s | %d | %s | %s | %s |\n", m->name, m->name, m->summary, measured_nv, fig, bound, gate);
+        fprintf(f, "| [%s](%s.md) | %s | %d | %s | %s | %s |\n", m->name, m->name, m->summary, measured_nv, fig, bound,
+                gate);
     }
     if (unmeasured) { /* each on its own marked line, so that a new variant adds lines and changes none */
         fprintf(f, "\nNot measured yet " KL_UNMEASURED "\n\n", "*", "*");
@@ -2466,16 +2572,18 @@ static const char *environment_gpus(struct mod *mods, int n, const char *device,
 static void ceilings_table(FILE *f, const cJSON *c, const char *gpus)
 {
     double copy = num(c, "copy_gbs"), gemm = num(c, "gemm_tflops");
-    fprintf(f, "| | |\n|---|---|\n| GPU | %s (sm_%s), %s SMs, L2 %s |\n| driver / CUDA runtime | %s / %s |\n"
-               "| copy bandwidth | %s GB/s (read + write of a 1 GiB copy; clock-derived DRAM peak %s GB/s, so the "
-               "copy reaches %s of it) |\n| bf16 GEMM | %s TFLOP/s (cuBLAS, 8192^3, random data) |\n| ridge point | "
-               "%s FLOP/byte |\n| launch floor | %s us per launch on a stream, %s us inside a CUDA graph |\n| clocks "
-               "| SM %s MHz (max %s), memory %s MHz, read through NVML after the ceilings |\n",
+    fprintf(f,
+            "| | |\n|---|---|\n| GPU | %s (sm_%s), %s SMs, L2 %s |\n| driver / CUDA runtime | %s / %s |\n"
+            "| copy bandwidth | %s GB/s (read + write of a 1 GiB copy; clock-derived DRAM peak %s GB/s, so the "
+            "copy reaches %s of it) |\n| bf16 GEMM | %s TFLOP/s (cuBLAS, 8192^3, random data) |\n| ridge point | "
+            "%s FLOP/byte |\n| launch floor | %s us per launch on a stream, %s us inside a CUDA graph |\n| clocks "
+            "| SM %s MHz (max %s), memory %s MHz, read through NVML after the ceilings |\n",
             str(c, "name", "?"), F("%.0f", num(c, "cc")), F("%.0f", num(c, "sms")), HB(num(c, "l2_bytes")),
             str(c, "driver", "?"), str(c, "runtime", "?"), F("%.0f", copy), F("%.0f", num(c, "dram_peak_gbs")),
             F("%.2f", kl_fig_frac(copy, num(c, "dram_peak_gbs"))), F("%.0f", gemm), F("%.0f", kl_fig_ridge(copy, gemm)),
             F("%.2f", num(c, "launch_us_stream")), F("%.2f", num(c, "launch_us_graph")),
-            F("%.0f", num(c, "sm_clock_mhz")), F("%.0f", num(c, "max_sm_clock_mhz")), F("%.0f", num(c, "mem_clock_mhz")));
+            F("%.0f", num(c, "sm_clock_mhz")), F("%.0f", num(c, "max_sm_clock_mhz")),
+            F("%.0f", num(c, "mem_clock_mhz")));
     if (num(c, "read_gbs") > 0) /* measured since the decode module: the bound of read-dominated kernels */
         fprintf(f, "| read bandwidth | %s GB/s (a streaming read of 2 GiB: %s of the clock-derived DRAM peak) |\n",
                 F("%.0f", num(c, "read_gbs")), F("%.2f", kl_fig_frac(num(c, "read_gbs"), num(c, "dram_peak_gbs"))));
@@ -2511,7 +2619,8 @@ static int write_environment(const char *out, struct mod *mods, int n)
                    "call's figures; the table shows those of `%s`. Targets are fractions of these, not of a "
                    "datasheet.\n\n", nc ? from[0] : "-");
         char gpus[256];
-        if (nc) ceilings_table(f, ceil[0], environment_gpus(mods, n, names[0], gpus, sizeof gpus));
+        if (nc)
+            ceilings_table(f, ceil[0], environment_gpus(mods, n, names[0], gpus, sizeof gpus));
         else fprintf(f, "No GPU results: no ceilings were measured.\n\n");
     } else {
         fprintf(f, "# Environment\n\nThe %d machines the committed guides were measured on, and their ceilings (`kernlab "
@@ -2610,7 +2719,8 @@ static void remove_staging(const char *staging)
         for (int i = 0; i < n; i++) {
             char path[2400];
             snprintf(path, sizeof path, "%s/%s", dir, names[i]->d_name);
-            if (strcmp(names[i]->d_name, ".") && strcmp(names[i]->d_name, "..") && strcmp(names[i]->d_name, "img")) unlink(path);
+            if (strcmp(names[i]->d_name, ".") && strcmp(names[i]->d_name, "..") && strcmp(names[i]->d_name, "img"))
+                unlink(path);
             free(names[i]);
         }
         if (n >= 0) free(names);
@@ -2633,7 +2743,8 @@ int kl_cmd_report(int argc, char **argv)
     struct stat st;
     if (stat(results, &st) != 0 || !S_ISDIR(st.st_mode))
         return fprintf(stderr, "kernlab report: --results %s: %s\n", results,
-                       stat(results, &st) != 0 ? strerror(errno) : "not a folder"), 2;
+                       stat(results, &st) != 0 ? strerror(errno) : "not a folder"),
+               2;
     static struct mod mods[32];
     memset(mods, 0, sizeof mods);
     int nm = 0, status = 0;
@@ -2643,8 +2754,10 @@ int kl_cmd_report(int argc, char **argv)
     const int story_found = kl_story_load(results, &story);
     if (story_found < 0) status = 1;
     if (nm == 0 && story_found <= 0) {
-        fprintf(stderr, "kernlab report: no results in %s (neither <module>.jsonl, <device>/<module>.jsonl nor a valid "
-                        "story.json): nothing written\n", results);
+        fprintf(stderr,
+                "kernlab report: no results in %s (neither <module>.jsonl, <device>/<module>.jsonl nor a valid "
+                "story.json): nothing written\n",
+                results);
         return 1;
     }
     qsort(mods, (size_t)nm, sizeof mods[0], mod_by_name);
@@ -2669,7 +2782,8 @@ int kl_cmd_report(int argc, char **argv)
     } else {
         snprintf(img, sizeof img, "%s/img", staging);
         int bad = make_dirs(img);
-        for (int k = 0; k < nm && !bad; k++) bad = write_guide(staging, &mods[k], &t90, &t80);
+        for (int k = 0; k < nm && !bad; k++)
+            bad = write_guide(staging, &mods[k], &t90, &t80);
         if (!bad && story)
             bad = kl_story_write(story, device_ceilings(mods, nm, kl_json_str(story, "device.name", "")), staging);
         if (!bad) bad = write_index(staging, mods, nm, &t90, story != NULL) || write_environment(staging, mods, nm);
@@ -2678,7 +2792,8 @@ int kl_cmd_report(int argc, char **argv)
         remove_staging(staging);
     }
     if (wrote) {
-        for (int k = 0; k < nm; k++) printf("wrote %s/%s.md\n", out, mods[k].name);
+        for (int k = 0; k < nm; k++)
+            printf("wrote %s/%s.md\n", out, mods[k].name);
         if (story) printf("wrote %s/story.md, %s/story-trace.json\n", out, out);
         printf("wrote %s/README.md, %s/environment.md\n", out, out);
     } else {

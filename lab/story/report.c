@@ -375,8 +375,10 @@ static const char *ceiling_words(const struct doc *d)
 {
     static char buf[200];
     if (isfinite(d->copy_gbs))
-        snprintf(buf, sizeof buf, "as a share of the copy bandwidth `kernlab ceilings` measured on this device (%.0f GB/s, "
-                                  "environment.md)", d->copy_gbs);
+        snprintf(buf, sizeof buf,
+                 "as a share of the copy bandwidth `kernlab ceilings` measured on this device (%.0f GB/s, "
+                 "environment.md)",
+                 d->copy_gbs);
     else
         snprintf(buf, sizeof buf, "in GB/s (the results hold no ceilings measured on this device to take a share of)");
     return buf;
@@ -386,13 +388,14 @@ static void section_timeline(FILE *f, const struct doc *d)
 {
     const cJSON *events = get(d->root, "events");
     int next = 0;
-    fprintf(f, "## Timeline\n\nWhat happens to the two requests, in the order it happened. `Time` is from request 1's "
-               "arrival on the host; GPU lines give the span from the phase's first kernel to its last; each op "
-               "shows its measured time and, after `<-`, the hardware state the Range Profiler measured on one "
-               "instance of it: HBM is that instance's DRAM bytes (read + written) over its time, %s; SM and TC are "
-               "the counters' SM throughput and tensor-pipe activity, %% of peak; the roof is named where the DRAM "
-               "share or the tensor pipe reaches %.0f%%. Layer 0 is told in full, the other layers are the same kernels "
-               "on the same shapes.\n\n```\n",
+    fprintf(f,
+            "## Timeline\n\nWhat happens to the two requests, in the order it happened. `Time` is from request 1's "
+            "arrival on the host; GPU lines give the span from the phase's first kernel to its last; each op "
+            "shows its measured time and, after `<-`, the hardware state the Range Profiler measured on one "
+            "instance of it: HBM is that instance's DRAM bytes (read + written) over its time, %s; SM and TC are "
+            "the counters' SM throughput and tensor-pipe activity, %% of peak; the roof is named where the DRAM "
+            "share or the tensor pipe reaches %.0f%%. Layer 0 is told in full, the other layers are the same kernels "
+            "on the same shapes.\n\n```\n",
             ceiling_words(d), 100 * KL_FIG_ROOF_SHARE);
     const char *story_phases[] = {"prefill", "extend"};
     for (int i = 0; i < 2; i++) {
@@ -524,8 +527,8 @@ static void section_transition(FILE *f, const struct doc *d)
     const double hp = weighted(d, "prefill", bp, "dram_pct"), hd = weighted(d, "decode", bd, "dram_pct");
     fprintf(f, "| tensor pipe (time-weighted) | %s | %s | %s points |\n", F("%.0f%%", tp), F("%.0f%%", td),
             F("%+.0f", td - tp));
-    fprintf(f, "| HBM, of the copy bandwidth (time-weighted) | %s | %s | %s points |\n", F("%.0f%%", hp), F("%.0f%%", hd),
-            F("%+.0f", hd - hp));
+    fprintf(f, "| HBM, of the copy bandwidth (time-weighted) | %s | %s | %s points |\n", F("%.0f%%", hp),
+            F("%.0f%%", hd), F("%+.0f", hd - hp));
     fprintf(f, "| attention kernel | `%s` | `%s` | attention_prefill's kernel -> attention_decode's |\n", kp, kd);
     const int shown[3] = {att, qkv, up};
     for (int i = 0; i < 3; i++)
@@ -538,7 +541,8 @@ static void section_transition(FILE *f, const struct doc *d)
      * the first launch of every kernel; the control (the same prompt length, prefilled later) is the
      * warm instance. Without a control, the prefill's kernel time is the honest figure. */
     const cJSON *ctl = phase(d, "control");
-    const double tok_pre = ctl ? num(ctl, "q_tokens") / span(ctl) * 1e6 : num(pre, "q_tokens") / num(pre, "kernel_us") * 1e6;
+    const double tok_pre =
+        ctl ? num(ctl, "q_tokens") / span(ctl) * 1e6 : num(pre, "q_tokens") / num(pre, "kernel_us") * 1e6;
     const double tok_dec = 2 / steps_median(dec, "period") * 1e6;
     fprintf(f, "| tokens per second | %s (prompt%s) | %s (generated, 2 requests: the median step period) | |\n\n",
             F("%.0f", tok_pre),
@@ -563,13 +567,16 @@ struct fit {
 static struct fit least_squares(const double *x, const double *y, int n)
 {
     double sx = 0, sy = 0;
-    for (int i = 0; i < n; i++) sx += x[i], sy += y[i];
+    for (int i = 0; i < n; i++)
+        sx += x[i], sy += y[i];
     const double mx = n ? sx / n : NAN, my = n ? sy / n : NAN;
     double sxx = 0, sxy = 0, rss = 0;
-    for (int i = 0; i < n; i++) sxx += (x[i] - mx) * (x[i] - mx), sxy += (x[i] - mx) * (y[i] - my);
+    for (int i = 0; i < n; i++)
+        sxx += (x[i] - mx) * (x[i] - mx), sxy += (x[i] - mx) * (y[i] - my);
     struct fit f = {sxx > 0 ? sxy / sxx : NAN, NAN, NAN};
     f.icpt = my - f.slope * mx;
-    for (int i = 0; i < n; i++) rss += (y[i] - f.icpt - f.slope * x[i]) * (y[i] - f.icpt - f.slope * x[i]);
+    for (int i = 0; i < n; i++)
+        rss += (y[i] - f.icpt - f.slope * x[i]) * (y[i] - f.icpt - f.slope * x[i]);
     f.se = n > 2 && sxx > 0 ? sqrt(rss / (n - 2) / sxx) : NAN;
     return f;
 }
@@ -591,13 +598,15 @@ static void section_decode_trend(FILE *f, const struct doc *d)
     for (const cJSON *s = st ? st->child : NULL; s; s = s->next) {
         if (n > 2 && num(s, "step") == 1) continue;
         double kernels = 0;
-        for (int i = 0; i < d->n_ops; i++) kernels += isfinite(at(get(s, "by_op"), i)) ? at(get(s, "by_op"), i) : 0;
+        for (int i = 0; i < d->n_ops; i++)
+            kernels += isfinite(at(get(s, "by_op"), i)) ? at(get(s, "by_op"), i) : 0;
         x[m] = at(get(s, "kv_len"), 0), y[m] = span(s), ya[m] = at(get(s, "by_op"), att), yo[m] = kernels - ya[m];
         m++;
     }
     const struct fit all = least_squares(x, y, m), fa = least_squares(x, ya, m), fo = least_squares(x, yo, m);
     double lo = INFINITY, hi = -INFINITY;
-    for (int i = 0; i < m; i++) lo = fmin(lo, x[i]), hi = fmax(hi, x[i]);
+    for (int i = 0; i < m; i++)
+        lo = fmin(lo, x[i]), hi = fmax(hi, x[i]);
     free(x);
     /* Per 1000 tokens, in us to one decimal; "between" is printed as what is left of the rounded
      * total, so the printed parts add up to the printed total. */
@@ -612,12 +621,14 @@ static void section_decode_trend(FILE *f, const struct doc *d)
             "| part of a step | us per 1000 tokens of context |\n|---|---|\n"
             "| attention (reads the KV cache) | %s |\n| the other kernels (read no KV) | %s |\n"
             "| between kernels (gaps less PDL overlap) | %s |\n| **the step** | **%s** |\n\n",
-            n > 2 ? 2 : 1, n, F("%.0f", lo), F("%.0f", hi), F("%.0f tokens", hi - lo), MS(all.icpt), MS(all.slope * 1000),
-            F("%.1f", all.se * 1000), F("%+.1f", pa), F("%+.1f", po), F("%+.1f", total - pa - po), F("%+.1f", total));
-    fprintf(f, "Attention's slope is the part the context explains: it reads every key of every request each step. The "
-               "other kernels read nothing that grows with the context, so a trend of theirs is drift over the run "
-               "(here they got %s as the steps went on), which the fit books against the KV length because both "
-               "advance with the step. %s\n\n",
+            n > 2 ? 2 : 1, n, F("%.0f", lo), F("%.0f", hi), F("%.0f tokens", hi - lo), MS(all.icpt),
+            MS(all.slope * 1000), F("%.1f", all.se * 1000), F("%+.1f", pa), F("%+.1f", po), F("%+.1f", total - pa - po),
+            F("%+.1f", total));
+    fprintf(f,
+            "Attention's slope is the part the context explains: it reads every key of every request each step. The "
+            "other kernels read nothing that grows with the context, so a trend of theirs is drift over the run "
+            "(here they got %s as the steps went on), which the fit books against the KV length because both "
+            "advance with the step. %s\n\n",
             po < 0 ? "faster" : "slower",
             fabs(all.slope) < 2 * all.se
                 ? "The step's own slope is within two standard errors of zero: over this short range the growth of the "
@@ -727,13 +738,14 @@ static void section_gaps(FILE *f, const struct doc *d)
 static void section_kernels(FILE *f, const struct doc *d)
 {
     fprintf(
-        f, "## Every distinct kernel, profiled once\n\nOne instance of each op of each phase, replayed alone under the "
-           "Range Profiler (cold L2, as Nsight Compute does; one replay per counter pass). Time is the instance "
-           "in the run; achieved is the FLOP rate or the bandwidth of its byte model at that time; occupancy is "
-           "theoretical (resources) / achieved (counters); HBM is the DRAM bytes the counters saw over that time, %s. "
-           "L2 hit is the counter's hits over lookups; n/a where it read outside 0-100%%: it counts every L2 client in "
-           "the profiled range (stores as hits), and the profiler may take hits and lookups from different replays, "
-           "so for a kernel that moves a few kilobytes the ratio says nothing about the kernel.\n\n",
+        f,
+        "## Every distinct kernel, profiled once\n\nOne instance of each op of each phase, replayed alone under the "
+        "Range Profiler (cold L2, as Nsight Compute does; one replay per counter pass). Time is the instance "
+        "in the run; achieved is the FLOP rate or the bandwidth of its byte model at that time; occupancy is "
+        "theoretical (resources) / achieved (counters); HBM is the DRAM bytes the counters saw over that time, %s. "
+        "L2 hit is the counter's hits over lookups; n/a where it read outside 0-100%%: it counts every L2 client in "
+        "the profiled range (stores as hits), and the profiler may take hits and lookups from different replays, "
+        "so for a kernel that moves a few kilobytes the ratio says nothing about the kernel.\n\n",
         ceiling_words(d));
     fprintf(
         f, "| phase | op | shape | kernel | grid x block | regs | occupancy | time | achieved | HBM | SM | TC | L2 hit "
@@ -753,16 +765,20 @@ static void section_kernels(FILE *f, const struct doc *d)
         for (const cJSON *s = get(c, "stalls") ? get(c, "stalls")->child : NULL; s && k < 3; s = s->next, k++)
             off += (size_t)snprintf(stalls + off, off < sizeof stalls ? sizeof stalls - off : 0, "%s%s %.0f%%",
                                     k ? ", " : "", s->string, s->valuedouble);
-        const double us = num(p, "us"), flops = num(p, "flops"), bytes = num(p, "bytes"), l2 = num(c, "l2_hit_rate_pct");
+        const double us = num(p, "us"), flops = num(p, "flops"), bytes = num(p, "bytes"),
+                     l2 = num(c, "l2_hit_rate_pct");
         const int op = (int)num(p, "op");
         char ach[48], l2hit[48];
         if (flops / bytes > 10)
             fmt(ach, sizeof ach, "%.0f TFLOP/s", kl_fig_tflops(flops, us));
         else
             fmt(ach, sizeof ach, "%.0f GB/s", kl_fig_gbs(bytes, us));
-        if (isfinite(kl_fig_l2_hit_pct(l2))) fmt(l2hit, sizeof l2hit, "%.0f%%", l2);
-        else if (isfinite(l2)) snprintf(l2hit, sizeof l2hit, "n/a (counter %.0f%%)", l2);
-        else snprintf(l2hit, sizeof l2hit, "-");
+        if (isfinite(kl_fig_l2_hit_pct(l2)))
+            fmt(l2hit, sizeof l2hit, "%.0f%%", l2);
+        else if (isfinite(l2))
+            snprintf(l2hit, sizeof l2hit, "n/a (counter %.0f%%)", l2);
+        else
+            snprintf(l2hit, sizeof l2hit, "-");
         fprintf(f, "| %s | %s | %s | `%s` | %s | %s | %s / %s | %s | %s | %s | %s | %s | %s | %s |\n",
                 str(p, "phase", "?"), op_name(d, (int)num(p, "op")), str(p, "shape", ""), name, grid,
                 F("%.0f", l ? num(l, "registers") : NAN), F("%.0f%%", l ? num(l, "theoretical_occupancy_pct") : NAN),
@@ -785,8 +801,9 @@ static void section_check_figures(FILE *f, const struct doc *d)
     const char *tests = "(`story/the_error_model_covers_a_bf16_emulation_of_the_pipeline`, "
                         "`story/the_end_to_end_check_catches_dropped_keys_page_slips_and_decode_positions`)";
     if (!c) {
-        fprintf(f, "The CPU tests check that a bf16 emulation of the pipeline stays inside the bound and that planted "
-                   "faults leave it %s; their figures are not in these results (reports/data/story-check.json).\n\n",
+        fprintf(f,
+                "The CPU tests check that a bf16 emulation of the pipeline stays inside the bound and that planted "
+                "faults leave it %s; their figures are not in these results (reports/data/story-check.json).\n\n",
                 tests);
         return;
     }
@@ -795,15 +812,17 @@ static void section_check_figures(FILE *f, const struct doc *d)
     int seeds = 0;
     for (const cJSON *e = get(c, "emulation") ? get(c, "emulation")->child : NULL; e; e = e->next, seeds++)
         lo = fmin(lo, num(e, "worst_sigma")), hi = fmax(hi, num(e, "worst_sigma"));
-    fprintf(f, "The CPU tests measure how loose or tight the bound is %s, on the tiny configuration "
-               "(reports/data/story-check.json): a bf16 emulation of the pipeline stays inside it, its worst logit "
-               "%s to %s sigma from the float64 one over %d seeds against the limit of %s; planted faults land outside "
-               "it:",
+    fprintf(f,
+            "The CPU tests measure how loose or tight the bound is %s, on the tiny configuration "
+            "(reports/data/story-check.json): a bf16 emulation of the pipeline stays inside it, its worst logit "
+            "%s to %s sigma from the float64 one over %d seeds against the limit of %s; planted faults land outside "
+            "it:",
             tests, F("%.2f", lo), F("%.2f", hi), seeds, F("%.0f", limit));
     int k = 0;
     for (const cJSON *e = get(c, "faults") ? get(c, "faults")->child : NULL; e; e = e->next, k++)
-        fprintf(f, "%s %s at %s sigma (%sx the limit%s)", k ? ";" : "", str(e, "what", "?"), F("%.1f", num(e, "worst_sigma")),
-                F("%.1f", num(e, "worst_sigma") / limit), cJSON_IsTrue(get(e, "caught")) ? "" : ", yet NOT caught");
+        fprintf(f, "%s %s at %s sigma (%sx the limit%s)", k ? ";" : "", str(e, "what", "?"),
+                F("%.1f", num(e, "worst_sigma")), F("%.1f", num(e, "worst_sigma") / limit),
+                cJSON_IsTrue(get(e, "caught")) ? "" : ", yet NOT caught");
     fprintf(f, ".\n\n");
 }
 
@@ -973,12 +992,16 @@ static int stream_tid(struct trace *t, int stream, double start, double end)
  * exactly: a slice's start and end both lie on the grid, so a reader that adds "dur" to "ts" gets
  * the end back bit for bit, and a slice inside another in the recording stays inside it in the file
  * (rounding both ends the same way keeps their order; %.3f on each did not). */
-static double on_grid(double us) { return round(us * 256) / 256; }
+static double on_grid(double us)
+{
+    return round(us * 256) / 256;
+}
 static const char *exact_us(char *buf, size_t len, double us)
 {
     snprintf(buf, len, "%.8f", us); /* k / 256 has at most 8 decimals */
     char *e = buf + strlen(buf) - 1;
-    while (*e == '0') *e-- = 0;
+    while (*e == '0')
+        *e-- = 0;
     if (*e == '.') *e = 0;
     return buf;
 }
@@ -1174,7 +1197,10 @@ int kl_story_write(const cJSON *root, const cJSON *ceilings, const char *out_dir
     return write_md(&d, md) || write_trace(&d, tr) ? -1 : 0;
 }
 
-int kl_story_report(const cJSON *root, const char *out_dir) { return kl_story_write(root, NULL, out_dir); }
+int kl_story_report(const cJSON *root, const char *out_dir)
+{
+    return kl_story_write(root, NULL, out_dir);
+}
 
 cJSON *kl_story_read_json(const char *path)
 {

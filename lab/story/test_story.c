@@ -365,8 +365,14 @@ Test(story, the_end_to_end_check_catches_dropped_keys_page_slips_and_decode_posi
  * stays, how far outside each planted fault lands) are these tests' own measurements, committed as
  * reports/data/story-check.json: this test recomputes them (the emulation is deterministic) and
  * fails when the committed file says otherwise. KL_UPDATE_FIXTURE=1 rewrites it. */
-static double one_decimal(double x) { return round(x * 10) / 10; }
-static double two_decimals(double x) { return round(x * 100) / 100; }
+static double one_decimal(double x)
+{
+    return round(x * 10) / 10;
+}
+static double two_decimals(double x)
+{
+    return round(x * 100) / 100;
+}
 
 Test(story, the_error_model_figures_in_the_results_are_what_the_emulation_measures)
 {
@@ -774,7 +780,8 @@ static int check_trace_nests(const char *path)
         const char *ph = cJSON_GetObjectItem(e, "ph")->valuestring;
         cr_assert(cJSON_GetObjectItem(e, "pid"), "an event without pid");
         const cJSON *args = cJSON_GetObjectItem(e, "args"), *tname = args ? cJSON_GetObjectItem(args, "name") : NULL;
-        if (strcmp(ph, "M") == 0 && cJSON_IsString(tname) && strstr(tname->valuestring, "(PDL overlap)") && n_overlap < 64)
+        if (strcmp(ph, "M") == 0 && cJSON_IsString(tname) && strstr(tname->valuestring, "(PDL overlap)") &&
+            n_overlap < 64)
             overlap_tids[n_overlap++] = cJSON_GetObjectItem(e, "tid")->valueint;
         if (strcmp(ph, "X") == 0) {
             cr_assert(cJSON_IsNumber(cJSON_GetObjectItem(e, "ts")) && cJSON_IsNumber(cJSON_GetObjectItem(e, "dur")));
@@ -799,7 +806,8 @@ static int check_trace_nests(const char *path)
                 depth--;
             if (depth && end > stack[depth - 1] && bad++ < 5)
                 cr_log_error("%s: track %d: slice '%s' at %.3f ends at %.17g, after its parent '%s' (%.17g)", path, tid,
-                             cJSON_GetObjectItem(x[i], "name")->valuestring, ts, end, names[depth - 1], stack[depth - 1]);
+                             cJSON_GetObjectItem(x[i], "name")->valuestring, ts, end, names[depth - 1],
+                             stack[depth - 1]);
             if (depth < 16) names[depth] = cJSON_GetObjectItem(x[i], "name")->valuestring, stack[depth++] = end;
         }
     }
@@ -808,7 +816,8 @@ static int check_trace_nests(const char *path)
     for (int i = 0; i < nx; i++) {
         const cJSON *args = cJSON_GetObjectItem(x[i], "args"), *l = args ? cJSON_GetObjectItem(args, "layer") : NULL;
         bool on_overlap_track = false;
-        for (int k = 0; k < n_overlap; k++) on_overlap_track |= cJSON_GetObjectItem(x[i], "tid")->valueint == overlap_tids[k];
+        for (int k = 0; k < n_overlap; k++)
+            on_overlap_track |= cJSON_GetObjectItem(x[i], "tid")->valueint == overlap_tids[k];
         if (!l || l->valueint < 0 || on_overlap_track) continue;
         char want[32];
         snprintf(want, sizeof want, "layer %d", l->valueint);
