@@ -836,7 +836,9 @@ static void section_rest(FILE *f, const struct doc *d)
         "started under their predecessor go on a second track of that stream, so every track nests); the host's "
         "scheduler events as instants; HBM and tensor-pipe figures of each op as counter tracks. To keep it a "
         "reasonable size it has every kernel of the prefill, the extend and the first and last decode step of "
-        "both decode runs, and one slice per other step.\n\n");
+        "both decode runs, and one slice per other step. A phase or step slice spans its recorded times, widened "
+        "to hold all of its kernels; every time is a multiple of 1/256 us, written exactly, so that a viewer adding "
+        "a slice's duration to its start finds the end this file meant and the nesting holds.\n\n");
     fprintf(f,
             "## How the story is checked\n\n`ctest -L gpu -R story` runs the same decoder in a tiny configuration "
             "(2 layers, hidden 256, 4/2 heads, head_dim 64, vocab 512) on the GPU and as a float64 forward pass "
@@ -855,7 +857,9 @@ static void section_rest(FILE *f, const struct doc *d)
         f,
         "## Reproduce\n\n```\ncmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release && cmake --build build\n"
         "build/kernlab story --layers %s --prompt %s --shared %s --steps %s --seed %s%s --out /tmp/story\n"
-        "cp /tmp/story/story.json reports/data/ && build/kernlab report --results reports/data --out reports\n```\n",
+        "cp /tmp/story/story.json reports/data/ && build/kernlab report --results reports/data --out reports\n"
+        "KL_UPDATE_FIXTURE=1 build/test_story --filter 'story/the_error_model_figures*'   # reports/data/story-check.json\n"
+        "```\n",
         F("%.0f", num(r, "model.layers")), F("%.0f", num(r, "run.prompt")), F("%.0f", num(r, "run.shared")),
         F("%.0f", num(r, "run.steps")), F("%.0f", num(r, "model.seed")),
         strcmp(str(r, "model.name", ""), "tiny") == 0 ? " --tiny" : "");
