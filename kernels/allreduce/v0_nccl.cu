@@ -5,9 +5,9 @@
  * rank runs with NCCL_NVLS_ENABLE=0). A ring's reduce-scatter rounds each partial sum to the
  * dtype at every step, so its result can differ in the last bit from our float32 sums; it is the
  * same on every rank. Work mapping: NCCL's own channels (a few blocks per GPU).
- * Expected ~17 us at decode sizes on two H200s (the figure called eagerly); replayed in a CUDA
- * graph, as the bench times it, the launch overlaps and NCCL measured 6.5-10 us at 8-512 KB
- * (the guide); busbw ~300 GB/s at 256 MB.
+ * Expected: at decode sizes a protocol cost of several NVLink round trips whatever the bytes; in a
+ * CUDA graph, as the bench times it, the launch overlaps the previous call. At large sizes a ring
+ * at the NVLink rate. The guide gives what it measured.
  * Run alone: build/kernlab bench allreduce --variant v0_nccl */
 #include <stdio.h>
 

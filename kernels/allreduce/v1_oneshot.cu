@@ -2,14 +2,14 @@
  *
  * What changed from v0: no NCCL. NCCL's small-message cost is its protocol (several steps, each a
  * round trip through its FIFOs); a one-shot needs one barrier and one round of peer reads, so at
- * decode sizes it should take a launch, ~2 NVLink round trips and the bytes: a few us, not ~17.
+ * decode sizes it should take a launch, ~2 NVLink round trips and the bytes: less than NCCL's protocol.
  * Work mapping: element i belongs to block (i / 512) % grid on every rank (grid-stride, the same
  * grid everywhere), so block b only reads what block b of each peer copied: barriers pair blocks.
  *   1. copy-in: the block copies its elements of x into this rank's staging half (e & 1);
  *   2. start barrier: every rank's block b has its copy in place;
  *   3. each thread sums its elements over all ranks' staging, rank 0 first, and writes out;
  *   4. end barrier: no peer still reads our staging (v4 shows it is not needed).
- * Scalar loads (2-4 bytes): the teaching version; expect ~5-8 us at 8 KB, poor at large sizes.
+ * Scalar loads (2-4 bytes): the teaching version; expect it close to v3 at 8 KB, poor at large sizes.
  * Run alone: build/kernlab bench allreduce --variant v1_oneshot */
 #include "kernels/allreduce/peer.cuh"
 #include "lab/core/registry.h"

@@ -11,7 +11,7 @@
  * Work mapping: position j of every chunk belongs to block (j / 512) % grid; block b copies in,
  * reduces and gathers only positions it owns, so the barriers pair blocks as in v1:
  *   copy-in (all chunks) -> start barrier -> reduce own chunk -> middle barrier -> gather -> end barrier.
- * Scalar loads, like v1; expect v1's latency plus one barrier (~1-2 us) at decode sizes.
+ * Scalar loads, like v1; expect v1's latency plus one barrier (one NVLink round trip) at decode sizes.
  * Run alone: build/kernlab bench allreduce --variant v2_twoshot */
 #include "kernels/allreduce/peer.cuh"
 #include "lab/core/registry.h"

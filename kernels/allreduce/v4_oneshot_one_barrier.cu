@@ -5,7 +5,7 @@
  * so call e+2 is the first to write this call's half again, and before it does, this rank has
  * passed call e+1's start barrier, which no peer reaches before it has finished call e. The
  * protection was already there: dropping the barrier saves one NVLink round trip and one
- * __syncthreads per call (~1-2 us of an ~8 us decode-size call), nothing else changes.
+ * __syncthreads per call, nothing else changes.
  * Work mapping: as v3 (16-byte unit j in block (j / 512) % grid; the tail in block 0).
  * Expect v3 minus one round trip at 8-512 KB; the same as v3 at large sizes (bandwidth-bound).
  * Run alone: build/kernlab bench allreduce --variant v4_oneshot_one_barrier */

@@ -3,8 +3,8 @@
  *
  * What changed: nothing in the kernels; a serving engine picks per call the way vLLM and SGLang
  * do (custom all-reduce up to a size, NCCL above). The one-shot's cost grows with world x n reads,
- * the two-shot's with 2 (world-1)/world x n plus a barrier, NCCL's is ~17 us flat at small sizes
- * and a ring at the NVLink rate at large ones. The crossovers below are predictions from that
+ * the two-shot's with 2 (world-1)/world x n plus a barrier, NCCL's is flat at small sizes (its
+ * protocol's round trips) and a ring at the NVLink rate at large ones. The crossovers below are predictions from that
  * model, to be replaced by the measured ones (the guide's size-switch table, from the same run):
  *   world 2:    one-shot up to 16 MB (two-shot moves the same bytes with one more barrier), then NCCL
  *   world 3-4:  one-shot up to 512 KB, two-shot up to 16 MB, then NCCL

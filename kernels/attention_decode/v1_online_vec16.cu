@@ -7,8 +7,9 @@
  * rescaled by exp2(m_old - m_new) whenever a larger score arrives (the online softmax), and the
  * streams are merged once at the end (kernels/attention_decode/decode.cuh: attend_cuda_cores).
  * Still one block per (request, qo head): the GQA group's qo heads each read their kv head's
- * K/V again, so with 4 qo heads per kv head this moves 4x the bytes of the model (see
- * bytes_ratio in the counters); v2 fixes that. Head dims 64, 128, 256.
+ * K/V again, so with 4 qo heads per kv head it loads 4x the model's K/V bytes; L2 serves the
+ * repeats it still holds, so fewer reach DRAM (the guide's DRAM bytes / model column says how
+ * many); v2 loads each once. Head dims 64, 128, 256.
  * Run alone: build/kernlab bench attention_decode --variant v1_online_vec16 */
 #include "kernels/attention_decode/decode.cuh"
 #include "lab/core/registry.h"

@@ -11,14 +11,13 @@
  * shared memory with cp.async, two stages deep, in a swizzled layout (16-byte chunk c of row r
  * stored at c ^ (r % 8)) so ldmatrix reads 8 rows without bank conflicts; tokens past the end
  * are zero-filled and masked. The page numbers are loaded a stage ahead of the copies that need
- * them (a first version loaded them between the barrier and the copies: 0.85 of the read
- * ceiling on an H100). The keys are split as in v3 (chunks of 128..2048 tokens, a multiple of 64,
+ * them, so no copy waits on a page lookup issued after the barrier. The keys are split as in v3 (chunks of 128..2048 tokens, a multiple of 64,
  * about 4 blocks per SM), but the merge runs in the same kernel: each block adds one to a
  * counter per (request, kv head, head block) after its partial is written; the block that
  * arrives last merges all of them and resets the counter, so there is no second launch and the
  * workspace stays zeroed.
  * Bound: the read bandwidth (b64-kv8k-p16 reads 2.1 GB); predicted 0.95 of the read ceiling on
- * the big batches, measured 0.88-0.89 on an H100 (the guide shows where the rest goes).
+ * the big batches (the guide shows what was measured and where the rest goes).
  * bf16/fp16 and head_dim 64/128/256 (fp32 is left to v0-v3).
  * Run alone: build/kernlab bench attention_decode --variant v4_tensor_cores */
 #include <stdio.h>

@@ -16,12 +16,10 @@
  * costs about half of its two products). Predicted: ~560-620 TFLOP/s (0.71-0.79 of the cuBLAS rate)
  * on causal-8k, FlashAttention-3's figure; bound by issue slots around the products and the register
  * budget (S, P and O live at once).
- * Measured on an H100: first 0.55, below v8's 0.60, while one producer warp issued both K and V: the
- * consumers reached each tile before its V was even issued. With K and V issued by two warps
- * (kv_ring.cuh) the same consumers ran 0.65-0.68 (1030-1067 us on causal-8k, the card throttled to
- * 1.6-1.7 GHz), and with no copies at all (the ring's barriers completed empty) 837 us: about a fifth
- * of the time is still the copies, much of it through the clock they cost. The softmax phase of the
- * timeline, 1100-1800 clocks for some 512 clocks of exponentials, is the rest.
+ * The overlap only pays if K and V are in shared memory when the consumers want them: with one
+ * producer warp issuing both, the consumers reach a tile before its V is issued, so kv_ring.cuh
+ * issues K and V from two warps. The guide's CTA timeline shows, tile by tile, whether the consumers
+ * still wait for copies and how long the softmax phase takes against its exponentials.
  * Run alone: build/kernlab bench attention_prefill --variant v10_pingpong */
 #include "kernels/attention_prefill/kv_ring.cuh"
 #include "lab/core/registry.h"

@@ -8,19 +8,17 @@
  * of its two key-tile counts; a CTA past its own keys, or without rows, only waits for the extra
  * tiles and hands them back. A request's last V tile, whose rows past the keys are zeroed in place,
  * each CTA loads for itself; pages the TMA cannot take are gathered by each CTA (kv_ring.cuh).
- * Why faster: on the H100 v8's first consumers waited for K and V, which arrived at 15-18 bytes a
- * clock per SM (16 boxes of 16 rows per 32 KB tile at page 16). Multicast halves both the boxes each
- * SM's copy engine issues and the bytes read from L2 per FLOP. Predicted: ~520-580 TFLOP/s (0.65-0.72
- * of the cuBLAS rate) on causal-8k if the copies' issue or L2 is what binds; v8's ~0.60 if it is the
- * rate at which an SM's shared memory is filled (each SM still receives every byte).
- * Measured on an H100: slower than v8, 1505 against 1140 us on causal-8k when both had one producer
- * warp, 1576 against 1090 with two. Its stalls are barrier (33%) and membar (24%): each consumer
- * warp's hand-back to the partner is a release at cluster scope, which waits for the warp's earlier
- * memory operations. And the pair moves in lock step: a stage is free only once both CTAs' consumers
- * are done with it, so at every tile each CTA waits for the slower of the two. What held v8's copies
- * back was the one warp issuing them (kv_ring.cuh has two now), not L2. This variant splits K and V
- * between two warps too, but with its own loop, which looks a tile's pages up after the stage wait
- * where kv_ring.cuh loads them during it.
+ * Why faster: v8's consumers can wait for K and V (the guide's CTA timeline shows whether they do);
+ * a tile at page 16 takes 16 boxes of 16 rows per 32 KB. Multicast halves both the boxes each SM's
+ * copy engine issues and the bytes read from L2 per FLOP. Predicted: ~520-580 TFLOP/s (0.65-0.72 of
+ * the cuBLAS rate) on causal-8k if the copies' issue or L2 is what binds; v8's rate if it is the rate
+ * at which an SM's shared memory is filled (each SM still receives every byte).
+ * What it costs: each consumer warp's hand-back to the partner is a release at cluster scope, which
+ * waits for the warp's earlier memory operations (barrier and membar stalls in the guide), and the
+ * pair moves in lock step: a stage is free only once both CTAs' consumers are done with it, so at
+ * every tile each CTA waits for the slower of the two. This variant splits K and V between two warps,
+ * like kv_ring.cuh, but with its own loop, which looks a tile's pages up after the stage wait where
+ * kv_ring.cuh loads them during it.
  * Run alone: build/kernlab bench attention_prefill --variant v9_multicast */
 #include "kernels/attention_prefill/kv_ring.cuh"
 #include "lab/core/registry.h"

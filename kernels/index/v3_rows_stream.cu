@@ -1,15 +1,14 @@
 /* v3_rows_stream: v1's one-load-at-a-time copy, spread over a whole block per row, with streaming hints.
  *
- * What changed from v2: v2's 4 loads in flight per thread were slower than v1's one (more bytes in
- * flight does not help here: counters show the memory system already saturated, lg_throttle).
+ * What changed from v2: v2 keeps 4 loads in flight per thread, which only pays when the memory system
+ * has room for them (the guide's counters show whether lg_throttle says it does not).
  * Here a block of 256 threads owns a 4096-wide bf16 row (512 units of 16 B: 2 trips of one load
  * each), so the row is read in 4 KB coalesced sweeps, and both sides carry cache hints: table rows
  * are read once (ld.global.cs) and out is written once (st.global.cs, evict-first), which lets L2
- * drain the 64 MB of out instead of holding it dirty; that hint alone was worth ~2 us (39.1 vs 41.3).
+ * drain the 64 MB of out instead of holding it dirty.
  * Work mapping: a power-of-two group of G threads (G = units, capped at 256) per row; narrow rows
  * pack 256 / G rows per block. Bound: DRAM (64 MB read + 64 MB written); timed on a stream, the
- * ~3.4 us launch floor is part of the figure. Measured on an H200 (copy ceiling 4269-4277 GB/s):
- * 37.3 us, 3595 GB/s, 0.841 (v1 in the same session: 38.4-38.8 us, 0.81-0.82).
+ * launch floor (environment.md) is part of the figure.
  * Run alone: build/kernlab bench index --variant v3_rows_stream */
 #include "kernels/common.cuh"
 #include "kernels/index/index.h"

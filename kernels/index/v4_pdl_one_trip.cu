@@ -1,12 +1,11 @@
 /* v4_pdl_one_trip: a decode batch's whole gather issued before the PDL wait, one 16-byte unit per thread.
  *
  * What changed from v3, for few tokens: v3 gives a 4096-wide bf16 row to 256 threads, 2 serial trips each
- * (load, store, load, store); torch's gather gives it 2 x 256 threads, one unit each, and beat v3 at 64
- * tokens. Here a thread owns one unit (grid tokens x ceil(units / 256), no loop) and, launched with
+ * (load, store, load, store); torch's gather gives it 2 x 256 threads, one unit each, one trip. Here a thread owns one unit (grid tokens x ceil(units / 256), no loop) and, launched with
  * Programmatic Dependent Launch (sm_90), loads its id and its table unit BEFORE griddepcontrol.wait (weights
  * and the scheduler's ids: see the kernel); only the store waits, so after the wait the critical path is a
  * store. Many tokens (more threads than half the GPU holds): v3_rows_stream's own launcher, unchanged.
- * Predicted decode-64: ~1.2 us on H200, ~1.3 us on H100 (same-size copy 2.04 / 2.11 us; torch 2.39 / 2.48).
+ * Predicted decode-64: ~1.2 us on H200, ~1.3 us on H100, below a plain copy of the same bytes.
  * Run alone: build/kernlab bench index --variant v4_pdl_one_trip --workload decode-64 */
 #include <stdio.h>
 

@@ -9,9 +9,9 @@
  * path is one DRAM round trip. griddepcontrol.wait returns only when the previous grid has
  * finished and its writes are visible, so x is always read after whoever produced it; in
  * serving, RMSNorm follows another kernel on the same stream: exactly this situation.
- * Grids of many rows take v1's path (weight after the reduction, no PDL): measured on an
- * H200, the early weight load there cost 20 registers (52 vs 32), halved the achieved
- * occupancy (46% vs 93%) and made prefill-16k 9% slower.
+ * Grids of many rows take v1's path (weight after the reduction, no PDL): there the early
+ * weight load would hold the weight row in registers through the reduction, and the extra
+ * registers cost resident blocks that a bandwidth-bound kernel needs to keep DRAM busy.
  * On sm_80 PDL does not exist: the few-rows path only keeps the early weight load.
  * Run alone: build/kernlab bench rmsnorm --variant v2_pdl */
 #include <stdio.h>

@@ -7,8 +7,8 @@
  * registers and rotates all 4 heads against them; items stay packed in uint4s (4 registers, not 8)
  * and stores carry st.global.cs. Work mapping: groups (= rotary_dim/2 / 8) x ceil(heads / 4) threads
  * per token (Llama 8 x 10 = 80), 3 tokens per 240-thread block; __launch_bounds__(256, 3) caps at 80
- * registers (ptxas: 52 B of spills). Bound: DRAM (q, k read and written in place, 343 MB).
- * Measured on an H200 (copy ceiling 4272 GB/s): 95.7 us, 3590 GB/s, 0.840 (v1: 98.8 us, 0.814).
+ * registers (the guide's execution model gives the count and any spills). Bound: DRAM (q, k read and
+ * written in place, 343 MB).
  * Run alone: build/kernlab bench rope --variant v3_regs_cos_sin */
 #include "kernels/common.cuh"
 #include "kernels/rope/rope.h"

@@ -1,11 +1,10 @@
 /* v4_prefetch_cos_sin: persistent thread groups load the NEXT token's cos/sin under this token's q/k loads.
  * From v3: a v3 thread lives one token and waits two dependent DRAM trips (position -> cos/sin row),
- * its q/k in flight only in the first, and spills at kItems = 4. Here a group walks tokens t, t+G, ...;
+ * its q/k in flight only in the first, and holds 4 heads of registers. Here a group walks tokens t, t+G, ...;
  * token n+1's cos/sin row goes out right after token n's stores (its position one token earlier), so a
- * token costs one DRAM trip. kItems = 2 (74 registers, no spills); q/k use ld/st.global.cs.
+ * token costs one DRAM trip. kItems = 2; q/k use ld/st.global.cs.
  * Mapping: a group = rotary_dim/2/8 column groups x ceil(heads/2) threads (Llama 8 x 20 = 160); the grid
  * holds the groups resident at once, trimmed so each walks the same token count. Bound: DRAM (343 MB).
- * H200 (copy ceiling 4258 GB/s): 87.7 us, 3919 GB/s, 0.920 (v3 same run: 93.3 us, 0.865).
  * Run alone: build/kernlab bench rope --variant v4_prefetch_cos_sin */
 #include "kernels/common.cuh"
 #include "kernels/rope/rope.h"

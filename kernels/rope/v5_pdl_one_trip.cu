@@ -6,7 +6,7 @@
  * with Programmatic Dependent Launch (sm_90), loads the position and its cos/sin row BEFORE
  * griddepcontrol.wait (scheduler metadata and a constant table), so both dependent trips overlap the previous
  * kernel; q and k are its output: after the wait, one DRAM round trip, the rotation and the store.
- * Many tokens: v4's own launcher. Predicted decode-64: ~1.85 us on H200, ~2.0 us on H100 (copy 2.06 / 2.16).
+ * Many tokens: v4's own launcher. Predicted decode-64: ~1.85 us on H200, ~2.0 us on H100, under a plain copy.
  * Run alone: build/kernlab bench rope --variant v5_pdl_one_trip --workload decode-64 */
 #include <stdio.h>
 

@@ -6,7 +6,7 @@
  * BEFORE griddepcontrol.wait (the scheduler's slot mapping: see the kernel); k and v are the previous
  * kernel's output, so after the wait the critical path is one DRAM round trip for them and the store.
  * Many tokens (more threads than half the GPU holds): v2_kv_inflight's own launcher, unchanged.
- * Predicted decode-64-random: ~1.75 us on H200, ~1.85 us on H100 (same-size copy 1.92 / 1.98 us).
+ * Predicted decode-64-random: ~1.75 us on H200, ~1.85 us on H100, under a plain copy of the same bytes.
  * Run alone: build/kernlab bench store --variant v3_pdl_one_trip --workload decode-64-random */
 #include <stdio.h>
 

@@ -115,6 +115,9 @@ struct kl_module {
     int (*bench)(const struct kl_bench_args *args);
     const char *exercises; /* for the guide: the next variant to write, what it should gain, how to check */
     const char *tolerance; /* for the guide, where outputs carry a policy of their own (attention) */
+    /* for the guide: the outputs the kernel updates in place ("q, k"), which start as inputs and so
+     * cannot be poisoned before a run; NULL: every output is poisoned (an unwritten element fails) */
+    const char *in_place;
     /* for the guide, after the targets: what the measurements mean that the tables cannot say (why
      * a peer wins or loses, what a counter rules out); mechanisms, not figures: every number in a
      * guide comes from a results file. NULL: no such section. */

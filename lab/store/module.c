@@ -270,7 +270,7 @@ static int run(const struct kl_variant *v, const void *prob, struct kl_outputs *
 
 static const struct kl_tensor_ops ops = {load, make, reference, run, free_problem};
 
-KL_MODULE(store, .summary = "K/V scatter into a paged KV cache (slot mapping)", .min_cc = 70,
+KL_MODULE(store, .summary = "K/V scatter into a paged KV cache (slot mapping)", .min_cc = 70, .in_place = "k_cache, v_cache",
           .semantics = "k_cache[slots[t]] = k[t] and v_cache[slots[t]] = v[t] for each token t; slot < 0 skips "
                        "the token. The cache [num_pages, page_size, kv_heads, head_dim] is [num_slots, kv_heads, "
                        "head_dim] in memory, so each token writes one contiguous row of kv_heads * head_dim "

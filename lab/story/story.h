@@ -109,11 +109,19 @@ void kl_story_result_free(struct kl_story_result *r);
 /* Writes the results document: one line per top-level key and per element of its long arrays. */
 int kl_story_write_json(const struct cJSON *doc, const char *path);
 
-/* The results document -> story.md and story-trace.json in out_dir (report.c). Returns 0 or -1
- * with the file at fault on stderr. */
+/* The results document -> story.md and story-trace.json in out_dir (report.c). ceilings: what
+ * `kernlab ceilings` measured on the story's device (an object with copy_gbs, as results rows carry
+ * it), so that DRAM traffic is told as a share of the copy bandwidth; NULL tells it in GB/s.
+ * Returns 0 or -1 with the file at fault on stderr. */
+int kl_story_write(const struct cJSON *doc, const struct cJSON *ceilings, const char *out_dir);
+/* kl_story_write without ceilings. */
 int kl_story_report(const struct cJSON *doc, const char *out_dir);
 /* A JSON file as a document; NULL when it cannot be read or is not JSON. */
 struct cJSON *kl_story_read_json(const char *path);
+/* dir/story.json, checked to be a story document (format kernlab-story-1, with its ops and
+ * phases): 1 with *doc set (the caller deletes it), 0 when there is none, -1 (said on stderr)
+ * when it cannot be read or is not one. Nothing is written. */
+int kl_story_load(const char *results_dir, struct cJSON **doc);
 /* Reads dir/story.json when it exists: 1 and the guide written, 0 when there is none, -1 on error. */
 int kl_story_report_dir(const char *results_dir, const char *out_dir);
 

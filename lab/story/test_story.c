@@ -361,6 +361,74 @@ Test(story, the_end_to_end_check_catches_dropped_keys_page_slips_and_decode_posi
     host_model_free(&h);
 }
 
+/* The error model's figures that story.md quotes (how far inside the bound a correct bf16 pipeline
+ * stays, how far outside each planted fault lands) are these tests' own measurements, committed as
+ * reports/data/story-check.json: this test recomputes them (the emulation is deterministic) and
+ * fails when the committed file says otherwise. KL_UPDATE_FIXTURE=1 rewrites it. */
+static double one_decimal(double x)
+{
+    return round(x * 10) / 10;
+}
+static double two_decimals(double x)
+{
+    return round(x * 100) / 100;
+}
+
+Test(story, the_error_model_figures_in_the_results_are_what_the_emulation_measures)
+{
+    struct host_model h;
+    host_model(&h, &kl_story_tiny, 11, 256);
+    cJSON *doc = cJSON_CreateObject(), *em = cJSON_CreateArray(), *faults = cJSON_CreateArray();
+    cJSON_AddStringToObject(doc, "format", "kernlab-story-check-1");
+    cJSON_AddStringToObject(doc, "measured_by", "lab/story/test_story.c (the tiny configuration, on the CPU)");
+    cJSON_AddNumberToObject(doc, "limit_sigma", KL_STORY_Z * KL_STORY_C);
+    cJSON_AddNumberToObject(doc, "norm_limit", 1.5 * KL_STORY_C);
+    for (int seed = 1; seed <= 3; seed++) { /* as the_error_model_covers_a_bf16_emulation_of_the_pipeline */
+        int wrong;
+        const struct verdict v = emulation_against_exact(&h, 0, 80, 24, seed, &wrong);
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "seed", seed);
+        cJSON_AddNumberToObject(o, "worst_sigma", two_decimals(v.worst_ratio));
+        cJSON_AddNumberToObject(o, "norm_ratio", two_decimals(v.l2_ratio));
+        cJSON_AddItemToArray(em, o);
+    }
+    static const struct {
+        int fault;
+        const char *what;
+    } caught[] = {
+        {KL_STORY_FAULT_DROP_NEWEST_KEY, "an attention that drops its newest key"},
+        {KL_STORY_FAULT_WRONG_PAGE, "a page-table slip (keys 16..31 read from page 0)"},
+        {KL_STORY_FAULT_DECODE_POS, "decode positions one too far"},
+    };
+    for (size_t i = 0; i < sizeof caught / sizeof caught[0]; i++) { /* as the end-to-end test */
+        int wrong;
+        const struct verdict v = emulation_against_exact(&h, caught[i].fault, 48, 8, 1, &wrong);
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "what", caught[i].what);
+        cJSON_AddBoolToObject(o, "caught", v.bad > 0);
+        cJSON_AddNumberToObject(o, "worst_sigma", one_decimal(v.worst_ratio));
+        cJSON_AddNumberToObject(o, "norm_ratio", one_decimal(v.l2_ratio));
+        cJSON_AddItemToArray(faults, o);
+    }
+    cJSON_AddItemToObject(doc, "emulation", em);
+    cJSON_AddItemToObject(doc, "faults", faults);
+    host_model_free(&h);
+    const char *path = KL_SOURCE_DIR "/reports/data/story-check.json";
+    if (getenv("KL_UPDATE_FIXTURE")) {
+        char *text = cJSON_Print(doc);
+        FILE *f = fopen(path, "w");
+        cr_assert(f && text && fprintf(f, "%s\n", text) > 0 && fclose(f) == 0, "cannot write %s", path);
+        free(text);
+    }
+    cJSON *committed = kl_story_read_json(path);
+    cr_assert(committed, "%s is missing or not JSON (KL_UPDATE_FIXTURE=1 writes it)", path);
+    char *want = cJSON_PrintUnformatted(doc), *got = cJSON_PrintUnformatted(committed);
+    cr_assert(cJSON_Compare(doc, committed, true), "%s says\n%s\nthe emulation measures\n%s", path, got, want);
+    free(want), free(got);
+    cJSON_Delete(committed);
+    cJSON_Delete(doc);
+}
+
 Test(story, silu_mul_and_argmax_references_by_hand)
 {
     const double gu[4] = {0, 2, 3, -1}; /* one row, mlp 2: gate {0, 2}, up {3, -1} */
@@ -694,6 +762,80 @@ static int cmp_ts(const void *a, const void *b)
     return (dx < dy) - (dx > dy);
 }
 
+/* A trace file's slices: every track nests exactly as a reader computes ends (ts + dur, in
+ * doubles, no tolerance), and every kernel of layer L on its stream's own track lies inside a
+ * "layer L" slice (one that a PDL launch started under its predecessor sits on the stream's
+ * overlap track, and may start before its layer's first kernel on the main one). Returns the
+ * number of kernel slices. */
+static int check_trace_nests(const char *path)
+{
+    cJSON *trace = kl_story_read_json(path);
+    cr_assert(trace, "%s is not JSON", path);
+    const cJSON *evs = cJSON_GetObjectItem(trace, "traceEvents");
+    cr_assert(cJSON_IsArray(evs));
+    const int ne = cJSON_GetArraySize(evs);
+    cJSON **x = malloc(sizeof(cJSON *) * (size_t)ne);
+    int nx = 0, kernels = 0, max_tid = 0, overlap_tids[64], n_overlap = 0;
+    for (cJSON *e = evs->child; e; e = e->next) {
+        const char *ph = cJSON_GetObjectItem(e, "ph")->valuestring;
+        cr_assert(cJSON_GetObjectItem(e, "pid"), "an event without pid");
+        const cJSON *args = cJSON_GetObjectItem(e, "args"), *tname = args ? cJSON_GetObjectItem(args, "name") : NULL;
+        if (strcmp(ph, "M") == 0 && cJSON_IsString(tname) && strstr(tname->valuestring, "(PDL overlap)") &&
+            n_overlap < 64)
+            overlap_tids[n_overlap++] = cJSON_GetObjectItem(e, "tid")->valueint;
+        if (strcmp(ph, "X") == 0) {
+            cr_assert(cJSON_IsNumber(cJSON_GetObjectItem(e, "ts")) && cJSON_IsNumber(cJSON_GetObjectItem(e, "dur")));
+            x[nx++] = e;
+            if (cJSON_GetObjectItem(e, "tid")->valueint > max_tid) max_tid = cJSON_GetObjectItem(e, "tid")->valueint;
+            kernels += strcmp(cJSON_GetObjectItem(e, "cat")->valuestring, "layer") != 0 &&
+                       strcmp(cJSON_GetObjectItem(e, "cat")->valuestring, "phase") != 0 &&
+                       cJSON_GetObjectItem(e, "args") && cJSON_GetObjectItem(cJSON_GetObjectItem(e, "args"), "op");
+        }
+    }
+    qsort(x, (size_t)nx, sizeof *x, cmp_ts);
+    int bad = 0;
+    for (int tid = 0; tid <= max_tid; tid++) {
+        double stack[16];
+        const char *names[16];
+        int depth = 0;
+        for (int i = 0; i < nx; i++) {
+            if (cJSON_GetObjectItem(x[i], "tid")->valueint != tid) continue;
+            const double ts = cJSON_GetObjectItem(x[i], "ts")->valuedouble;
+            const double end = ts + cJSON_GetObjectItem(x[i], "dur")->valuedouble;
+            while (depth && ts >= stack[depth - 1])
+                depth--;
+            if (depth && end > stack[depth - 1] && bad++ < 5)
+                cr_log_error("%s: track %d: slice '%s' at %.3f ends at %.17g, after its parent '%s' (%.17g)", path, tid,
+                             cJSON_GetObjectItem(x[i], "name")->valuestring, ts, end, names[depth - 1],
+                             stack[depth - 1]);
+            if (depth < 16) names[depth] = cJSON_GetObjectItem(x[i], "name")->valuestring, stack[depth++] = end;
+        }
+    }
+    cr_assert_eq(bad, 0, "%s: %d slices end after their parent slice", path, bad);
+    /* every kernel of layer L lies inside a "layer L" slice */
+    for (int i = 0; i < nx; i++) {
+        const cJSON *args = cJSON_GetObjectItem(x[i], "args"), *l = args ? cJSON_GetObjectItem(args, "layer") : NULL;
+        bool on_overlap_track = false;
+        for (int k = 0; k < n_overlap; k++)
+            on_overlap_track |= cJSON_GetObjectItem(x[i], "tid")->valueint == overlap_tids[k];
+        if (!l || l->valueint < 0 || on_overlap_track) continue;
+        char want[32];
+        snprintf(want, sizeof want, "layer %d", l->valueint);
+        const double ts = cJSON_GetObjectItem(x[i], "ts")->valuedouble;
+        const double end = ts + cJSON_GetObjectItem(x[i], "dur")->valuedouble;
+        bool inside = false;
+        for (int j = 0; j < nx && !inside; j++) {
+            const double lt = cJSON_GetObjectItem(x[j], "ts")->valuedouble;
+            inside = strcmp(cJSON_GetObjectItem(x[j], "name")->valuestring, want) == 0 && lt <= ts &&
+                     end <= lt + cJSON_GetObjectItem(x[j], "dur")->valuedouble;
+        }
+        cr_assert(inside, "%s: kernel at %.3f of %s is in no such slice", path, ts, want);
+    }
+    free(x);
+    cJSON_Delete(trace);
+    return kernels;
+}
+
 Test(story, the_trace_is_json_whose_tracks_nest_and_whose_layers_hold_their_kernels)
 {
     cJSON *doc = synthetic_run(2, 64, 48, 8);
@@ -702,60 +844,15 @@ Test(story, the_trace_is_json_whose_tracks_nest_and_whose_layers_hold_their_kern
     cr_assert_eq(kl_story_report(doc, tmp), 0);
     char path[256];
     snprintf(path, sizeof path, "%s/story-trace.json", tmp);
-    cJSON *trace = kl_story_read_json(path);
-    cr_assert(trace, "story-trace.json is not JSON");
-    const cJSON *evs = cJSON_GetObjectItem(trace, "traceEvents");
-    cr_assert(cJSON_IsArray(evs));
-    const int ne = cJSON_GetArraySize(evs);
-    cJSON **x = malloc(sizeof(cJSON *) * (size_t)ne);
-    int nx = 0, kernels = 0;
-    for (cJSON *e = evs->child; e; e = e->next) {
-        const char *ph = cJSON_GetObjectItem(e, "ph")->valuestring;
-        cr_assert(cJSON_GetObjectItem(e, "pid"), "an event without pid");
-        if (strcmp(ph, "X") == 0) {
-            cr_assert(cJSON_IsNumber(cJSON_GetObjectItem(e, "ts")) && cJSON_IsNumber(cJSON_GetObjectItem(e, "dur")));
-            x[nx++] = e;
-            kernels += strcmp(cJSON_GetObjectItem(e, "cat")->valuestring, "layer") != 0 &&
-                       strcmp(cJSON_GetObjectItem(e, "cat")->valuestring, "phase") != 0 &&
-                       cJSON_GetObjectItem(e, "args") && cJSON_GetObjectItem(cJSON_GetObjectItem(e, "args"), "op");
-        }
-    }
-    cr_assert_gt(kernels, 4 * 23, "too few kernel slices");
-    qsort(x, (size_t)nx, sizeof *x, cmp_ts);
-    for (int tid = 0; tid < 400; tid++) {
-        double stack[16];
-        int depth = 0;
-        for (int i = 0; i < nx; i++) {
-            if (cJSON_GetObjectItem(x[i], "tid")->valueint != tid) continue;
-            const double ts = cJSON_GetObjectItem(x[i], "ts")->valuedouble;
-            const double end = ts + cJSON_GetObjectItem(x[i], "dur")->valuedouble;
-            while (depth && ts >= stack[depth - 1] - 1e-9)
-                depth--;
-            cr_assert(depth == 0 || end <= stack[depth - 1] + 1e-9, "track %d: slice '%s' at %.3f overlaps its parent",
-                      tid, cJSON_GetObjectItem(x[i], "name")->valuestring, ts);
-            if (depth < 16) stack[depth++] = end;
-        }
-    }
-    /* every kernel of layer L lies inside a "layer L" slice */
-    for (int i = 0; i < nx; i++) {
-        const cJSON *args = cJSON_GetObjectItem(x[i], "args"), *l = args ? cJSON_GetObjectItem(args, "layer") : NULL;
-        if (!l || l->valueint < 0) continue;
-        char want[32];
-        snprintf(want, sizeof want, "layer %d", l->valueint);
-        const double ts = cJSON_GetObjectItem(x[i], "ts")->valuedouble;
-        const double end = ts + cJSON_GetObjectItem(x[i], "dur")->valuedouble;
-        bool inside = false;
-        for (int j = 0; j < nx && !inside; j++) {
-            const double lt = cJSON_GetObjectItem(x[j], "ts")->valuedouble;
-            inside = strcmp(cJSON_GetObjectItem(x[j], "name")->valuestring, want) == 0 && lt <= ts + 1e-9 &&
-                     end <= lt + cJSON_GetObjectItem(x[j], "dur")->valuedouble + 1e-9;
-        }
-        cr_assert(inside, "kernel at %.3f of %s is in no such slice", ts, want);
-    }
-    free(x);
-    cJSON_Delete(trace);
+    cr_assert_gt(check_trace_nests(path), 4 * 23, "too few kernel slices");
     cJSON_Delete(doc);
     remove_dir(tmp);
+}
+
+/* The same on the committed trace of a real run (kernlab report writes it from reports/data/story.json). */
+Test(story, the_committed_trace_nests)
+{
+    cr_assert_gt(check_trace_nests(KL_SOURCE_DIR "/reports/story-trace.json"), 0, "no kernel slices");
 }
 
 /* ---- on the device ---- */

@@ -6,10 +6,16 @@
 # report_fixture_two_devices (the same module measured on two devices, one folder each, as
 # reports/data/<device>/<module>.jsonl; made-up figures). With --update, rewrites the expected
 # files (after a deliberate change to the guides or to the rmsnorm sources they cite).
+#
+# Guides are compared by report_compare.py: byte for byte but for the lines that describe a
+# variant no results row measured, so a learner's new variant never breaks this test. Then:
+# such a variant changes nothing else (the report run as if it were not registered gives the same
+# guides), a real change in a measured row is still caught, and a bad --results writes nothing.
 #   report.sh path/to/kernlab [--update]
 set -euo pipefail
 kl=${1:?usage: report.sh path/to/kernlab [--update]}
 cd "$(dirname "$0")/../.."
+compare=lab/tests/report_compare.py
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -25,18 +31,18 @@ regenerate() {
     rm -rf "$fixture/expected" && cp -r "$out/a" "$fixture/expected" && echo "updated $fixture/expected"
     return
   fi
-  # INDEX.md lists every module this build registers, so it is checked for content, not bytes.
-  if ! diff -r -x INDEX.md "$fixture/expected" "$out/a"; then
+  # README.md lists every module this build registers, so it is checked for content, not bytes.
+  if ! python3 "$compare" "$fixture/expected" "$out/a" --results "$fixture/data" --exclude README.md; then
     echo "$1: report output differs from $fixture/expected (rerun with --update if the change is intended)" >&2
     exit 1
   fi
-  for f in rmsnorm.md INDEX.md environment.md img/rmsnorm-roofline.svg; do [ -s "$out/a/$f" ] || { echo "$1: missing $f"; exit 1; }; done
+  for f in rmsnorm.md README.md environment.md img/rmsnorm-roofline.svg; do [ -s "$out/a/$f" ] || { echo "$1: missing $f"; exit 1; }; done
   # The parts every guide must have.
   for section in "## What it computes" "## The variants" "## Execution story" "## Hardware analysis" "## Roofline" \
                  "## Against the targets and the peers" "## Correctness" "## Exercises" "## Reproduce"; do
     grep -q "^$section" "$out/a/rmsnorm.md" || { echo "$1: rmsnorm.md lacks '$section'"; exit 1; }
   done
-  grep -q '^## Learning path' "$out/a/INDEX.md" || { echo "$1: INDEX.md lacks the learning path"; exit 1; }
+  grep -q '^## Learning path' "$out/a/README.md" || { echo "$1: README.md lacks the learning path"; exit 1; }
 }
 update=0
 [ "${2:-}" = "--update" ] && update=1
@@ -53,13 +59,17 @@ for section in "## Timeline" "## Per-phase summaries" "## The transition: prefil
   grep -q "^$section" "$one/story.md" || { echo "story.md lacks '$section'"; exit 1; }
 done
 grep -q '^Time 0.000 ms: request 1 arrives' "$one/story.md" || { echo "story.md: the timeline does not start with request 1"; exit 1; }
-tail -3 "$one/INDEX.md" | grep -q '^[0-9]*\. \[story\](story.md): ' || { echo "INDEX.md: the story is not the last step"; exit 1; }
-grep -q '^[0-9]*\. story: .*not generated yet' "$two/INDEX.md" || { echo "INDEX.md without story.json: no placeholder step"; exit 1; }
-grep -q '^| \[rmsnorm\](rmsnorm.md) | .* | v1_vec16 on prefill-16k: 3948 GB/s | 0.99 |' "$one/INDEX.md" \
-  || { echo "INDEX.md lacks the rmsnorm row with its best figure"; exit 1; }
-# Two devices: INDEX.md names each device's figure; the guide puts them side by side.
-grep -q '^| \[rmsnorm\](rmsnorm.md) | .* | Fixture-A: v1_vec16 on prefill-16k: 3948 GB/s; Fixture-B: v1_vec16 on prefill-16k: 5264 GB/s | Fixture-A: 0.99; Fixture-B: 0.99 |' "$two/INDEX.md" \
-  || { echo "two devices: INDEX.md lacks the rmsnorm row with a figure per device"; exit 1; }
+tail -3 "$one/README.md" | grep -q '^[0-9]*\. \[story\](story.md): ' || { echo "README.md: the story is not the last step"; exit 1; }
+grep -q '^[0-9]*\. story: .*not generated yet' "$two/README.md" || { echo "README.md without story.json: no placeholder step"; exit 1; }
+# The way in shows the gated variant (perf/targets names v3_pdl_residual_early), never the best
+# measured in its place: the fixture did not measure it.
+grep -q '^| \[rmsnorm\](rmsnorm.md) | .* | 2 | v3_pdl_residual_early on prefill-16k: not measured | - | `v3_pdl_residual_early`: 0 of 2 targets met (decode-64 .* not measured; prefill-16k .* not measured) |' "$one/README.md" \
+  || { echo "README.md lacks the rmsnorm row with its gated variant"; grep rmsnorm.md "$one/README.md"; exit 1; }
+grep -q '^- rmsnorm `v3_pdl_residual_early` <!-- not measured: rmsnorm v3_pdl_residual_early -->' "$one/README.md" \
+  || { echo "README.md does not list the unmeasured variants"; exit 1; }
+# Two devices: the way in names each device's figure; the guide puts them side by side.
+grep -q '^| \[rmsnorm\](rmsnorm.md) | .* | Fixture-A: v3_pdl_residual_early on prefill-16k: not measured; Fixture-B: v3_pdl_residual_early on prefill-16k: not measured | Fixture-A: -; Fixture-B: - | Fixture-A: `v3_pdl_residual_early`: 0 of 2' "$two/README.md" \
+  || { echo "two devices: README.md lacks the rmsnorm row with a figure per device"; grep rmsnorm.md "$two/README.md"; exit 1; }
 grep -q '^| workload | variant | Fixture-A us | .* | Fixture-B us | ' "$two/rmsnorm.md" \
   || { echo "two devices: the targets table has no column group per device"; exit 1; }
 # Rows are told apart by device.name, not by the file they came from: the same rows in one file
@@ -83,4 +93,58 @@ grep -q 'after setmaxnreg: the producer warpgroup 72 registers/thread, each cons
   || { echo "timeline: the story does not give v10's register split after setmaxnreg"; exit 1; }
 grep -q 'barrier .*<- waiting at a barrier, not a per-tile __syncthreads (this kernel has none in its loop)' "$g" \
   || { echo "timeline: a warp-specialized variant's barrier stall is read as a per-tile __syncthreads"; exit 1; }
-echo "report: both fixtures regenerated byte for byte; the CTA timeline reads as its trace says"
+# The way in judges the gated variant (v10_pingpong) and names its miss, marked as throttled (the row is).
+grep -q '^| \[attention_prefill\](attention_prefill.md) | .* | `v10_pingpong`: 0 of 1 targets met (causal-8k tc_frac 0.366 >= 0.65: \*\*miss\*\* (throttled)) |$' \
+  "$tmp/timeline/README.md" || { echo "README.md: the gate does not name the gated variant's miss"; grep attention_prefill.md "$tmp/timeline/README.md"; exit 1; }
+# Each row says how it was timed and which re-check its timed launches got (the Fixture-B rows carry
+# the bench's recheck object; rows without one say "not recorded"), and a throttled median is marked.
+grep -q '^| v1_vec16 | decode-64 | Fixture-B | [^|]* | graph | .* | graph replay, whole output |$' "$two/rmsnorm.md" \
+  && grep -q '^| v1_vec16 | prefill-16k | Fixture-B | 51.00 (49.98-53.55) (throttled) | events | .* | events replay, 4096 of 16384 sampled |$' "$two/rmsnorm.md" \
+  && grep -q '^- made-up: the first and the last row of every block of 256$' "$two/rmsnorm.md" \
+  && grep -q '^| v0_naive | decode-64 | Fixture-A | [^|]* | graph | .* | not recorded |$' "$two/rmsnorm.md" \
+  || { echo "two devices: the timing, re-check or throttle of a row is not said"; grep '^| v' "$two/rmsnorm.md" | head -12; exit 1; }
+
+# A variant nobody measured changes nothing but its marked lines: the guides of the build without
+# v3_pdl_residual_early (the tree before a learner added it; the fixture has no row of it) equal
+# those with it, once report_compare.py leaves the marked lines out; and they do not equal them
+# byte for byte, so the variant is in the guides.
+KL_REPORT_HIDE_VARIANTS=rmsnorm/v3_pdl_residual_early "$kl" report --results lab/tests/report_fixture/data \
+  --out "$tmp/without" > /dev/null
+grep -q '^### v3_pdl_residual_early\|^| v3_pdl_residual_early |' "$tmp/without/rmsnorm.md" && { echo "KL_REPORT_HIDE_VARIANTS did not hide the variant"; exit 1; }
+cmp -s "$tmp/without/rmsnorm.md" "$one/rmsnorm.md" && { echo "the unmeasured variant is not in rmsnorm.md"; exit 1; }
+python3 "$compare" "$tmp/without" "$one" --results lab/tests/report_fixture/data \
+  || { echo "an unmeasured variant changed lines it did not mark"; exit 1; }
+# ... while a real change in a measured row is still a difference, and a marker on a measured
+# variant is refused (it would hide that variant's lines from the comparison).
+cp -r "$one" "$tmp/changed"
+sed -i 's/^| v1_vec16 | prefill-16k | \([0-9.]*\) /| v1_vec16 | prefill-16k | 1\1 /' "$tmp/changed/rmsnorm.md"
+cmp -s "$tmp/changed/rmsnorm.md" "$one/rmsnorm.md" && { echo "the planted change did not apply"; exit 1; }
+python3 "$compare" "$one" "$tmp/changed" > /dev/null && { echo "report_compare.py let a changed measured row through"; exit 1; }
+cp -r "$one" "$tmp/marked"
+sed -i '/^| v1_vec16 | prefill-16k | /s/$/ <!-- not measured: rmsnorm v1_vec16 -->/' "$tmp/marked/rmsnorm.md"
+python3 "$compare" "$one" "$tmp/marked" --results lab/tests/report_fixture/data > "$tmp/marked.out" \
+  && { echo "report_compare.py let a marker on a measured variant through"; exit 1; }
+grep -q 'marks rmsnorm v1_vec16 as not measured, but the results measured it' "$tmp/marked.out" \
+  || { echo "report_compare.py did not say which marker is wrong: $(cat "$tmp/marked.out")"; exit 1; }
+
+# Inputs are checked before anything is written, and output lands all at once: a mistyped
+# --results (a usage error), a folder without results, or a bad story.json leave --out byte for
+# byte as it was, with no staging folder left behind.
+cp -r "$one" "$tmp/kept"
+sum() { (cd "$1" && find . -type f | sort | xargs sha256sum); }
+before=$(sum "$tmp/kept")
+set +e
+"$kl" report --results lab/tests/report_fixture/dta --out "$tmp/kept" > /dev/null 2> "$tmp/err"; rc=$?
+set -e
+[ $rc -eq 2 ] && grep -q -- '--results lab/tests/report_fixture/dta' "$tmp/err" || { echo "a missing --results: rc=$rc $(cat "$tmp/err")"; exit 1; }
+mkdir -p "$tmp/empty" "$tmp/badstory"
+echo '{"format": "not a story"}' > "$tmp/badstory/story.json"
+for bad in "$tmp/empty" "$tmp/badstory"; do
+  set +e
+  "$kl" report --results "$bad" --out "$tmp/kept" > /dev/null 2> "$tmp/err"; rc=$?
+  set -e
+  [ $rc -eq 1 ] || { echo "report --results $bad: rc=$rc, expected 1: $(cat "$tmp/err")"; exit 1; }
+done
+[ "$(sum "$tmp/kept")" = "$before" ] && [ -z "$(find "$tmp/kept" -name '.report-*')" ] \
+  || { echo "a failed report changed --out:"; diff <(echo "$before") <(sum "$tmp/kept"); exit 1; }
+echo "report: both fixtures regenerated (unmeasured lines aside, byte for byte); an unmeasured variant changes only its marked lines; bad inputs write nothing"

@@ -31,6 +31,18 @@ svg=$tmp/a/img/allreduce-busbw.svg
 [ -s "$svg" ] || { echo "no img/allreduce-busbw.svg"; exit 1; }
 [ "$(grep -c '<polyline' "$svg")" -eq 5 ] || { echo "expected 5 curves (4 variants + the peer)"; exit 1; }
 python3 -c "import sys, xml.dom.minidom; xml.dom.minidom.parse(sys.argv[1])" "$svg" || { echo "the SVG is not well-formed"; exit 1; }
-grep -q '^| \[allreduce\](allreduce.md) | .* | v6_switch 8KB-world2: 6.52 us = 0.37 x NCCL' "$tmp/a/INDEX.md" \
-  || { echo "INDEX.md lacks the allreduce figure"; exit 1; }
+grep -q '^| \[allreduce\](allreduce.md) | .* | v6_switch 8KB-world2: 6.52 us = 0.37 x NCCL' "$tmp/a/README.md" \
+  || { echo "README.md lacks the allreduce figure"; exit 1; }
+# The gate judges the variant perf/targets names (v6_switch), never NCCL against itself; the sizes
+# without a target row are listed as ungated.
+grep -q '^| \[allreduce\](allreduce.md) | .* | `v6_switch`: 5 of 5 targets met; ungated: 1MB-world2, 8MB-world2, 64MB-world2 |' "$tmp/a/README.md" \
+  || { echo "README.md's allreduce gate is not v6_switch's, with the ungated sizes"; grep allreduce.md "$tmp/a/README.md"; exit 1; }
+grep -q '^Ungated (no target row): `1MB-world2`, `8MB-world2`, `64MB-world2`.' "$g" || { echo "the guide does not list the ungated sizes"; exit 1; }
+# nvidia-smi underlines its header with terminal escapes: the guide keeps the text, not the escapes.
+mkdir -p "$tmp/esc"
+sed 's/"nvidia_smi_topo":"\\t/"nvidia_smi_topo":"\\t\\u001b[4m/; s/GPU1\\n/GPU1\\u001b[0m\\n/' "$fixture/allreduce.jsonl" > "$tmp/esc/allreduce.jsonl"
+grep -q 'u001b\[4m' "$tmp/esc/allreduce.jsonl" || { echo "the planted escape did not apply"; exit 1; }
+"$kl" report --results "$tmp/esc" --out "$tmp/esc_out" > /dev/null
+! grep -q $'\x1b' "$tmp/esc_out/allreduce.md" && grep -q $'^\tGPU0\tGPU1$' "$tmp/esc_out/allreduce.md" \
+  || { echo "the topology keeps a raw terminal escape"; grep -n GPU0 "$tmp/esc_out/allreduce.md" | cat -v; exit 1; }
 echo "report: the allreduce guide from the fixture has every part"

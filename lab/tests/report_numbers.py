@@ -1,0 +1,527 @@
+#!/usr/bin/env python3
+"""Recomputes the numbers of the guides from their results, independently of kernlab report.
+
+For every guide in GUIDES (the committed reports/ by default) it parses the tables and sentences
+that carry derived figures and recomputes each from RESULTS (reports/data) with the formulas the
+guides state: GB/s = model bytes / median time; of copy = that over the run's measured copy
+bandwidth; DRAM bytes / model = the counters' DRAM bytes (read + written) over the model's bytes;
+DRAM % = those DRAM bytes over the median time against the copy bandwidth; L2 hit = the counter
+where it reads 0-100%, n/a elsewhere; a gate = the gated variant (perf/targets) on every workload
+with a target. The story's per-kernel HBM, the decode slope and its parts, the prompt rate (from
+the warm control prefill) and the fault ratios are recomputed from story.json and story-check.json.
+Then the guides' hygiene: no terminal escapes, no links to line 0 or to missing files, no words
+about the machines the lab was developed on, Reproduce writing per-device results files.
+
+    report_numbers.py [--guides DIR] [--results DIR] [--targets DIR] [--self-test]
+--self-test plants the old DRAM % formula (the counter's range-averaged throughput) into a copy of
+one guide and checks that the comparison catches it. Exit 0 when every figure matches.
+"""
+import argparse
+import csv
+import fnmatch
+import glob
+import json
+import math
+import os
+import re
+import shutil
+import sys
+import tempfile
+
+FAILS = []
+
+
+def fail(where, msg):
+    FAILS.append(f"{where}: {msg}")
+
+
+def expect(where, cells, want):
+    """Each cell of a parsed table row that `want` names must read as `want` says."""
+    for col, v in want.items():
+        if cells.get(col) != v:
+            fail(where, f"{col} reads {cells.get(col)!r}, the results give {v!r}")
+
+
+def c_round(fmt, v):
+    """What C's printf writes for v (Python's % formatting rounds the same, correctly)."""
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "-"
+    return fmt % v
+
+
+# ---- results ----
+
+def load_rows(results):
+    """Every row, keyed by (module, variant, workload, device name): a device folder's row wins
+    over a flat file's, as kernlab report does."""
+    rows = {}
+    for path in sorted(glob.glob(os.path.join(results, "*.jsonl"))) + sorted(glob.glob(os.path.join(results, "*", "*.jsonl"))):
+        for line in open(path):
+            if line.strip():
+                r = json.loads(line)
+                key = (r["module"], r["variant"], r["workload"], r.get("device", {}).get("name", "?"))
+                if key not in rows or os.sep in os.path.relpath(path, results):
+                    rows[key] = r
+    return rows
+
+
+def get(o, path, default=None):
+    for k in path.split("."):
+        if isinstance(o, dict) and k in o:
+            o = o[k]
+        elif isinstance(o, list) and k.isdigit() and int(k) < len(o):
+            o = o[int(k)]
+        else:
+            return default
+    return o
+
+
+def num(o, path):
+    v = get(o, path)
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else float("nan")
+
+
+def gbs(bytes_, us):
+    return bytes_ / (us * 1e3) if bytes_ > 0 and us > 0 else float("nan")
+
+
+def dram_pct(r):
+    rd, wr = num(r, "counters.dram_read_bytes"), num(r, "counters.dram_write_bytes")
+    return 100 * gbs(rd + wr, num(r, "time_us.median")) / num(r, "device.copy_gbs") if rd + wr > 0 else (
+        0.0 if rd + wr == 0 else float("nan"))
+
+
+def l2_cell(v, pct):
+    if not math.isfinite(v):
+        return "-"
+    return c_round("%.0f" + pct.replace("%", "%%"), v) if 0 <= v <= 100 else "n/a (counter %.0f%%)" % v
+
+
+# ---- markdown ----
+
+def tables(text, first_header):
+    """Rows (dicts by header) of every table whose header row starts with first_header."""
+    out, lines = [], text.split("\n")
+    for i, line in enumerate(lines):
+        if line.startswith(first_header) and i + 1 < len(lines) and lines[i + 1].startswith("|---"):
+            head = [c.strip() for c in line.strip().strip("|").split("|")]
+            for row in lines[i + 2:]:
+                if not row.startswith("|"):
+                    break
+                cells = [c.strip() for c in row.strip().strip("|").split("|")]
+                out.append(dict(zip(head, cells)))
+    return out
+
+
+def device_labels(text, rows, module):
+    """Short label -> device name, from the stamp ("H100 = NVIDIA H100 80GB HBM3"); one device: ''."""
+    m = re.search(r"named in every table by their short names \((.*?)\)\. ", text)
+    if not m:
+        devs = {k[3] for k in rows if k[0] == module}
+        return {"": devs.pop()} if len(devs) == 1 else {}
+    return dict(p.split(" = ", 1) for p in m.group(1).split(", "))
+
+
+# ---- module guides ----
+
+def check_hardware_table(name, text, rows, module, labels):
+    checked = 0
+    for t in tables(text, "| variant | workload |"):
+        if "DRAM %" not in t or "timed" not in t:
+            continue
+        variant = t["variant"].replace(" (peer)", "")
+        device = labels.get(t.get("device", ""), labels.get(""))
+        r = rows.get((module, variant, t["workload"], device))
+        where = f"{name}: hardware table {variant} {t['workload']} {t.get('device', '')}"
+        if not r:
+            fail(where, "no such results row")
+            continue
+        med = num(r, "time_us.median")
+        want = {
+            "median us (min-max)": "%s (%s-%s)%s" % (c_round("%.2f", med), c_round("%.2f", num(r, "time_us.min")),
+                                                     c_round("%.2f", num(r, "time_us.max")),
+                                                     " (throttled)" if r.get("throttled") is True else ""),
+            "timed": r.get("timing", "not recorded"),
+            "GB/s": c_round("%.0f", gbs(num(r, "bytes"), med)),
+            "of copy": c_round("%.3f", gbs(num(r, "bytes"), med) / num(r, "device.copy_gbs")),
+            "DRAM bytes / model": c_round("%.3f", (num(r, "counters.dram_read_bytes") + num(r, "counters.dram_write_bytes"))
+                                          / num(r, "bytes")),
+            "DRAM %": c_round("%.0f", dram_pct(r)),
+            "L2 hit %": l2_cell(num(r, "counters.l2_hit_rate_pct"), ""),
+        }
+        rc = r.get("recheck")
+        if isinstance(rc, dict):
+            want["re-check of the timed launches"] = (
+                f"{rc.get('replay')} replay, whole output" if rc.get("outputs") == "all" else
+                f"{rc.get('replay')} replay, {c_round('%.0f', rc.get('checked'))} of {c_round('%.0f', rc.get('of'))} sampled")
+        else:
+            want["re-check of the timed launches"] = "not recorded"
+        expect(where, t, want)
+        checked += 1
+    return checked
+
+
+def check_story_lines(name, text, rows, module, labels):
+    m = re.search(r"^## Execution story: `([^`]+)` on `([^`]+)`", text, re.M)
+    if not m:
+        return 0
+    r = rows.get((module, m.group(1), m.group(2), labels.get("") or next(iter(labels.values()), None)))
+    if r is None:  # several devices: the story is told on the first label's device
+        first = re.search(r"are told on (\S+),", text)
+        r = rows.get((module, m.group(1), m.group(2), labels.get(first.group(1)) if first else None))
+    if r is None:
+        return 0
+    checked = 0
+    busy = re.search(r"DRAM busy: (\S+)% \(those bytes over the (\S+) us, against the measured copy bandwidth of (\d+) GB/s\)", text)
+    if busy:
+        for got, want in zip(busy.groups(), (c_round("%.1f", dram_pct(r)), c_round("%.2f", num(r, "time_us.median")),
+                                              c_round("%.0f", num(r, "device.copy_gbs")))):
+            if got != want:
+                fail(f"{name}: execution story", f"DRAM busy line reads {got}, the results give {want}")
+        checked += 1
+    last = re.search(r"last block retires: (\d+) GB/s = (\S+) of the measured copy bandwidth", text)
+    if last:
+        g = gbs(num(r, "bytes"), num(r, "time_us.median"))
+        if last.groups() != (c_round("%.0f", g), c_round("%.3f", g / num(r, "device.copy_gbs"))):
+            fail(f"{name}: execution story", f"last block retires at {last.groups()}, the results give "
+                                             f"{(c_round('%.0f', g), c_round('%.3f', g / num(r, 'device.copy_gbs')))}")
+        checked += 1
+    return checked
+
+
+def check_allreduce(name, text, rows):
+    """The curves: us, timing, algbw = one rank's bytes / time, busbw = algbw x 2(world-1)/world,
+    and our time and busbw over NCCL's in the same run."""
+    checked = 0
+    for t in tables(text, "| variant | size |"):
+        variant = t["variant"].replace(" (peer)", "")
+        r = next((v for k, v in rows.items() if k[:3] == ("allreduce", variant, t["size"])), None)
+        nccl = next((v for k, v in rows.items() if k[:3] == ("allreduce", "v0_nccl", t["size"])), None)
+        where = f"{name}: {variant} {t['size']}"
+        if not r:
+            fail(where, "no such results row")
+            continue
+        us, world = num(r, "time_us.median"), num(r, "params.world")
+        algbw = gbs(num(r, "bytes"), us)
+        want = {"us": c_round("%.2f", us) + (" (throttled)" if r.get("throttled") is True else ""),
+                "timed": r.get("timing", "not recorded"), "algbw GB/s": c_round("%.1f", algbw),
+                "busbw GB/s": c_round("%.1f", algbw * 2 * (world - 1) / world)}
+        if nccl:
+            want["vs NCCL"] = c_round("%.2f", us / num(nccl, "time_us.median"))
+        expect(where, t, want)
+        checked += 1
+    return checked
+
+
+def check_module_measurements(name, text, rows, module, labels):
+    """A CPU module's own figures (radix: memcmp_frac, ns_per_match, ...), each the row's."""
+    checked = 0
+    section = text.split("## Module measurements", 1)[1].split("\n## ", 1)[0] if "## Module measurements" in text else ""
+    for t in tables(section, "| variant | workload |"):
+        device = labels.get(t.get("device", ""), labels.get(""))
+        r = rows.get((module, t["variant"], t["workload"], device))
+        if r is None:
+            fail(f"{name}: module measurements {t['variant']} {t['workload']}", "no such results row")
+            continue
+        for col, cell in t.items():
+            if col in ("variant", "workload", "device") or not isinstance(r.get(col), (int, float)):
+                continue
+            if cell != c_round("%.4g", float(r[col])):
+                fail(f"{name}: {t['variant']} {t['workload']}", f"{col} reads {cell!r}, the row gives {r[col]!r}")
+            checked += 1
+    return checked
+
+
+# ---- targets and the gate ----
+
+def load_targets(targets_dir):
+    out = {}
+    for arch, fname in (("sm_90", "sm_90.csv"), ("cpu", "cpu.csv")):
+        rows = list(csv.DictReader(open(os.path.join(targets_dir, fname))))
+        out[arch] = rows
+    return out
+
+
+def metric_value(r, metric):
+    if r is None:
+        return float("nan")
+    if metric == "latency_us":
+        return num(r, "time_us.median")
+    if metric == "bw_frac" and not math.isfinite(num(r, "busbw_gbs")):
+        return gbs(num(r, "bytes"), num(r, "time_us.median")) / num(r, "device.copy_gbs")
+    if metric == "tc_frac":
+        return num(r, "flops") / (num(r, "time_us.median") * 1e6) / num(r, "device.gemm_tflops")
+    return num(r, metric)
+
+
+def find_target(targets, module, workload):
+    found = None
+    for t in targets:
+        if t["module"] == module and t["metric"] != "gated_variant" and fnmatch.fnmatchcase(workload, t["workload"]):
+            if t["workload"] == workload:
+                return t
+            found = found or t
+    return found
+
+
+def check_gate(readme, rows, targets):
+    """README.md's gate cells: the gated variant and how many of its targets it met, per device."""
+    checked = 0
+    for t in tables(readme, "| module |"):
+        module = re.sub(r"^\[(\w+)\].*", r"\1", t["module"])
+        cell = t.get("gate", "")
+        devices = sorted({k[3] for k in rows if k[0] == module})
+        if not devices:
+            continue
+        for dev in devices:
+            dev_rows = {k: v for k, v in rows.items() if k[0] == module and k[3] == dev}
+            cpu = any(num(v, "device.cc") == 0 for v in dev_rows.values())
+            tl = targets["cpu" if cpu else "sm_90"]
+            gated = next((x["target"] for x in tl if x["module"] == module and x["metric"] == "gated_variant"), None)
+            workloads = {k[2] for k in dev_rows}
+            total = met = 0
+            for w in sorted(workloads):
+                x = find_target(tl, module, w)
+                if not x:
+                    continue
+                total += 1
+                v = metric_value(dev_rows.get((module, gated, w, dev)), x["metric"])
+                lower = x["metric"] in ("latency_us", "latency_vs_nccl")
+                met += math.isfinite(v) and (v <= float(x["target"]) if lower else v >= float(x["target"]))
+            want = f"`{gated}`: {met} of {total} targets met"
+            if want not in cell:
+                fail(f"README.md: {module} gate", f"reads {cell[:160]!r}; the results give {want!r} on {dev}")
+            checked += 1
+    return checked
+
+
+# ---- the story ----
+
+def story_copy_gbs(rows, device):
+    """The copy bandwidth the story's HBM figures are a share of: the first module (by name) whose
+    rows from the story's device carry ceilings, its first such row (file order)."""
+    for module in sorted({k[0] for k in rows}):
+        for k, r in rows.items():
+            if k[0] == module and k[3] == device and isinstance(r.get("ceilings"), dict):
+                return r["ceilings"]["copy_gbs"]
+    return float("nan")
+
+
+def fit(x, y):
+    n = len(x)
+    mx, my = sum(x) / n, sum(y) / n
+    sxx = sum((a - mx) ** 2 for a in x)
+    slope = sum((a - mx) * (b - my) for a, b in zip(x, y)) / sxx
+    return slope
+
+
+def check_story(text, doc, check, rows):
+    checked = 0
+    copy = story_copy_gbs(rows, doc["device"]["name"])
+    ops = doc["ops"]
+    profiles = {(p["phase"], p["op"]): p for p in doc["profiles"]}
+    for t in tables(text, "| phase | op |"):
+        p = profiles.get((t["phase"], ops.index(t["op"])))
+        if not p:
+            fail("story.md: kernels table", f"no profile for {t['phase']} {t['op']}")
+            continue
+        c = p["counters"]
+        hbm = 100 * gbs(c["dram_read_bytes"] + c["dram_write_bytes"], p["us"]) / copy
+        want = {"HBM": c_round("%.0f%%", hbm), "L2 hit": l2_cell(c.get("l2_hit_rate_pct", float("nan")), "%")}
+        expect(f"story.md: kernels table {t['phase']} {t['op']}", t, want)
+        checked += 1
+    # the timeline's layer 0 of the prefill: "├── rms_norm 13.3 us <- HBM 45%, ..."
+    for m in re.finditer(r"^│   ├── (\w+) .*?<- HBM (\d+)%", text.split("Time ")[3] if text.count("Time ") > 3 else "", re.M):
+        p = profiles.get(("prefill", ops.index(m.group(1))))
+        c = p["counters"]
+        want = c_round("%.0f", 100 * gbs(c["dram_read_bytes"] + c["dram_write_bytes"], p["us"]) / copy)
+        if m.group(2) != want:
+            fail("story.md: timeline", f"{m.group(1)} HBM {m.group(2)}%, the results give {want}%")
+        checked += 1
+    # the decode slope and its parts
+    dec = next(p for p in doc["phases"] if p["name"] == "decode")
+    steps = [s for s in dec["steps"] if not (len(dec["steps"]) > 2 and s["step"] == 1)]
+    att = ops.index("attention")
+    x = [s["kv_len"][0] for s in steps]
+    span = [s["t1_us"] - s["t0_us"] for s in steps]
+    a = [s["by_op"][att] for s in steps]
+    o = [sum(v for v in s["by_op"] if v is not None) - s["by_op"][att] for s in steps]
+    total, pa, po = (round(fit(x, y) * 1e4) / 10 for y in (span, a, o))
+    parts = {}
+    for label in ("attention (reads the KV cache)", "the other kernels (read no KV)",
+                  "between kernels (gaps less PDL overlap)", "**the step**"):
+        m = re.search(r"^\| " + re.escape(label) + r" \| \**([-+\d.]+)\** \|$", text, re.M)
+        parts[label] = float(m.group(1)) if m else None
+    want = {"attention (reads the KV cache)": pa, "the other kernels (read no KV)": po,
+            "between kernels (gaps less PDL overlap)": round((total - pa - po) * 10) / 10, "**the step**": total}
+    for label, v in want.items():
+        if parts[label] is None or abs(parts[label] - v) > 1e-9:
+            fail("story.md: decode slope", f"{label} reads {parts[label]}, the results give {v:+.1f}")
+    if None not in parts.values() and abs(sum(v for k, v in parts.items() if k != "**the step**") - parts["**the step**"]) > 0.051:
+        fail("story.md: decode slope", f"the parts {parts} do not add up to the step")
+    checked += 1
+    # the prompt rate excludes warm-up: the control prefill when there is one
+    ctl = next((p for p in doc["phases"] if p["name"] == "control"), None)
+    pre = next(p for p in doc["phases"] if p["name"] == "prefill")
+    rate = ctl["q_tokens"] / (ctl["t1_us"] - ctl["t0_us"]) * 1e6 if ctl else pre["q_tokens"] / pre["kernel_us"] * 1e6
+    m = re.search(r"^\| tokens per second \| (\d+) \(prompt", text, re.M)
+    if not m or m.group(1) != c_round("%.0f", rate):
+        fail("story.md: tokens per second", f"prompt rate reads {m and m.group(1)}, the warm instance gives {rate:.0f}")
+    checked += 1
+    # the fault ratios are the measured ones
+    if check:
+        limit = check["limit_sigma"]
+        for fault in check["faults"]:
+            want = f"{fault['what']} at {fault['worst_sigma']:.1f} sigma ({fault['worst_sigma'] / limit:.1f}x the limit"
+            if want not in text:
+                fail("story.md: fault ratios", f"does not say {want!r}")
+            checked += 1
+    if "an order of magnitude outside" in text:
+        fail("story.md", "still says the faults land an order of magnitude outside the bound")
+    return checked
+
+
+def check_environment(text, rows):
+    checked = 0
+    for m in re.finditer(r"^## (.+?) \(the `(\w+)` run\)\n\n\| \| \|\n\|---\|---\|\n\| GPU \| .*\n.*\n\| copy bandwidth \| (\d+) GB/s", text, re.M):
+        dev, module, copy = m.groups()
+        r = next((r for k, r in rows.items() if k[0] == module and k[3] == dev and r.get("ceilings")), None)
+        if not r or c_round("%.0f", r["ceilings"]["copy_gbs"]) != copy:
+            fail("environment.md", f"{dev}: copy bandwidth {copy} GB/s is not the `{module}` run's")
+        checked += 1
+    # a machine's GPU count comes from a topology recorded on that machine, or is not given
+    for section in re.split(r"^## ", text, flags=re.M)[1:]:
+        dev = section.split(" (the `", 1)[0]
+        m = re.search(r"^\| GPUs \| (.*) \|$", section, re.M)
+        topo = next((r["topology"] for k, r in rows.items() if k[3] == dev and r.get("topology")), None)
+        if m and re.match(r"\d", m.group(1)) and (not topo or not m.group(1).startswith(c_round("%.0f", topo["gpus"]))):
+            fail("environment.md", f"{dev}: {m.group(1)[:40]!r} GPUs, but no topology recorded on it says so")
+        checked += 1
+    return checked
+
+
+# ---- hygiene ----
+
+REPORTS = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "reports"))
+SANDBOX = re.compile(r"device tool|device machine|\bsession\b|\blent\b|sandbox|\bbudget_left", re.I)
+
+
+def check_hygiene(guides):
+    for path in sorted(glob.glob(os.path.join(guides, "*.md"))):
+        name = os.path.basename(path)
+        text = open(path, encoding="utf-8").read()
+        if "\x1b" in text:
+            fail(name, "holds a raw terminal escape")
+        for m in re.finditer(r"\]\(([^)#\s]+)(#L(\d+))?\)", text):
+            target, anchor, line = m.groups()
+            if line == "0":
+                fail(name, f"links to line 0 of {target}")
+            # the guides live in reports/: "../x" is x in the repository, wherever this copy of them is
+            base = REPORTS if target.startswith("../") else guides
+            if not target.startswith("http") and not os.path.exists(os.path.normpath(os.path.join(base, target))):
+                fail(name, f"links to {target}, which does not exist")
+        for m in SANDBOX.finditer(text):
+            fail(name, f"speaks of the development environment: ...{text[max(0, m.start() - 40):m.end() + 20]!r}...")
+        for m in re.finditer(r"--json reports/data/([^ \n`]+)", text):
+            if "/" not in m.group(1):
+                fail(name, f"Reproduce writes reports/data/{m.group(1)}, one file for every device")
+    # rope and store update their outputs in place: those cannot have been poisoned before a run
+    for name in ("rope.md", "store.md"):
+        path = os.path.join(guides, name)
+        if os.path.exists(path) and "; outputs are poisoned before each run" in open(path, encoding="utf-8").read():
+            fail(name, "says its outputs are poisoned, but the kernel updates them in place")
+    if os.path.exists(os.path.join(guides, "INDEX.md")):
+        fail("INDEX.md", "collides with index.md on case-insensitive file systems (the way in is README.md)")
+
+
+# ---- all of it ----
+
+def check_all(guides, results, targets_dir):
+    rows = load_rows(results)
+    targets = load_targets(targets_dir)
+    counts = {}
+    for path in sorted(glob.glob(os.path.join(guides, "*.md"))):
+        name = os.path.basename(path)
+        module = name[:-3]
+        text = open(path, encoding="utf-8").read()
+        if not any(k[0] == module for k in rows):
+            continue
+        if module == "allreduce":
+            counts[name] = check_allreduce(name, text, rows)
+            continue
+        labels = device_labels(text, rows, module)
+        counts[name] = check_hardware_table(name, text, rows, module, labels) + \
+            check_story_lines(name, text, rows, module, labels) + check_module_measurements(name, text, rows, module, labels)
+    counts["README.md"] = check_gate(open(os.path.join(guides, "README.md")).read(), rows, targets)
+    story = os.path.join(results, "story.json")
+    if os.path.exists(story):
+        check_path = os.path.join(results, "story-check.json")
+        counts["story.md"] = check_story(open(os.path.join(guides, "story.md")).read(), json.load(open(story)),
+                                         json.load(open(check_path)) if os.path.exists(check_path) else None, rows)
+    counts["environment.md"] = check_environment(open(os.path.join(guides, "environment.md")).read(), rows)
+    check_hygiene(guides)
+    for name, n in counts.items():
+        if n == 0:
+            fail(name, "no figure was recomputed: the parser no longer finds the tables")
+    return counts
+
+
+def self_test(guides, results, targets_dir):
+    """The old DRAM % (the counter's range-averaged throughput) planted into rmsnorm.md must fail."""
+    tmp = tempfile.mkdtemp()
+    try:
+        planted = os.path.join(tmp, "guides")
+        shutil.copytree(guides, planted, ignore=shutil.ignore_patterns("data"))
+        rows = load_rows(results)
+        path = os.path.join(planted, "rmsnorm.md")
+        lines, changed = open(path).read().split("\n"), 0
+        labels = device_labels("\n".join(lines), rows, "rmsnorm")
+        head = next(i for i, line in enumerate(lines) if line.startswith("| variant |") and "| DRAM % |" in line)
+        col = [c.strip() for c in lines[head].strip().strip("|").split("|")].index("DRAM %")
+        for i in range(head + 2, len(lines)):
+            if not lines[i].startswith("|"):
+                break
+            cells = [c.strip() for c in lines[i].strip().strip("|").split("|")]
+            r = rows.get(("rmsnorm", cells[0], cells[1], labels[cells[2]]))
+            old = c_round("%.0f", num(r, "counters.dram_throughput_pct")) if r else "-"
+            if cells[col] != old:
+                cells[col] = old
+                lines[i] = "| " + " | ".join(cells) + " |"
+                changed += 1
+        open(path, "w").write("\n".join(lines))
+        global FAILS
+        FAILS = []
+        check_all(planted, results, targets_dir)
+        caught = [f for f in FAILS if "DRAM % reads" in f]
+        FAILS = []
+        if not changed or len(caught) != changed:
+            fail("self-test", f"planted the old DRAM % in {changed} rows, caught {len(caught)}")
+        return changed, len(caught)
+    finally:
+        shutil.rmtree(tmp)
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.normpath(os.path.join(here, "..", ".."))
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--guides", default=os.path.join(root, "reports"))
+    ap.add_argument("--results", default=os.path.join(root, "reports", "data"))
+    ap.add_argument("--targets", default=os.path.join(root, "perf", "targets"))
+    ap.add_argument("--self-test", action="store_true")
+    a = ap.parse_args()
+    if a.self_test:
+        planted, caught = self_test(a.guides, a.results, a.targets)
+        print(f"self-test: the old DRAM % planted in {planted} rows of rmsnorm.md, {caught} caught")
+    counts = check_all(a.guides, a.results, a.targets)
+    for f in FAILS[:40]:
+        print(f)
+    if FAILS:
+        print(f"{len(FAILS)} figures or lines disagree with {a.results}")
+        return 1
+    print("every recomputed figure matches: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
