@@ -350,8 +350,7 @@ int main(int argc, char **argv)
     }
     if (chosen.empty())
         for (const emu::variant &v : emu::variants())
-            if (v.mutant_of.empty() != mutants) continue;
-            else chosen.push_back(&v);
+            if (v.mutant_of.empty() != mutants) chosen.push_back(&v);
     const std::vector<problem> ps = problems(full);
     int passed = 0, failed = 0;
     if (!mutants) {

@@ -41,6 +41,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <source_location>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -67,12 +68,15 @@ namespace emu {
 
 constexpr uint32_t kNone = 0xFFFFFFFFu;
 
-/* ---- source sites: gen.py's #line directives make __builtin_FILE/LINE name the kernels' files ---- */
+/* ---- source sites: a default argument EMU_HERE is its caller's line, and gen.py's #line directives
+ * make that the kernels' own file and line ---- */
 struct site {
     const char *file;
     int line;
+    site(const char *f, int l) : file(f), line(l) {}
+    site(const std::source_location &l) : file(l.file_name()), line((int)l.line()) {}
 };
-#define EMU_HERE (::emu::site{__builtin_FILE(), __builtin_LINE()})
+#define EMU_HERE (std::source_location::current())
 /* Chains of call sites (kernel line > helper line > ...), interned: 0 is the empty chain. */
 uint32_t chain_child(uint32_t parent, site s);
 uint32_t chain_parent(uint32_t chain);

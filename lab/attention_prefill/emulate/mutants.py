@@ -16,7 +16,7 @@ MUTANTS = [
                    "                pack_p<T>(a, s[0]);\n"
                    "                wgmma_wait<0>();\n"
                    "                pv_done(j - 1);\n")],
-        "expect": "A fragment a[kk] of the wgmma issued at v10_pingpong.cu:268",
+        "expect": "A fragment a[kk] of the wgmma issued at v10_pingpong.cu:131",
     },
     {   # the same for an accumulator: O rescaled while P_{j-1} V_{j-1} runs
         "name": "mutant_o_rescaled_in_flight",
@@ -27,7 +27,7 @@ MUTANTS = [
                    "                wgmma_begin(a, o[0]);\n"
                    "                pv(j - 1);\n"
                    "                rescale_rows(o, alpha);\n")],
-        "expect": "accumulator o of the wgmma issued at v10_pingpong.cu:268",
+        "expect": "accumulator o of the wgmma issued at v10_pingpong.cu:131",
     },
     {   # rule: a copy lands when its mbarrier phase completes, and a reader must have waited for it
         "name": "mutant_no_wait_v",

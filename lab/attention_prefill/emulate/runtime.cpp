@@ -23,7 +23,7 @@ struct chain_node {
 };
 std::vector<chain_node> &chain_nodes()
 {
-    static std::vector<chain_node> nodes{{0, {"", 0}}};
+    static std::vector<chain_node> nodes{{0, site("", 0)}};
     return nodes;
 }
 std::unordered_map<uint64_t, uint32_t> &chain_index()
@@ -204,7 +204,7 @@ void fail(const std::string &first, const std::string &details)
     }
     if (!S.failed) {
         S.failed = true;
-        S.failure = first + "\n    " + who(cur) + (details.empty() ? "" : "\n    " + details);
+        S.failure = first + (details.empty() ? "" : "\n    " + details) + "\n    (seen by " + who(cur) + ")";
     }
     fiber *f = cur;
     emu_switch(&f->sp, S.main_sp);
