@@ -314,7 +314,7 @@ int run_mutant(const emu::variant &m, const std::vector<problem> &ps, std::strin
 
 int usage(const char *why)
 {
-    fprintf(stderr, "prefill_emulator: %s\nusage: prefill_emulator [--full] [NAME...]\n"
+    fprintf(stderr, "prefill_emulator: %s\nusage: prefill_emulator [--full] [--problem N] [NAME...]\n"
                     "       prefill_emulator --mutants [NAME...]\n       prefill_emulator --list\n"
                     "NAME: a variant's full name (v10_pingpong) or its number (v10), or a mutant's name\n", why);
     return 2;
@@ -325,12 +325,14 @@ int usage(const char *why)
 int main(int argc, char **argv)
 {
     bool full = false, mutants = false, list = false;
+    int only = -1; /* --problem N: that problem alone */
     std::vector<const emu::variant *> chosen;
     for (int i = 1; i < argc; i++) {
         const std::string a = argv[i];
         if (a == "--full") full = true;
         else if (a == "--mutants") mutants = true;
         else if (a == "--list") list = true;
+        else if (a == "--problem" && i + 1 < argc) only = atoi(argv[++i]);
         else if (a == "--help" || a == "-h") {
             usage("runs the tensor-core variants under emulation");
             return 0;
@@ -351,7 +353,11 @@ int main(int argc, char **argv)
     if (chosen.empty())
         for (const emu::variant &v : emu::variants())
             if (v.mutant_of.empty() != mutants) chosen.push_back(&v);
-    const std::vector<problem> ps = problems(full);
+    std::vector<problem> ps = problems(full);
+    if (only >= 0) {
+        if (only >= (int)ps.size()) return usage("--problem: no such problem");
+        ps = {ps[only]};
+    }
     int passed = 0, failed = 0;
     if (!mutants) {
         for (const emu::variant *v : chosen) (run_variant(*v, ps) ? passed : failed)++;

@@ -124,6 +124,8 @@ struct gate {
     uint32_t chain = 0;
     vclock vc;                      /* arrivals' clocks, for the barriers that order memory */
     bool hb = false;
+    void (*done)(void *, std::vector<fiber *> &) = nullptr; /* the last arrival's work, and its context */
+    void *done_ctx = nullptr;
 };
 
 /* A wgmma's register operand in one thread: an accumulator or one A fragment (4 registers). */

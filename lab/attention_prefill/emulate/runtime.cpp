@@ -26,11 +26,19 @@ std::vector<chain_node> &chain_nodes()
     static std::vector<chain_node> nodes{{0, site("", 0)}};
     return nodes;
 }
-std::unordered_map<uint64_t, uint32_t> &chain_index()
-{
-    static std::unordered_map<uint64_t, uint32_t> index;
-    return index;
-}
+/* (parent, file, line) -> node; file names are string literals: their addresses identify them */
+struct chain_key {
+    uint32_t parent;
+    const char *file;
+    int line;
+    bool operator==(const chain_key &o) const { return parent == o.parent && file == o.file && line == o.line; }
+};
+struct chain_hash {
+    size_t operator()(const chain_key &k) const
+    {
+        return std::hash<uint64_t>()(((uint64_t)k.parent << 32 | (uint32_t)k.line) ^ (uint64_t)(uintptr_t)k.file * 0x9E3779B97F4A7C15ull);
+    }
+};
 const char *short_name(const char *file)
 {
     const char *slash = strrchr(file, '/');
@@ -40,20 +48,25 @@ const char *short_name(const char *file)
 
 uint32_t chain_child(uint32_t parent, site s)
 {
-    /* file names are string literals: their addresses identify them */
-    const uint64_t key = ((uint64_t)parent << 40) ^ ((uint64_t)(uintptr_t)s.file << 16) ^ (uint64_t)s.line;
-    auto &index = chain_index();
+    /* a direct-mapped cache in front of the index: the same few sites come back millions of times */
+    struct cached {
+        chain_key key;
+        uint32_t id;
+    };
+    static cached cache[4096];
+    static std::unordered_map<chain_key, uint32_t, chain_hash> index;
+    const chain_key key{parent, s.file, s.line};
+    cached &hit = cache[chain_hash()(key) & 4095];
+    if (hit.id && hit.key == key) return hit.id;
     auto it = index.find(key);
-    if (it != index.end()) {
-        const chain_node &n = chain_nodes()[it->second];
-        if (n.parent == parent && n.s.file == s.file && n.s.line == s.line) return it->second;
+    uint32_t id;
+    if (it != index.end()) id = it->second;
+    else {
+        chain_nodes().push_back({parent, s});
+        id = index[key] = (uint32_t)chain_nodes().size() - 1;
     }
-    auto &nodes = chain_nodes();
-    for (uint32_t i = 1; i < nodes.size() && it != index.end(); i++) /* a hash collision: search */
-        if (nodes[i].parent == parent && nodes[i].s.file == s.file && nodes[i].s.line == s.line) return i;
-    nodes.push_back({parent, s});
-    index[key] = (uint32_t)nodes.size() - 1;
-    return (uint32_t)nodes.size() - 1;
+    hit = {key, id};
+    return id;
 }
 uint32_t chain_parent(uint32_t chain) { return chain_nodes()[chain].parent; }
 std::string chain_text(uint32_t chain)
@@ -124,7 +137,7 @@ void fiber_main()
     S.body(S.ctx);
     thread_exit(f);
     f->done = true;
-    emu_switch(&f->sp, S.main_sp);
+    block_current();
     abort(); /* never resumed */
 }
 
@@ -155,10 +168,19 @@ void start_fiber(fiber *f)
 }
 } // namespace
 
+/* The calling fiber stops here; the next runnable one goes on (the scheduler's loop only when none is
+ * left: the cluster is done, or deadlocked). */
 void block_current()
 {
     fiber *f = cur;
-    emu_switch(&f->sp, S.main_sp);
+    if (S.runq.empty()) {
+        emu_switch(&f->sp, S.main_sp);
+        return;
+    }
+    fiber *next = S.runq.front();
+    S.runq.pop_front();
+    cur = next;
+    emu_switch(&f->sp, next->sp);
 }
 void wake(fiber *f) { S.runq.push_back(f); }
 
@@ -218,24 +240,21 @@ unsigned char *dynamic_smem() { return cur->c->smem.data(); }
 
 /* ---- gates ---- */
 namespace {
-struct gate_done {
-    void (*fn)(void *, std::vector<fiber *> &) = nullptr;
-    void *ctx = nullptr;
-};
-std::unordered_map<gate *, gate_done> pending_done;
-
 void complete(gate &g)
 {
     std::vector<fiber *> members;
     members.swap(g.arrived);
     g.arrive_only = 0;
-    gate_done d = pending_done[&g];
-    pending_done.erase(&g);
-    if (d.fn) d.fn(d.ctx, members);
+    auto done = g.done;
+    void *ctx = g.done_ctx;
+    g.done = nullptr, g.done_ctx = nullptr;
+    if (done) done(ctx, members);
     if (g.hb)
         for (fiber *m : members) join(m->vc, g.vc);
     for (fiber *m : members)
         if (m != cur) wake(m);
+    members.clear();
+    if (g.arrived.empty()) g.arrived.swap(members); /* keep the capacity */
 }
 void start_generation(gate &g, int kind, uint32_t chain, bool hb)
 {
@@ -279,7 +298,7 @@ void arrive(gate &g, int kind, site s, bool hb, void (*done)(void *, std::vector
         f->vc[f->flat]++;
     }
     g.arrived.push_back(f);
-    pending_done[&g] = {done, ctx};
+    g.done = done, g.done_ctx = ctx;
     if ((int)g.arrived.size() + g.arrive_only >= g.expected) {
         complete(g);
         return;
@@ -368,12 +387,12 @@ void check_generic_read(fiber *f, uint32_t ch, uint32_t chain, const char *what)
 {
     const cta &c = *f->c;
     const chunk &k = c.chunks[ch];
+    if (k.state == kValid && f->vc[k.gen.actor] >= k.gen.clock) return;
     const std::string at = std::string(what) + " at " + chain_text(chain) + " reads shared memory " + hex(ch * 16);
     if (k.state == kInFlight) fail(at + " while a copy into it is in flight", "the copy: " + writer_of(c, ch));
     if (k.state == kUnwritten) fail(at + ", which nothing wrote");
     if (k.state == kReleased) fail(at + " after its stage was handed back", "the release: " + writer_of(c, ch));
-    if (f->vc[k.gen.actor] < k.gen.clock)
-        fail(at + " that " + f->c->cl->notes[k.note].what + " delivered, with nothing ordering that delivery before the read",
+    fail(at + " that " + f->c->cl->notes[k.note].what + " delivered, with nothing ordering that delivery before the read",
              "the write: " + writer_of(c, ch) + "\n    (the reader must wait for it: cp.async.wait_group and a barrier, "
              "or the mbarrier phase that counts it)");
 }
@@ -389,16 +408,15 @@ void check_async_read(fiber *(&lanes)[32], const std::vector<uint32_t> &chunks, 
     for (size_t i = from; i < to; i++) {
         const uint32_t ch = chunks[i];
         const chunk &k = c.chunks[ch];
-        const std::string at =
-            std::string("wgmma at ") + chain_text(chain) + " reads " + operand + " bytes " + hex(ch * 16);
-        if (k.state == kInFlight) fail(at + " while a copy into them is in flight", "the copy: " + writer_of(c, ch));
+        auto at = [&] { return std::string("wgmma at ") + chain_text(chain) + " reads " + operand + " bytes " + hex(ch * 16); };
+        if (k.state == kInFlight) fail(at() + " while a copy into them is in flight", "the copy: " + writer_of(c, ch));
         const bool same = memcmp(c.smem.data() + ch * 16, c.view.data() + ch * 16, 16) == 0;
         if ((k.state == kValid && k.asy.actor == kNone) || !same) {
             if (k.state == kValid && k.asy.actor == kNone)
-                fail(at + " that a cp.async wrote through the generic proxy with no fence.proxy.async before the read",
+                fail(at() + " that a cp.async wrote through the generic proxy with no fence.proxy.async before the read",
                      "the write: " + writer_of(c, ch) + "\n    (the writing thread must fence.proxy.async after its "
                      "cp.async.wait_group and before the barrier that publishes the bytes)");
-            fail(at + " that a plain store changed with no fence.proxy.async after it",
+            fail(at() + " that a plain store changed with no fence.proxy.async after it",
                  "(the storing thread must fence.proxy.async before the barrier or arrival that publishes the bytes)");
         }
         if (k.state == kUnwritten || k.state == kReleased) {
@@ -409,7 +427,7 @@ void check_async_read(fiber *(&lanes)[32], const std::vector<uint32_t> &chunks, 
         last = k.asy;
         for (fiber *l : lanes)
             if (l->vc[k.asy.actor] < k.asy.clock)
-                fail(at + " that " + c.cl->notes[k.note].what + " delivered, which " + who(l) +
+                fail(at() + " that " + c.cl->notes[k.note].what + " delivered, which " + who(l) +
                          " has not waited for",
                      "the delivery: " + writer_of(c, ch) + "\n    (no mbarrier wait or barrier orders it before this read)");
     }
@@ -518,11 +536,20 @@ void mma_16816(float *d, const uint32_t *a, uint32_t b0, uint32_t b1, bool bf16,
             B[2 * t][g] = to_float((uint16_t)(v0 & 0xffff), bf16), B[2 * t + 1][g] = to_float((uint16_t)(v0 >> 16), bf16);
             B[2 * t + 8][g] = to_float((uint16_t)(v1 & 0xffff), bf16), B[2 * t + 9][g] = to_float((uint16_t)(v1 >> 16), bf16);
         }
+        /* D += A B, each element accumulated in k order */
+        float D[16][8];
         for (int l = 0; l < 32; l++) {
-            auto *out = (float *)lanes[l]->xp[0];
-            const int g = l / 4, t = l % 4, rows[4] = {g, g, g + 8, g + 8}, cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
-            for (int e = 0; e < 4; e++)
-                for (int k = 0; k < 16; k++) out[e] += A[rows[e]][k] * B[k][cols[e]];
+            const auto *d = (const float *)lanes[l]->xp[0];
+            const int g = l / 4, t = l % 4;
+            D[g][2 * t] = d[0], D[g][2 * t + 1] = d[1], D[g + 8][2 * t] = d[2], D[g + 8][2 * t + 1] = d[3];
+        }
+        for (int k = 0; k < 16; k++)
+            for (int r = 0; r < 16; r++)
+                for (int c = 0; c < 8; c++) D[r][c] += A[r][k] * B[k][c];
+        for (int l = 0; l < 32; l++) {
+            auto *d = (float *)lanes[l]->xp[0];
+            const int g = l / 4, t = l % 4;
+            d[0] = D[g][2 * t], d[1] = D[g][2 * t + 1], d[2] = D[g + 8][2 * t], d[3] = D[g + 8][2 * t + 1];
         }
     });
 }
@@ -685,7 +712,7 @@ void run_product(product &p)
         return to_float(load16(c, a), p.bf16);
     };
     float A[16][16];
-    static float B[256][16];
+    static float B[16][256], C[16][256];
     if (p.ss) {
         const desc da = decode(p.a_desc, 0);
         for (int r = 0; r < 16; r++)
@@ -693,17 +720,31 @@ void run_product(product &p)
     } else {
         memcpy(A, p.a_rows, sizeof A);
     }
-    for (int col = 0; col < p.n; col++)
-        for (int k = 0; k < 16; k++) B[col][k] = elem(p.ss ? kmajor(db, col, k) : mnmajor(db, k, col));
+    /* 8 elements at a time: the swizzle moves whole 16-byte chunks */
+    auto row8 = [&](uint32_t a, float *out, int stride) {
+        if (a + 16 > size) fail("wgmma operand outside shared memory at " + hex(a));
+        uint16_t h[8];
+        memcpy(h, c.smem.data() + a, 16);
+        for (int i = 0; i < 8; i++) out[i * stride] = to_float(h[i], p.bf16);
+    };
+    for (int col = 0; col < p.n; col += p.ss ? 1 : 8)
+        for (int k = 0; k < 16; k += p.ss ? 8 : 1) {
+            if (p.ss) row8(kmajor(db, col, k), &B[k][col], 256);
+            else row8(mnmajor(db, k, col), &B[k][col], 1);
+        }
+    /* C = A B, each element summed in k order, then added to (or written over) the accumulator */
+    for (int r = 0; r < 16; r++)
+        for (int col = 0; col < p.n; col++) C[r][col] = 0.f;
+    for (int k = 0; k < 16; k++)
+        for (int r = 0; r < 16; r++)
+            for (int col = 0; col < p.n; col++) C[r][col] += A[r][k] * B[k][col];
     for (int l = 0; l < 32; l++) {
         float *d = p.dst[l];
         if (!d) continue;
         const int g = l / 4, t = l % 4;
         for (int cc = 0; cc < p.n / 8; cc++)
             for (int e = 0; e < 4; e++) {
-                const int row = g + 8 * (e / 2), col = 8 * cc + 2 * t + e % 2;
-                float acc = 0.f;
-                for (int k = 0; k < 16; k++) acc += A[row][k] * B[col][k];
+                const float acc = C[g + 8 * (e / 2)][8 * cc + 2 * t + e % 2];
                 d[cc * 4 + e] = p.accumulate ? d[cc * 4 + e] + acc : acc;
             }
     }
@@ -1183,7 +1224,7 @@ cudaError_t run(const launch_shape &l, void (*body)(void *), void *ctx)
                 }
                 S.cl = &cl, S.failed = false, S.failure.clear();
                 S.runq.assign(cl.threads.begin(), cl.threads.end());
-                while (!S.failed && !S.runq.empty()) {
+                while (!S.failed && !S.runq.empty()) { /* returns when no fiber can run, or one failed */
                     fiber *f = S.runq.front();
                     S.runq.pop_front();
                     cur = f;
@@ -1206,7 +1247,6 @@ cudaError_t run(const launch_shape &l, void (*body)(void *), void *ctx)
                             S.failure = "a TMA copy never landed: the phase of the mbarrier at " + hex(at) +
                                         " that counts it never completed\n    the copy: " + note_text(cl, b.copies[0].note);
                         }
-                pending_done.clear();
                 free_cluster(cl, fibers);
                 if (S.failed) {
                     char where[64];
