@@ -53,4 +53,7 @@ if(Python3_FOUND AND CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
   endforeach()
   add_test(NAME attention_prefill_emulator_mutants COMMAND prefill_emulator --mutants)
   set_tests_properties(attention_prefill_emulator_mutants PROPERTIES LABELS cpu TIMEOUT 900)
+  # gen.py itself: new variant files picked up, stale mutants and unemulated PTX stop it, lines kept
+  add_test(NAME attention_prefill_emulator_gen COMMAND ${Python3_EXECUTABLE} ${KL_EMU_SRC}/test_gen.py ${PROJECT_SOURCE_DIR})
+  set_tests_properties(attention_prefill_emulator_gen PROPERTIES LABELS cpu TIMEOUT 300)
 endif()

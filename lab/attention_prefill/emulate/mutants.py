@@ -29,6 +29,15 @@ MUTANTS = [
                    "                rescale_rows(o, alpha);\n")],
         "expect": "accumulator o of the wgmma issued at v10_pingpong.cu:131",
     },
+    {   # the same, read instead of written: S used before the wait that covers it
+        "name": "mutant_s_read_early",
+        "variant": "v10_pingpong",
+        "edits": [("                wgmma_wait<1>(); /* S_j; P_{j-1} V_{j-1} may still run under the softmax */\n"
+                   "                softmax(j);\n",
+                   "                softmax(j);\n"
+                   "                wgmma_wait<1>();\n")],
+        "expect": "signalling NaN",
+    },
     {   # rule: a copy lands when its mbarrier phase completes, and a reader must have waited for it
         "name": "mutant_no_wait_v",
         "variant": "v10_pingpong",
@@ -65,6 +74,13 @@ MUTANTS = [
         "variant": "v7_wgmma",
         "edits": [("        cp_async_wait<0>();\n        fence_async_smem();", "        fence_async_smem();")],
         "expect": "in flight",
+    },
+    {   # rule: a cp.async copy is read only by threads a barrier orders after its landing
+        "name": "mutant_no_syncthreads",
+        "variant": "v4_cp_async",
+        "edits": [("        __syncthreads();    /* ... and everyone's; and every warp is done with tile j - 1: its stage is free */\n",
+                   "")],
+        "expect": "ldmatrix at v4_cp_async.cu",
     },
     {   # rule: every variant's own launcher runs (a grid one request short)
         "name": "mutant_launch_grid",

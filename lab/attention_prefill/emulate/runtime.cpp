@@ -4,6 +4,8 @@
  * cluster's fibers at a time, so nothing here locks. */
 #include "emulator.h"
 
+#include <fenv.h>
+#include <signal.h>
 #include <sys/mman.h>
 
 #include <cstdarg>
@@ -1167,6 +1169,39 @@ void free_cluster(cluster &cl, std::vector<fiber> &fibers)
 }
 } // namespace
 
+namespace {
+/* Kernel code that computes with an accumulator still in flight computes with its poison, a
+ * signalling NaN: FE_INVALID, trapped while the threads run. */
+void on_invalid(int, siginfo_t *, void *)
+{
+    feclearexcept(FE_ALL_EXCEPT);
+    if (!cur) {
+        signal(SIGFPE, SIG_DFL);
+        raise(SIGFPE);
+        return;
+    }
+    fail("a thread computed with a signalling NaN: the poison of a wgmma accumulator in flight, read before "
+         "the wgmma.wait_group that covers it",
+         "in " + chain_text(cur->chain) + " (the innermost helper the thread was in)");
+}
+struct invalid_trap {
+    invalid_trap()
+    {
+        struct sigaction sa = {};
+        sa.sa_sigaction = on_invalid;
+        sa.sa_flags = SA_SIGINFO | SA_NODEFER; /* the handler never returns: it leaves the failed thread */
+        sigaction(SIGFPE, &sa, nullptr);
+        feclearexcept(FE_ALL_EXCEPT);
+        feenableexcept(FE_INVALID);
+    }
+    ~invalid_trap()
+    {
+        fedisableexcept(FE_INVALID);
+        feclearexcept(FE_ALL_EXCEPT);
+    }
+};
+} // namespace
+
 cudaError_t run(const launch_shape &l, void (*body)(void *), void *ctx)
 {
     const unsigned threads = l.block.x;
@@ -1186,6 +1221,7 @@ cudaError_t run(const launch_shape &l, void (*body)(void *), void *ctx)
     gridDim = {l.grid.x, l.grid.y, l.grid.z};
     blockDim = {threads, 1, 1};
     S.body = body, S.ctx = ctx;
+    invalid_trap trap;
     const unsigned per = cd.x * cd.y * cd.z;
     for (unsigned z0 = 0; z0 < l.grid.z; z0 += cd.z)
         for (unsigned y0 = 0; y0 < l.grid.y; y0 += cd.y)
