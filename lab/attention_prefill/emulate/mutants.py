@@ -36,7 +36,7 @@ MUTANTS = [
                    "                softmax(j);\n",
                    "                softmax(j);\n"
                    "                wgmma_wait<1>();\n")],
-        "expect": "signalling NaN",
+        "expect": "accumulator s of the wgmma issued at v10_pingpong.cu:130",
     },
     {   # rule: a copy lands when its mbarrier phase completes, and a reader must have waited for it
         "name": "mutant_no_wait_v",

@@ -630,7 +630,8 @@ void fence_proxy_async(site s)
 
 /* ---- wgmma ---- */
 namespace {
-constexpr uint32_t kAccPoison = 0x7FA5A5A5u; /* a signalling NaN: arithmetic on it changes its bits */
+/* a signalling NaN (arithmetic on it traps, and would change its bits), the low bits naming the group */
+constexpr uint32_t kAccPoison = 0x7FA00000u, kAccPoisonMask = 0xFFF00000u;
 constexpr uint32_t kAPoison = 0x7FB57FB5u;   /* two NaNs, in bf16 and in fp16 */
 
 const char *role(const reg_group &g) { return g.acc ? "accumulator" : "A fragment"; }
@@ -677,7 +678,9 @@ reg_group *take_operand(fiber *f, void *addr, int bytes, bool acc, const char *n
              "(PTX: a wgmma.fence comes before the first wgmma and between a register access and a wgmma using it)");
     }
     g->shadow.assign((uint32_t *)addr, (uint32_t *)addr + words);
-    g->poison.assign(words, acc ? kAccPoison : kAPoison);
+    size_t index = 0;
+    while (f->groups[index].get() != g) index++;
+    g->poison.assign(words, acc ? kAccPoison | (uint32_t)(index + 1) : kAPoison);
     memcpy(addr, g->poison.data(), bytes);
     g->in_flight = 1, g->n = n;
     g->issue_note = add_note("issued", chain);
@@ -1172,7 +1175,7 @@ void free_cluster(cluster &cl, std::vector<fiber> &fibers)
 namespace {
 /* Kernel code that computes with an accumulator still in flight computes with its poison, a
  * signalling NaN: FE_INVALID, trapped while the threads run. */
-void on_invalid(int, siginfo_t *, void *)
+void on_invalid(int, siginfo_t *, void *uctx)
 {
     feclearexcept(FE_ALL_EXCEPT);
     if (!cur) {
@@ -1180,9 +1183,28 @@ void on_invalid(int, siginfo_t *, void *)
         raise(SIGFPE);
         return;
     }
-    fail("a thread computed with a signalling NaN: the poison of a wgmma accumulator in flight, read before "
-         "the wgmma.wait_group that covers it",
-         "in " + chain_text(cur->chain) + " (the innermost helper the thread was in)");
+    /* the poison in an SSE register names the accumulator; failing that, name every one in flight */
+    fiber *f = cur;
+    const reg_group *read = nullptr;
+    const auto *fp = ((ucontext_t *)uctx)->uc_mcontext.fpregs;
+    for (int r = 0; r < 16 && fp && !read; r++)
+        for (int e = 0; e < 4 && !read; e++) {
+            const uint32_t v = fp->_xmm[r].element[e];
+            const size_t index = (v & ~kAccPoisonMask) - 1;
+            if ((v & kAccPoisonMask) == kAccPoison && index < f->groups.size() && f->groups[index]->in_flight)
+                read = f->groups[index].get();
+        }
+    const std::string where = f->chain ? "(in " + chain_text(f->chain) + ", the innermost helper the thread was in)"
+                                       : std::string("(in the kernel's own code, outside the helpers)");
+    if (read)
+        fail(operand_name(*read) + " of the wgmma " + note_text(*f->cl, read->issue_note) +
+                 " read before its wait: the thread computed with its poison (a signalling NaN)",
+             where);
+    std::string all;
+    for (const auto &g : f->groups)
+        if (g->acc && g->in_flight) all += "\n    " + operand_name(*g) + " of the wgmma " + note_text(*f->cl, g->issue_note);
+    fail("a wgmma accumulator read before its wait: the thread computed with its poison (a signalling NaN)",
+         where + "; its accumulators in flight:" + all);
 }
 struct invalid_trap {
     invalid_trap()
