@@ -307,7 +307,10 @@ def main():
                         '#include "emulator.h"'] + [name_operands(emulated_launches(h)) for h in headers]) + "\n"
     write_if_changed(os.path.join(out, "tc_headers.h"), header)
     shards = [[] for _ in range(SHARDS)]
-    for i, unit in enumerate(units(src)):
+    # mutants first, then the variants in number order: a learner's new (highest-numbered) variant
+    # lands in one shard and leaves the others' text, and their objects, as they were
+    every = units(src)
+    for i, unit in enumerate([u for u in every if u[1] == "mutant"] + [u for u in every if u[1] == "variant"]):
         shards[i % SHARDS].append(unit)
     for k, shard in enumerate(shards):
         includes = sorted({inc for _, _, incs, _ in shard for inc in incs})
