@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <random>
@@ -312,9 +313,9 @@ int run_mutant(const emu::variant &m, const std::vector<problem> &ps, std::strin
     return std::stoi(msg.substr(0, nl));
 }
 
-int usage(const char *why)
+int usage(const char *why, FILE *to = stderr)
 {
-    fprintf(stderr, "prefill_emulator: %s\nusage: prefill_emulator [--full] [--problem N] [NAME...]\n"
+    fprintf(to, "prefill_emulator: %s\nusage: prefill_emulator [--full] [--problem N] [NAME...]\n"
                     "       prefill_emulator --mutants [NAME...]\n       prefill_emulator --list\n"
                     "NAME: a variant's full name (v10_pingpong) or its number (v10), or a mutant's name\n", why);
     return 2;
@@ -322,8 +323,20 @@ int usage(const char *why)
 
 } // namespace
 
+/* The variants in number order, the mutants after them (registration follows gen.py's shards). */
+void sort_variants()
+{
+    auto key = [](const emu::variant &v) {
+        const int number = v.mutant_of.empty() && v.name[0] == 'v' ? atoi(v.name.c_str() + 1) : 1 << 20;
+        return std::make_tuple(!v.mutant_of.empty(), number, v.name);
+    };
+    std::stable_sort(emu::variants().begin(), emu::variants().end(),
+                     [&](const emu::variant &a, const emu::variant &b) { return key(a) < key(b); });
+}
+
 int main(int argc, char **argv)
 {
+    sort_variants();
     bool full = false, mutants = false, list = false;
     int only = -1; /* --problem N: that problem alone */
     std::vector<const emu::variant *> chosen;
@@ -334,7 +347,7 @@ int main(int argc, char **argv)
         else if (a == "--list") list = true;
         else if (a == "--problem" && i + 1 < argc) only = atoi(argv[++i]);
         else if (a == "--help" || a == "-h") {
-            usage("runs the tensor-core variants under emulation");
+            usage("runs the tensor-core variants under emulation", stdout);
             return 0;
         } else if (a[0] == '-') return usage(("unknown option " + a).c_str());
         else {

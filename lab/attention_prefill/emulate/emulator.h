@@ -18,15 +18,17 @@
  *   plain store) was never fenced.
  * - Asynchrony. A wgmma's register operands are saved when it is issued and the registers poisoned
  *   (signalling NaNs in accumulators, NaN pairs in A fragments); products run at the wait_group that
- *   covers them; the wait checks the registers still hold the poison, then restores them. cp.async
+ *   covers them; the wait checks the registers still hold the poison, then restores them, and kernel
+ *   arithmetic on a poisoned accumulator traps (FE_INVALID is unmasked while threads run). cp.async
  *   lands at its wait_group, a TMA copy when the mbarrier phase counting its bytes completes. A stage
  *   handed back to the producer (an empty mbarrier's phase completing) is poisoned at once, and a
  *   product still reading it fails.
  * - wgmma.fence: registers a thread changed since its last fence (or, for registers no wgmma used
  *   before, any wgmma without a fence since the last commit or wait) fail the next wgmma using them.
- * What it cannot see: timing, register limits, reads of registers in flight that leave them
- * unchanged (they see poison: the run fails without a name), plain shared-memory stores' order, and a
- * misreading of the hardware shared by a kernel and this emulation. */
+ * What it cannot see: timing, register limits, a read of an A fragment in flight or a plain copy of an
+ * accumulator (they carry poison on: the results fail, unnamed), reads of registers before a wgmma
+ * without a wgmma.fence (only writes are seen), plain shared-memory stores' order and authors, and
+ * a misreading of the hardware shared by a kernel and this emulation. */
 #pragma once
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -79,7 +81,6 @@ struct site {
 #define EMU_HERE (std::source_location::current())
 /* Chains of call sites (kernel line > helper line > ...), interned: 0 is the empty chain. */
 uint32_t chain_child(uint32_t parent, site s);
-uint32_t chain_parent(uint32_t chain);
 std::string chain_text(uint32_t chain);
 
 /* ---- happens-before ---- */
@@ -270,8 +271,6 @@ template <class F> void collective(gate &g, int kind, site s, bool hb, F &&done)
 }
 enum collective_kind { kSyncwarp = 1, kShfl, kLdmatrix, kMma, kWgmma, kWgmmaWait, kSyncthreads, kNamedSync, kClusterSync };
 gate &warp_gate();
-int lane();
-int warp();
 
 /* ---- the instructions gen.py's wrappers call ---- */
 void syncthreads(site s);

@@ -8,7 +8,6 @@
 #include <signal.h>
 #include <sys/mman.h>
 
-#include <cstdarg>
 #include <unordered_map>
 
 emu_dim3 gridDim, blockDim;
@@ -70,7 +69,6 @@ uint32_t chain_child(uint32_t parent, site s)
     hit = {key, id};
     return id;
 }
-uint32_t chain_parent(uint32_t chain) { return chain_nodes()[chain].parent; }
 std::string chain_text(uint32_t chain)
 {
     std::vector<std::string> parts;
@@ -121,7 +119,6 @@ struct scheduler {
     std::deque<fiber *> runq;
     bool failed = false;
     std::string failure;
-    cluster *cl = nullptr;
     void (*body)(void *) = nullptr;
     void *ctx = nullptr;
     std::vector<unsigned char *> free_stacks;
@@ -311,8 +308,6 @@ void arrive(gate &g, int kind, site s, bool hb, void (*done)(void *, std::vector
 }
 
 gate &warp_gate() { return cur->c->warp_gates[cur->tid.x / 32]; }
-int lane() { return (int)(cur->tid.x % 32); }
-int warp() { return (int)(cur->tid.x / 32); }
 
 namespace {
 /* The 32 lanes of a warp-wide instruction, by lane; all must be there. */
@@ -1280,7 +1275,7 @@ cudaError_t run(const launch_shape &l, void (*body)(void *), void *ctx)
                         cl.threads.push_back(&f);
                     }
                 }
-                S.cl = &cl, S.failed = false, S.failure.clear();
+                S.failed = false, S.failure.clear();
                 S.runq.assign(cl.threads.begin(), cl.threads.end());
                 while (!S.failed && !S.runq.empty()) { /* returns when no fiber can run, or one failed */
                     fiber *f = S.runq.front();
