@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <numeric>
 #include <random>
 #include <string>
 #include <tuple>
@@ -28,7 +29,7 @@ extern "C" {
 namespace {
 
 struct problem {
-    const char *label;
+    std::string label;
     enum kl_dtype dtype;
     int head_dim, qo_heads, kv_heads, page;
     bool causal;
@@ -40,20 +41,24 @@ struct problem {
  * the causal diagonal within a key tile of `tile` keys (and of any tile size dividing it). */
 problem every_offset(const char *label, enum kl_dtype t, int d, int qo, int kv, int page, int tile, int q_len, unsigned seed)
 {
-    problem p{label, t, d, qo, kv, page, true, {}, {}, seed};
+    problem p{std::string(label) + " 0.." + std::to_string(tile - 1), t, d, qo, kv, page, true, {}, {}, seed};
     for (int off = 0; off < tile; off++) p.q_lens.push_back(q_len), p.kv_lens.push_back(q_len + off);
     return p;
 }
 
-/* The key-tile sizes: v2..v6 take 64 keys a tile for head_dim <= 128 and 32 for 256 (mma.cuh's
- * tile_shape), v7 and up 128 and 64 (hopper.cuh's wg_tiles); offsets modulo 128 and 64 cover all. */
+/* Offsets modulo a multiple of every key-tile size the headers give head_dim D (mma.cuh's tile_shape
+ * for v2..v6, hopper.cuh's wg_tiles for v7 and up) cover every diagonal position in all of them. */
+template <int D> constexpr int key_tile_lcm() { return std::lcm(kl::mma::tile_shape<D>::kBN, kl::hopper::wg_tiles<D>::kBN); }
+static_assert(key_tile_lcm<64>() == key_tile_lcm<128>(), "one offset case serves head_dim 64 and 128");
+
 std::vector<problem> problems(bool full)
 {
+    constexpr int small = key_tile_lcm<128>(), large = key_tile_lcm<256>();
     std::vector<problem> ps = {
-        every_offset("causal offsets 0..127", KL_BF16, 128, 4, 2, 16, 128, 2, 1),
+        every_offset("causal offsets", KL_BF16, 128, 4, 2, 16, small, 2, 1),
         {"ragged, gqa 4", KL_BF16, 64, 8, 2, 16, true, {40, 0, 3, 130}, {70, 9, 100, 300}, 2},
         {"gather page 7, gqa 8", KL_F16, 128, 8, 1, 7, true, {37}, {200}, 3},
-        every_offset("causal offsets 0..63", KL_F16, 256, 2, 1, 32, 64, 2, 4),
+        every_offset("causal offsets", KL_F16, 256, 2, 1, 32, large, 2, 4),
         {"page 1, gqa 1", KL_BF16, 256, 2, 2, 1, false, {40}, {100}, 5},
         {"page 32 by TMA, four tiles", KL_BF16, 256, 4, 2, 32, false, {64}, {200}, 6},
         {"gather page 3, four tiles", KL_F16, 64, 2, 1, 3, true, {20, 150}, {420, 150}, 7},
@@ -65,7 +70,7 @@ std::vector<problem> problems(bool full)
         ps.push_back({"full: page 5", KL_F16, 64, 8, 1, 5, false, {33, 64}, {90, 64}, 11});
         ps.push_back({"full: head_dim 256 causal", KL_BF16, 256, 4, 2, 16, true, {70}, {200}, 12});
         ps.push_back({"full: gqa 1, eight kv heads", KL_BF16, 128, 8, 8, 16, true, {70, 5, 0, 140}, {70, 300, 3, 140}, 13});
-        ps.push_back(every_offset("full: offsets, fp16 head_dim 64", KL_F16, 64, 8, 2, 8, 128, 5, 14));
+        ps.push_back(every_offset("full: fp16 head_dim 64, causal offsets", KL_F16, 64, 8, 2, 8, key_tile_lcm<64>(), 5, 14));
     }
     return ps;
 }
@@ -107,7 +112,7 @@ std::string describe(const problem &pr)
         for (size_t b = 0; b < pr.q_lens.size(); b++)
             q += (b ? "/" : "") + std::to_string(pr.q_lens[b]) + ":" + std::to_string(pr.kv_lens[b]);
     char s[256];
-    snprintf(s, sizeof s, "%s (head_dim %d %s, heads %d/%d, page %d, %s, q:kv %s)", pr.label, pr.head_dim,
+    snprintf(s, sizeof s, "%s (head_dim %d %s, heads %d/%d, page %d, %s, q:kv %s)", pr.label.c_str(), pr.head_dim,
              kl_dtype_name(pr.dtype), pr.qo_heads, pr.kv_heads, pr.page, pr.causal ? "causal" : "noncausal", q.c_str());
     return s;
 }
