@@ -42,7 +42,8 @@ if(Python3_FOUND AND CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
                              ${PROJECT_SOURCE_DIR}/lab/core ${CUDAToolkit_INCLUDE_DIRS})
   target_link_libraries(prefill_emulator PRIVATE PkgConfig::OPENBLAS m)
   set_target_properties(prefill_emulator PROPERTIES CXX_STANDARD 20 CXX_STANDARD_REQUIRED ON)
-  # CUtensorMap (64-byte aligned) passed by value to an emulated kernel: GCC notes an ABI change of 4.6
+  # CUtensorMap (64-byte aligned) passed by value to an emulated kernel: GCC notes an ABI change of 4.6.
+  # -O2 in every build type: the tests run the kernels' every thread.
   target_compile_options(prefill_emulator PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wno-psabi -O2>)
   # Hang guards only: a verdict never depends on time (deadlocks are found by progress).
   string(REGEX MATCHALL "variant [^\n]+" KL_PREFILL_EMU_VARIANTS "${KL_PREFILL_EMU_LIST}")

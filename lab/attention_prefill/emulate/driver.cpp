@@ -2,7 +2,9 @@
  * the emulation of emulator.h, through each variant's own launcher, and judges their outputs against
  * the float64 reference with the module's own policy (lab/core/compare.c's attention rows, given what
  * lab/attention_prefill/module.c gives them).
- *   prefill_emulator [--full] [NAME...]       the variants named (v10_pingpong or v10), or all of them
+ *   prefill_emulator [--full] [--problem N] [NAME...]
+ *                                             the variants named (v10_pingpong or v10), or all of them;
+ *                                             --full adds larger problems, --problem N runs one
  *   prefill_emulator --mutants [NAME...]      every planted bug of mutants.py (or those named) must fail
  *                                             with its expected message, where its variant passes
  *   prefill_emulator --list                   the variants and mutants built in

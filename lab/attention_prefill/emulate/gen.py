@@ -13,7 +13,8 @@ emulation models):
                         named mutant_<what>.
 
 The text keeps its line numbers (removed code leaves blank lines; #line directives name the original
-files), so __builtin_FILE/LINE in the emulated wrappers name the kernels' own lines.
+files), so the std::source_location defaults of the emulated wrappers (EMU_HERE) name the kernels' own
+files and lines.
 
 Usage: gen.py SOURCE_DIR OUT_DIR        writes the files (only those whose text changed)
        gen.py --list SOURCE_DIR         prints "variant NAME" and "mutant NAME" lines, for CMake"""
@@ -30,7 +31,7 @@ KERNELS = "kernels/attention_prefill"
 HEADERS = ["mma.cuh", "hopper.cuh", "kv_ring.cuh"]  # in include order
 PTX = {"mma.cuh": "ptx_mma.h", "hopper.cuh": "ptx_hopper.h"}
 TC_INCLUDE = re.compile(r'^#include "kernels/attention_prefill/(mma|hopper|kv_ring)\.cuh"[ \t]*$', re.M)
-SHARDS = 6
+SHARDS = 6  # extra.cmake compiles variants_0.cpp .. variants_5.cpp
 # the CUDA built-ins of emulator.h that take their caller's site
 SITED_BUILTINS = {"__syncthreads", "__syncwarp", "__shfl_xor_sync"}
 # wgmma wrappers: the text of these arguments is passed along as the operands' names
