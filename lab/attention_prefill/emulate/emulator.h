@@ -196,7 +196,6 @@ struct product {
     float a_rows[16][16];             /* register A operand (rs), as it was at the issue */
     float *dst[32];                   /* each lane's accumulator shadow */
     reg_group *acc[32], *afrag[32];   /* each lane's operands */
-    void *acc_addr[32];
     std::vector<uint32_t> reads;      /* chunks it reads (counted in their readers) */
     uint32_t note;
 };
@@ -243,6 +242,7 @@ struct cluster {
     gate sync;
     std::vector<note> notes;
     std::deque<product> products;
+    std::vector<uint32_t> free_products; /* of those, the ones waited for: reused */
     uint32_t actors = 0, thread_actors = 0;
 };
 

@@ -61,7 +61,7 @@ MUTANTS = [
         "name": "mutant_no_wgmma_fence",
         "variant": "v8_warp_specialized",
         "edits": [("        wgmma_begin(a, o[0]);\n", "        pin(a), pin(o[0]);\n")],
-        "expect": "no wgmma.fence",
+        "expect": "the first to use accumulator o, with no wgmma.fence",
     },
     {   # rule: fence.proxy.async between generic writes (cp.async) and the tensor cores' reads
         "name": "mutant_no_proxy_fence",

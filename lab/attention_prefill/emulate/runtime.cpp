@@ -673,9 +673,8 @@ reg_group *take_operand(fiber *f, void *addr, int bytes, bool acc, const char *n
                  " wrote after its last wgmma.fence",
                  "(PTX: a wgmma.fence must come between a thread's register access and a wgmma using the registers)");
     } else if (!f->fenced_since_sync) {
-        fail("wgmma at " + chain_text(chain) + ": no wgmma.fence by " + who(f) +
-                 " since its last wgmma.commit_group or wait_group, before a wgmma whose " + operand_name(*g) +
-                 " ordinary code wrote",
+        fail("wgmma at " + chain_text(chain) + ", the first to use " + operand_name(*g) + ", with no wgmma.fence by " +
+                 who(f) + " since its last wgmma.commit_group or wait_group",
              "(PTX: a wgmma.fence comes before the first wgmma and between a register access and a wgmma using it)");
     }
     g->shadow.assign((uint32_t *)addr, (uint32_t *)addr + words);
@@ -804,9 +803,14 @@ void wgmma(bool ss, int n, bool bf16, float *d, const uint32_t *a, uint64_t a_de
             if (l->x[1] != lanes[0]->x[1] || l->x[2] != lanes[0]->x[2] || (ss && l->x[0] != lanes[0]->x[0]))
                 fail("wgmma at " + chain_text((uint32_t)l->x[3]) + ": the lanes of a warp disagree on its operands");
         cluster &cl = *lanes[0]->cl;
-        cl.products.emplace_back();
-        product &p = cl.products.back();
-        p.id = (uint32_t)cl.products.size() - 1;
+        if (cl.free_products.empty()) {
+            cl.products.emplace_back();
+            cl.products.back().id = (uint32_t)cl.products.size() - 1;
+            cl.free_products.push_back(cl.products.back().id);
+        }
+        product &p = cl.products[cl.free_products.back()];
+        cl.free_products.pop_back();
+        p.done = false, p.reads.clear();
         p.ss = ss, p.c = lanes[0]->c, p.warp = (int)lanes[0]->tid.x / 32;
         p.n = (int)(lanes[0]->x[2] & 0xffff), p.bf16 = (lanes[0]->x[2] >> 16) & 1, p.accumulate = (lanes[0]->x[2] >> 17) & 1;
         p.a_desc = lanes[0]->x[0], p.b_desc = lanes[0]->x[1];
@@ -815,7 +819,7 @@ void wgmma(bool ss, int n, bool bf16, float *d, const uint32_t *a, uint64_t a_de
         if (p.note == kNone || cl.notes[p.note].chain != chain) p.note = add_note("issued", chain);
         for (int l = 0; l < 32; l++) {
             auto *gd = (reg_group *)lanes[l]->xp[0];
-            p.acc[l] = gd, p.dst[l] = (float *)gd->shadow.data(), p.acc_addr[l] = gd->addr;
+            p.acc[l] = gd, p.dst[l] = (float *)gd->shadow.data();
             p.afrag[l] = (reg_group *)lanes[l]->xp[1];
         }
         if (!ss) {
@@ -864,7 +868,7 @@ void wgmma_wait(int n, site s)
             product &p = cl.products[id];
             run_product(p);
             for (uint32_t ch : p.reads) p.c->chunks[ch].readers--;
-            p.reads.clear(), p.reads.shrink_to_fit();
+            p.reads.clear();
             p.done = true;
         }
         /* each lane's registers: still the poison, then the true values back */
@@ -881,6 +885,7 @@ void wgmma_wait(int n, site s)
                     g->baseline = g->shadow, g->has_baseline = true;
                 }
         }
+        for (uint32_t id : ids0) cl.free_products.push_back(id);
     });
 }
 
