@@ -219,7 +219,6 @@ struct mbarrier {
     std::vector<fiber *> waiters;
     std::vector<uint8_t> guards;     /* chunks this barrier hands back when a phase completes */
     bool guards_any = false;
-    uint32_t last_arrival = kNone;   /* note of the arrival that completed the last phase */
 };
 
 struct cta {

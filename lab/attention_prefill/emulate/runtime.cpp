@@ -955,7 +955,6 @@ void complete_phase(cta &c, mbarrier &b, uint32_t n)
     b.vc[b.actor] = b.completed;
     b.done_vc = b.vc;
     std::fill(b.vc.begin(), b.vc.end(), 0);
-    b.last_arrival = n;
     if (!b.tx_seen && b.guards_any) {
         cluster &cl = *c.cl;
         uint32_t rel = (uint32_t)cl.notes.size();
