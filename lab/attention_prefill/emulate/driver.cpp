@@ -1,56 +1,96 @@
-/* Runs the tensor-core attention_prefill kernels (v2..v10, their exact source through gen.py) on the
- * CPU under emulation (shim.h) and compares them with the float64 reference: a check of their
- * indexing, masking, paging, pipelining order, barrier protocol and fragment and shared-memory
- * layouts that needs no GPU. v2..v6 are launched here; v7 and up through their own launchers.
- *   prefill_emulator [--full] [v2 v3 ...]      (default: every variant on the quick problems)
- * Each problem gets fresh random bf16/fp16 inputs, a shuffled page table with spare pages, and
- * shared memory filled with garbage before each CTA. The bound is loose (rel_l2 < 2^-7 for bf16,
- * 2^-9 for fp16; the real policy is the GPU tests'): this catches wrong indices, not rounding. */
+/* Runs the tensor-core attention_prefill variants (their exact source, gen.py's copy) on the CPU under
+ * the emulation of emulator.h, through each variant's own launcher, and judges their outputs against
+ * the float64 reference with the module's own policy (lab/core/compare.c's attention rows, given what
+ * lab/attention_prefill/module.c gives them).
+ *   prefill_emulator [--full] [--problem N] [NAME...]
+ *                                             the variants named (v10_pingpong or v10), or all of them;
+ *                                             --full adds larger problems, --problem N runs one
+ *   prefill_emulator --mutants [NAME...]      every planted bug of mutants.py (or those named) must fail
+ *                                             with its expected message, where its variant passes
+ *   prefill_emulator --list                   the variants and mutants built in
+ * One line per variant and problem as it runs. Each problem gets fresh random inputs, a shuffled page
+ * table with spare pages, NaN in the cache slots past each request's keys, NaN in the outputs. */
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdio>
+#include <map>
+#include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 
-#include "kernels_emu.h"
+#include "tc_headers.h"
 extern "C" {
+#include "compare.h"
+#include "dtype.h"
 #include "reference/attention_prefill.h"
 }
 
-thread_local emu_dim3 emu_threadIdx, emu_blockIdx;
-emu_dim3 emu_gridDim;
-thread_local emu::cta *emu::g_cta;
-
-/* Runs kernel() as every CTA of the grid, 128 threads each (v2..v6). */
-template <class F> static void run_grid(unsigned gx, unsigned gy, unsigned gz, size_t smem, F kernel)
-{
-    emu::run_grid(gx, gy, gz, 128, smem, kernel);
-}
+namespace {
 
 struct problem {
-    int qo_heads, kv_heads, page;
+    std::string label;
+    enum kl_dtype dtype;
+    int head_dim, qo_heads, kv_heads, page;
     bool causal;
     std::vector<int> q_lens, kv_lens;
+    unsigned seed;
 };
 
-template <typename T> static T from_float(float f)
+/* A batch of short requests whose kv_len - q_len takes every value 0 .. tile - 1: every position of
+ * the causal diagonal within a key tile of `tile` keys (and of any tile size dividing it). */
+problem every_offset(const char *label, enum kl_dtype t, int d, int qo, int kv, int page, int tile, int q_len, unsigned seed)
 {
-    if constexpr (std::is_same<T, __nv_bfloat16>::value) return __float2bfloat16_rn(f);
-    else return __float2half_rn(f);
-}
-template <typename T> static float to_float(T v)
-{
-    if constexpr (std::is_same<T, __nv_bfloat16>::value) return __bfloat162float(v);
-    else return __half2float(v);
+    problem p{std::string(label) + " 0.." + std::to_string(tile - 1), t, d, qo, kv, page, true, {}, {}, seed};
+    for (int off = 0; off < tile; off++) p.q_lens.push_back(q_len), p.kv_lens.push_back(q_len + off);
+    return p;
 }
 
-/* The trace of CTA 0 (v8, v9, v10): every key tile's events present and in the order the kernel passes them
- * (K ready, S done, softmax done, P V done; v10 finishes P_j V_j only after the softmax of tile j + 1).
- * tiles 0: CTA 0 had no rows (v8's block 0 is request 0's last tile, past a shorter request's rows). */
-static int traced_cases; /* of the current variant: at least one must have traced CTA 0 */
-static bool trace_in_order(const kl_prefill_trace &t, bool overlapped)
+/* Offsets modulo a multiple of every key-tile size the headers give head_dim D (mma.cuh's tile_shape
+ * for v2..v6, hopper.cuh's wg_tiles for v7 and up) cover every diagonal position in all of them. */
+template <int D> constexpr int key_tile_lcm() { return std::lcm(kl::mma::tile_shape<D>::kBN, kl::hopper::wg_tiles<D>::kBN); }
+static_assert(key_tile_lcm<64>() == key_tile_lcm<128>(), "one offset case serves head_dim 64 and 128");
+
+std::vector<problem> problems(bool full)
+{
+    constexpr int small = key_tile_lcm<128>(), large = key_tile_lcm<256>();
+    std::vector<problem> ps = {
+        every_offset("causal offsets", KL_BF16, 128, 4, 2, 16, small, 2, 1),
+        {"ragged, gqa 4", KL_BF16, 64, 8, 2, 16, true, {40, 0, 3, 130}, {70, 9, 100, 300}, 2},
+        {"gather page 7, gqa 8", KL_F16, 128, 8, 1, 7, true, {37}, {200}, 3},
+        every_offset("causal offsets", KL_F16, 256, 2, 1, 32, large, 2, 4),
+        {"page 1, gqa 1", KL_BF16, 256, 2, 2, 1, false, {40}, {100}, 5},
+        {"page 32 by TMA, four tiles", KL_BF16, 256, 4, 2, 32, false, {64}, {200}, 6},
+        {"gather page 3, four tiles", KL_F16, 64, 2, 1, 3, true, {20, 150}, {420, 150}, 7},
+        {"packed pairs, page 16", KL_BF16, 128, 4, 1, 16, true, {100, 20}, {300, 20}, 8},
+        {"five key tiles, gqa 1", KL_F16, 128, 2, 2, 16, true, {130}, {600}, 9},
+    };
+    if (full) {
+        ps.push_back({"full: gqa 4, two requests", KL_BF16, 128, 8, 2, 16, true, {150, 1}, {150, 260}, 10});
+        ps.push_back({"full: page 5", KL_F16, 64, 8, 1, 5, false, {33, 64}, {90, 64}, 11});
+        ps.push_back({"full: head_dim 256 causal", KL_BF16, 256, 4, 2, 16, true, {70}, {200}, 12});
+        ps.push_back({"full: gqa 1, eight kv heads", KL_BF16, 128, 8, 8, 16, true, {70, 5, 0, 140}, {70, 300, 3, 140}, 13});
+        ps.push_back(every_offset("full: fp16 head_dim 64, causal offsets", KL_F16, 64, 8, 2, 8, key_tile_lcm<64>(), 5, 14));
+    }
+    return ps;
+}
+
+struct verdict {
+    bool pass;
+    std::string first, details; /* why it failed: the first line, then the rest */
+};
+
+std::string trim(const std::string &s) { return s.substr(0, s.find_last_not_of('\n') + 1); }
+
+/* The trace of CTA 0: every key tile's events present and in the order the kernel passes them (K
+ * ready, S done, softmax done, P V done; an overlapping variant finishes P_j V_j only after the
+ * softmax of tile j + 1). tiles 0: CTA 0 had no rows. */
+bool trace_in_order(const kl_prefill_trace &t, bool overlapped, std::string &why)
 {
     const int n = std::min(t.tiles, KL_PREFILL_TRACE_TILES);
     if (t.tiles == 0) return true;
-    traced_cases++;
     bool ok = t.start > 0;
     for (int c = 0; c < 2; c++)
         for (int j = 0; j < n; j++) {
@@ -59,18 +99,37 @@ static bool trace_in_order(const kl_prefill_trace &t, bool overlapped)
             ok &= t.softmax_done[c][j] <= t.pv_done[c][j] && t.pv_done[c][j] <= t.end[c];
             if (overlapped && j + 1 < n) ok &= t.softmax_done[c][j + 1] <= t.pv_done[c][j];
         }
-    if (!ok) printf("FAIL: the trace of CTA 0 is missing events or out of order (%d tiles)\n", t.tiles);
+    if (!ok) why = "the trace of CTA 0 is missing events or out of order (" + std::to_string(t.tiles) + " tiles)";
     return ok;
 }
 
-template <typename T, int D> static bool check(const problem &pr, const std::string &variant, unsigned seed)
+uint16_t to16(enum kl_dtype t, float f) { return t == KL_BF16 ? kl_f32_to_bf16(f) : kl_f32_to_f16(f); }
+double from16(enum kl_dtype t, uint16_t h) { return t == KL_BF16 ? kl_bf16_to_f32(h) : kl_f16_to_f32(h); }
+
+std::string describe(const problem &pr)
 {
-    std::mt19937 rng(seed);
+    std::string q;
+    if (pr.q_lens.size() > 6) q = std::to_string(pr.q_lens.size()) + " requests";
+    else
+        for (size_t b = 0; b < pr.q_lens.size(); b++)
+            q += (b ? "/" : "") + std::to_string(pr.q_lens[b]) + ":" + std::to_string(pr.kv_lens[b]);
+    char s[256];
+    snprintf(s, sizeof s, "%s (head_dim %d %s, heads %d/%d, page %d, %s, q:kv %s)", pr.label.c_str(), pr.head_dim,
+             kl_dtype_name(pr.dtype), pr.qo_heads, pr.kv_heads, pr.page, pr.causal ? "causal" : "noncausal", q.c_str());
+    return s;
+}
+
+int traced_cases; /* of the current variant: at least one must have traced CTA 0 */
+
+verdict check(const problem &pr, const emu::variant &v, std::string &stats)
+{
+    std::mt19937 rng(pr.seed);
     std::normal_distribution<float> normal;
-    const int batch = (int)pr.q_lens.size();
-    int total_q = 0, pages = 0, max_q = 0;
+    const int batch = (int)pr.q_lens.size(), D = pr.head_dim;
+    const enum kl_dtype t = pr.dtype;
+    int total_q = 0, pages = 0, max_q = 0, max_kv = 0;
     for (int b = 0; b < batch; b++) {
-        total_q += pr.q_lens[b], max_q = std::max(max_q, pr.q_lens[b]);
+        total_q += pr.q_lens[b], max_q = std::max(max_q, pr.q_lens[b]), max_kv = std::max(max_kv, pr.kv_lens[b]);
         pages += (pr.kv_lens[b] + pr.page - 1) / pr.page;
     }
     const int num_pages = pages + 2;
@@ -86,12 +145,13 @@ template <typename T, int D> static bool check(const problem &pr, const std::str
         last[b] = n ? pr.kv_lens[b] - (n - 1) * pr.page : 0;
     }
     const size_t nq = (size_t)total_q * pr.qo_heads * D, nc = (size_t)num_pages * pr.page * pr.kv_heads * D;
-    std::vector<T> q(nq), k(nc), v(nc), out(nq, from_float<T>(NAN));
+    const uint16_t nan16 = t == KL_BF16 ? 0x7FC0 : 0x7E00;
+    std::vector<uint16_t> q(nq), k(nc), vv(nc), out(nq, nan16);
     std::vector<float> lse((size_t)total_q * pr.qo_heads, NAN);
     std::vector<double> q64(nq), k64(nc), v64(nc);
-    for (size_t i = 0; i < nq; i++) q[i] = from_float<T>(normal(rng)), q64[i] = to_float(q[i]);
-    for (size_t i = 0; i < nc; i++) k[i] = from_float<T>(normal(rng)), k64[i] = to_float(k[i]);
-    for (size_t i = 0; i < nc; i++) v[i] = from_float<T>(normal(rng)), v64[i] = to_float(v[i]);
+    for (size_t i = 0; i < nq; i++) q[i] = to16(t, normal(rng)), q64[i] = from16(t, q[i]);
+    for (size_t i = 0; i < nc; i++) k[i] = to16(t, normal(rng)), k64[i] = from16(t, k[i]);
+    for (size_t i = 0; i < nc; i++) vv[i] = to16(t, normal(rng)), v64[i] = from16(t, vv[i]);
     /* The slots of a request's last page past its keys hold NaN, as an uninitialised cache may: a kernel
      * whose P V reads them (0 x NaN = NaN) fails. The reference never reads them. */
     for (int b = 0; b < batch; b++) {
@@ -100,119 +160,254 @@ template <typename T, int D> static bool check(const problem &pr, const std::str
         for (int slot = last[b]; slot < pr.page; slot++)
             for (size_t e = 0; e < (size_t)pr.kv_heads * D; e++) {
                 const size_t at = ((size_t)indices[kv_indptr[b] + n - 1] * pr.page + slot) * pr.kv_heads * D + e;
-                k[at] = v[at] = from_float<T>(NAN);
+                k[at] = vv[at] = nan16;
             }
     }
 
     kl_attention_prefill_params p{};
     kl_prefill_trace trace{};
-    p.q = q.data(), p.k_cache = k.data(), p.v_cache = v.data(), p.qo_indptr = qo_indptr.data();
+    p.q = q.data(), p.k_cache = k.data(), p.v_cache = vv.data(), p.qo_indptr = qo_indptr.data();
     p.kv_indptr = kv_indptr.data(), p.kv_indices = indices.data(), p.kv_last_page_len = last.data();
     p.out = out.data(), p.lse = lse.data(), p.batch = batch, p.total_q = total_q, p.num_qo_heads = pr.qo_heads;
     p.num_kv_heads = pr.kv_heads, p.head_dim = D, p.page_size = pr.page, p.num_pages = num_pages;
-    p.max_q_len = max_q, p.sm_scale = 1.0f / std::sqrt((float)D), p.causal = pr.causal;
-    p.dtype = std::is_same<T, __nv_bfloat16>::value ? KL_BF16 : KL_F16;
+    p.max_q_len = max_q, p.sm_scale = 1.0f / std::sqrt((float)D), p.causal = pr.causal, p.dtype = t;
+    p.trace = &trace;
 
-    /* The grids and shared-memory sizes of the launchers. */
-    using S = kl::mma::tile_shape<D>;
-    const auto page = kl::prefill::make_fast_div((uint32_t)pr.page);
-    const int group = pr.qo_heads / pr.kv_heads;
-    const size_t smem_one = (size_t)(S::kBM + 2 * S::kBN) * D * 2;
-    const size_t smem_two = (size_t)(S::kBM + 4 * S::kBN) * D * 2 + 2 * S::kBN * sizeof(int32_t);
-    const unsigned tiles = (max_q + S::kBM - 1) / S::kBM, packed = (max_q * group + S::kBM - 1) / S::kBM;
-    const unsigned qo = pr.qo_heads, kv = pr.kv_heads, nb = batch;
-    if (variant == "v2") run_grid(tiles, qo, nb, smem_one, [&] { emu_v2_mma::prefill_v2<T, D>(p, page); });
-    else if (variant == "v3") run_grid(tiles, qo, nb, smem_one, [&] { emu_v3_swizzle::prefill_v3<T, D>(p, page); });
-    else if (variant == "v4") run_grid(tiles, qo, nb, smem_two, [&] { emu_v4_cp_async::prefill_v4<T, D>(p, page); });
-    else if (variant == "v5")
-        run_grid(qo, nb, tiles, smem_two, [&] { emu_v5_longest_first::prefill_v5<T, D>(p, page); });
-    else if (variant == "v6")
-        run_grid(kv, nb, packed, smem_two, [&] {
-            emu_v6_gqa_packed::prefill_v6<T, D>(p, page, kl::prefill::make_fast_div((uint32_t)group));
-        });
-    else {
-        p.trace = &trace; /* the warp-specialized variants record CTA 0's events: checked below */
-        cudaError_t rc = cudaErrorInvalidValue;
-        if (variant == "v7") rc = emu_v7_wgmma::launch(&p, nullptr);
-        else if (variant == "v8") rc = emu_v8_warp_specialized::launch(&p, nullptr);
-        else if (variant == "v9") rc = emu_v9_multicast::launch(&p, nullptr);
-        else if (variant == "v10") rc = emu_v10_pingpong::launch(&p, nullptr);
-        else fprintf(stderr, "no variant %s\n", variant.c_str());
-        if (rc != cudaSuccess) {
-            printf("FAIL %s: the launcher returned %d\n", variant.c_str(), (int)rc);
-            return false;
-        }
+    emu::clear_failure();
+    const cudaError_t rc = v.launch(&p, nullptr);
+    if (rc != cudaSuccess) {
+        const std::string &why = emu::last_failure();
+        if (why.empty()) return {false, "the launcher returned " + std::string(cudaGetErrorName(rc)), ""};
+        const size_t nl = why.find('\n');
+        return {false, why.substr(0, nl), nl == std::string::npos ? "" : why.substr(nl + 1)};
     }
 
     kl_attention_prefill_shape shape = {batch, total_q, pr.qo_heads, pr.kv_heads, D, pr.page, num_pages,
                                         qo_indptr.data(), kv_indptr.data(), indices.data(), last.data(),
                                         (double)p.sm_scale, pr.causal};
-    std::vector<double> ref_out(nq), ref_lse(lse.size());
+    std::vector<double> ref_out(nq), ref_lse(lse.size()), got_out(nq), got_lse(lse.size());
     kl_attention_prefill_reference(&shape, q64.data(), k64.data(), v64.data(), ref_out.data(), ref_lse.data());
-    double err2 = 0, ref2 = 0, max_abs = 0, lse_abs = 0;
-    long nonfinite = 0;
-    for (size_t i = 0; i < nq; i++) {
-        const double g = to_float(out[i]);
-        if (!std::isfinite(g)) nonfinite++;
-        else err2 += (g - ref_out[i]) * (g - ref_out[i]), ref2 += ref_out[i] * ref_out[i],
-             max_abs = std::max(max_abs, std::fabs(g - ref_out[i]));
+    for (size_t i = 0; i < nq; i++) got_out[i] = from16(t, out[i]);
+    for (size_t i = 0; i < lse.size(); i++) got_lse[i] = lse[i];
+
+    /* The policy's arguments as module.c computes them: sm_scale max||q|| max||k|| over the keys the
+     * requests attend, max|v| over the same, and the longest kv_len. */
+    double qmax = 0, kmax = 0, vmax = 0;
+    for (size_t r = 0; r < nq / D; r++) {
+        double n2 = 0;
+        for (int c = 0; c < D; c++) n2 += q64[r * D + c] * q64[r * D + c];
+        qmax = std::max(qmax, n2);
     }
-    for (size_t i = 0; i < lse.size(); i++) {
-        if (!std::isfinite(lse[i])) nonfinite++;
-        else lse_abs = std::max(lse_abs, std::fabs(lse[i] - ref_lse[i]));
+    for (int b = 0; b < batch; b++)
+        for (int j = 0; j < pr.kv_lens[b]; j++)
+            for (int h = 0; h < pr.kv_heads; h++) {
+                const size_t base =
+                    (((size_t)indices[kv_indptr[b] + j / pr.page] * pr.page + j % pr.page) * pr.kv_heads + h) * D;
+                double n2 = 0;
+                for (int c = 0; c < D; c++) n2 += k64[base + c] * k64[base + c], vmax = std::max(vmax, std::fabs(v64[base + c]));
+                kmax = std::max(kmax, n2);
+            }
+    const double logit = p.sm_scale * std::sqrt(qmax) * std::sqrt(kmax);
+    kl_cmp c_out, c_lse;
+    kl_compare(got_out.data(), ref_out.data(), (int64_t)nq, kl_policy_attention_out(t, D, max_kv, logit, vmax), &c_out);
+    kl_compare(got_lse.data(), ref_lse.data(), (int64_t)lse.size(), kl_policy_attention_lse(D, max_kv, logit), &c_lse);
+    char s[160];
+    snprintf(s, sizeof s, "out rel_l2 %.3g max_abs %.3g, lse rel_l2 %.3g max_abs %.3g", c_out.rel_l2, c_out.max_abs,
+             c_lse.rel_l2, c_lse.max_abs);
+    stats = s;
+
+    verdict r{true, "", ""};
+    for (auto [name, cmp, n] : {std::tuple{"out", &c_out, nq}, std::tuple{"lse", &c_lse, lse.size()}}) {
+        if (cmp->pass || !r.pass) continue;
+        r.pass = false;
+        r.first = std::to_string(cmp->n_bad) + " of " + std::to_string(n) + " elements of " + name +
+                  " outside the attention policy's bound (" + s + ")";
+        char *buf = nullptr;
+        size_t len = 0;
+        FILE *f = open_memstream(&buf, &len);
+        kl_cmp_print(f, name, cmp);
+        fclose(f);
+        r.details = trim(buf);
+        free(buf);
+        long nonfinite = 0;
+        for (size_t i = 0; i < nq; i++) nonfinite += !std::isfinite(got_out[i]);
+        if (nonfinite)
+            r.details += "\n" + std::to_string(nonfinite) +
+                         " non-finite elements of out: unwritten rows, or poison (an operand read in flight, a stage read "
+                         "after its hand-back) reaching the output";
     }
-    const double rel = std::sqrt(err2 / ref2), limit = std::is_same<T, __half>::value ? 0x1p-9 : 0x1p-7;
-    bool ok = nonfinite == 0 && rel < limit && lse_abs < 1e-3;
-    if (variant == "v8" || variant == "v9" || variant == "v10") ok &= trace_in_order(trace, variant == "v10");
-    std::string q_lens;
-    for (int x : pr.q_lens) q_lens += (q_lens.empty() ? "" : "/") + std::to_string(x);
-    printf("%s %s head_dim=%d %s q=%s heads=%d/%d page=%d %s: rel_l2 %.3g max_abs %.3g lse %.3g, %ld non-finite\n",
-           ok ? "PASS" : "FAIL", variant.c_str(), D, std::is_same<T, __half>::value ? "fp16" : "bf16", q_lens.c_str(),
-           pr.qo_heads, pr.kv_heads, pr.page, pr.causal ? "causal" : "noncausal", rel, max_abs, lse_abs, nonfinite);
+    if (r.pass && v.traced && trace.tiles > 0) {
+        traced_cases++;
+        std::string why;
+        if (!trace_in_order(trace, v.overlapped, why)) r = {false, why, ""};
+    }
+    return r;
+}
+
+void print_verdict(const char *name, const problem &pr, const verdict &r, const std::string &stats)
+{
+    if (r.pass) printf("PASS %s %s: %s\n", name, describe(pr).c_str(), stats.c_str());
+    else {
+        printf("FAIL %s %s: %s\n", name, describe(pr).c_str(), r.first.c_str());
+        if (!r.details.empty()) {
+            std::string d = "    " + r.details;
+            for (size_t at = 0; (at = d.find('\n', at)) != std::string::npos; at += 5) d.replace(at, 1, "\n    ");
+            printf("%s\n", d.c_str());
+        }
+    }
     fflush(stdout);
+}
+
+/* Every problem on a variant; true when all pass. */
+bool run_variant(const emu::variant &v, const std::vector<problem> &ps)
+{
+    traced_cases = 0;
+    bool ok = true;
+    for (const problem &pr : ps) {
+        std::string stats;
+        const verdict r = check(pr, v, stats);
+        print_verdict(v.name.c_str(), pr, r, stats);
+        ok &= r.pass;
+    }
+    if (ok && v.traced && traced_cases == 0) {
+        printf("FAIL %s: no problem traced CTA 0 (params.trace ignored?)\n", v.name.c_str());
+        ok = false;
+    }
     return ok;
+}
+
+const emu::variant *find_variant(const std::string &name)
+{
+    for (const emu::variant &v : emu::variants())
+        if (v.name == name) return &v;
+    return nullptr;
+}
+
+/* A mutant in a child process (a planted bug may crash): the index of the first problem it fails and
+ * that failure's first line, or -1 when it passes them all. */
+int run_mutant(const emu::variant &m, const std::vector<problem> &ps, std::string &first)
+{
+    int fd[2];
+    if (pipe(fd) != 0) return perror("pipe"), -2;
+    fflush(stdout);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        close(fd[0]);
+        int failed = -1;
+        for (size_t i = 0; i < ps.size() && failed < 0; i++) {
+            std::string stats;
+            const verdict r = check(ps[i], m, stats);
+            print_verdict(m.name.c_str(), ps[i], r, stats);
+            if (!r.pass) failed = (int)i, first = r.first;
+        }
+        const std::string msg = std::to_string(failed) + "\n" + first;
+        if (write(fd[1], msg.data(), msg.size()) < 0) _exit(3);
+        _exit(0);
+    }
+    close(fd[1]);
+    std::string msg;
+    char buf[4096];
+    for (ssize_t n; (n = read(fd[0], buf, sizeof buf)) > 0;) msg.append(buf, (size_t)n);
+    close(fd[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || msg.empty()) {
+        first = "the emulator crashed (status " + std::to_string(status) + ")";
+        return -2;
+    }
+    const size_t nl = msg.find('\n');
+    first = msg.substr(nl + 1);
+    return std::stoi(msg.substr(0, nl));
+}
+
+int usage(const char *why, FILE *to = stderr)
+{
+    fprintf(to, "prefill_emulator: %s\nusage: prefill_emulator [--full] [--problem N] [NAME...]\n"
+                    "       prefill_emulator --mutants [NAME...]\n       prefill_emulator --list\n"
+                    "NAME: a variant's full name (v10_pingpong) or its number (v10), or a mutant's name\n", why);
+    return 2;
+}
+
+} // namespace
+
+/* The variants in number order, the mutants after them (registration follows gen.py's shards). */
+void sort_variants()
+{
+    auto key = [](const emu::variant &v) {
+        const int number = v.mutant_of.empty() && v.name[0] == 'v' ? atoi(v.name.c_str() + 1) : 1 << 20;
+        return std::make_tuple(!v.mutant_of.empty(), number, v.name);
+    };
+    std::stable_sort(emu::variants().begin(), emu::variants().end(),
+                     [&](const emu::variant &a, const emu::variant &b) { return key(a) < key(b); });
 }
 
 int main(int argc, char **argv)
 {
-    bool full = false;
-    std::vector<std::string> variants;
+    sort_variants();
+    bool full = false, mutants = false, list = false;
+    int only = -1; /* --problem N: that problem alone */
+    std::vector<const emu::variant *> chosen;
     for (int i = 1; i < argc; i++) {
-        if (std::string(argv[i]) == "--full") full = true;
-        else variants.push_back(argv[i]);
+        const std::string a = argv[i];
+        if (a == "--full") full = true;
+        else if (a == "--mutants") mutants = true;
+        else if (a == "--list") list = true;
+        else if (a == "--problem" && i + 1 < argc) only = atoi(argv[++i]);
+        else if (a == "--help" || a == "-h") {
+            usage("runs the tensor-core variants under emulation", stdout);
+            return 0;
+        } else if (a[0] == '-') return usage(("unknown option " + a).c_str());
+        else {
+            const emu::variant *v = find_variant(a);
+            for (const emu::variant &w : emu::variants())
+                if (!v && w.mutant_of.empty() && w.name.substr(0, w.name.find('_')) == a) v = &w;
+            if (!v) return usage(("no variant or mutant named " + a).c_str());
+            chosen.push_back(v);
+        }
     }
-    if (variants.empty()) variants = {"v2", "v3", "v4", "v5", "v6", "v7", "v8", "v9", "v10"};
+    if (list) {
+        for (const emu::variant &v : emu::variants())
+            printf("%s%s%s\n", v.name.c_str(), v.mutant_of.empty() ? "" : " (mutant of ", v.mutant_of.empty() ? "" : (v.mutant_of + ")").c_str());
+        return 0;
+    }
+    if (chosen.empty())
+        for (const emu::variant &v : emu::variants())
+            if (v.mutant_of.empty() != mutants) chosen.push_back(&v);
+    std::vector<problem> ps = problems(full);
+    if (only >= 0) {
+        if (only >= (int)ps.size()) return usage("--problem: no such problem");
+        ps = {ps[only]};
+    }
     int passed = 0, failed = 0;
-    for (const std::string &v : variants) {
-        traced_cases = 0;
-        /* quick: every head_dim, both 16-bit types, a ragged batch with an empty request, two query tiles
-         * and up to four key tiles, pages of 16 (partial), 7, 3, 1 and 32, GQA 1 and 2, causal and not;
-         * --full adds larger batches, GQA 4/8, an extend over 300 keys and odd pages of 5. */
-        bool ok = check<__nv_bfloat16, 64>({4, 2, 16, true, {40, 0, 3}, {70, 9, 100}}, v, 1);
-        ok &= check<__nv_bfloat16, 128>({2, 1, 7, true, {130}, {130}}, v, 2);
-        ok &= check<__half, 128>({2, 2, 16, true, {37}, {200}}, v, 3);
-        ok &= check<__nv_bfloat16, 256>({2, 1, 1, false, {40}, {100}}, v, 4);
-        /* head_dim 256 by TMA (pages of 32, two per 64-key tile), both consumer warpgroups busy, a tail */
-        ok &= check<__nv_bfloat16, 256>({4, 2, 32, false, {64}, {200}}, v, 9);
-        /* the gather (pages of 3) over four key tiles: a producer that publishes a tile only after it has
-         * issued the next one must not wait on a stage the consumers free only after that tile */
-        ok &= check<__half, 64>({2, 1, 3, true, {20, 150}, {420, 150}}, v, 10);
-        /* pages of 16 by TMA, four packed tiles of one request (v9's CTA pairs, their key counts one
-         * apart under the causal mask, the last V tile partial) and a request of one tile (a pair with
-         * a CTA that has no rows) */
-        ok &= check<__nv_bfloat16, 128>({4, 1, 16, true, {100, 20}, {300, 20}}, v, 11);
-        if (full) {
-            ok &= check<__nv_bfloat16, 128>({8, 2, 16, true, {150, 1}, {150, 260}}, v, 5);
-            ok &= check<__half, 64>({8, 1, 5, false, {33, 64}, {90, 64}}, v, 6);
-            ok &= check<__nv_bfloat16, 256>({4, 2, 16, true, {70}, {200}}, v, 7);
-            ok &= check<__nv_bfloat16, 128>({8, 8, 16, true, {70, 5, 0, 140}, {70, 300, 3, 140}}, v, 8);
-        }
-        if ((v == "v8" || v == "v9" || v == "v10") && traced_cases == 0) {
-            printf("FAIL %s: no problem traced CTA 0 (params.trace ignored?)\n", v.c_str());
-            ok = false;
-        }
-        ok ? passed++ : failed++;
+    if (!mutants) {
+        for (const emu::variant *v : chosen) (run_variant(*v, ps) ? passed : failed)++;
+        printf("%d variants passed, %d failed\n", passed, failed);
+        return failed != 0;
     }
-    printf("%d passed, %d failed\n", passed, failed);
+    std::map<std::pair<std::string, size_t>, bool> base_passes; /* (variant, problem) */
+    for (const emu::variant *m : chosen) {
+        if (m->mutant_of.empty()) return usage((m->name + " is not a mutant").c_str());
+        std::string first;
+        const int at = run_mutant(*m, ps, first);
+        bool ok = at >= 0 && first.find(m->expect) != std::string::npos;
+        std::string why = at == -1 ? "passed every problem" : at == -2 ? first : "failed with: " + first;
+        const emu::variant *base = find_variant(m->mutant_of);
+        for (int i = 0; ok && i <= at; i++) { /* the failure is the mutation's: its variant passes there */
+            auto key = std::make_pair(m->mutant_of, (size_t)i);
+            if (!base_passes.count(key)) {
+                std::string stats;
+                const verdict r = check(ps[i], *base, stats);
+                print_verdict(base->name.c_str(), ps[i], r, stats);
+                base_passes[key] = r.pass;
+            }
+            if (!base_passes[key]) ok = false, why = m->mutant_of + " itself fails " + ps[i].label;
+        }
+        if (ok) printf("CAUGHT %s (%s): %s\n", m->name.c_str(), m->mutant_of.c_str(), first.c_str());
+        else printf("MISSED %s (%s): %s; expected a failure with \"%s\"\n", m->name.c_str(), m->mutant_of.c_str(),
+                    why.c_str(), m->expect.c_str());
+        fflush(stdout);
+        (ok ? passed : failed)++;
+    }
+    printf("%d mutants caught, %d missed\n", passed, failed);
     return failed != 0;
 }

@@ -1,0 +1,128 @@
+"""Planted bugs the emulator must catch: each is a variant's file with its edits applied (every find
+text must occur exactly once, or gen.py stops naming the mutant), built into the emulator as a variant
+named `name`. `prefill_emulator --mutants` runs each on the problems in order and passes only if the
+mutant fails with `expect` in the first line of its failure, and its variant passes those problems.
+A kernel edit that moves a find text breaks the build: update the text here."""
+
+MUTANTS = [
+    {   # rule: a register operand in flight is off-limits until the wait covering it
+        "name": "mutant_p_packed_early",
+        "variant": "v10_pingpong",
+        "edits": [("                softmax(j);\n"
+                   "                wgmma_wait<0>();\n"
+                   "                pv_done(j - 1);\n"
+                   "                pack_p<T>(a, s[0]);\n",
+                   "                softmax(j);\n"
+                   "                pack_p<T>(a, s[0]);\n"
+                   "                wgmma_wait<0>();\n"
+                   "                pv_done(j - 1);\n")],
+        "expect": "A fragment a[kk] of the wgmma issued at v10_pingpong.cu:131",
+    },
+    {   # the same for an accumulator: O rescaled while P_{j-1} V_{j-1} runs
+        "name": "mutant_o_rescaled_in_flight",
+        "variant": "v10_pingpong",
+        "edits": [("                rescale_rows(o, alpha); /* by tile j - 1's softmax, while S_j runs */\n"
+                   "                wgmma_begin(a, o[0]);\n"
+                   "                pv(j - 1);\n",
+                   "                wgmma_begin(a, o[0]);\n"
+                   "                pv(j - 1);\n"
+                   "                rescale_rows(o, alpha);\n")],
+        "expect": "accumulator o of the wgmma issued at v10_pingpong.cu:131",
+    },
+    {   # the same, read instead of written: S used before the wait that covers it
+        "name": "mutant_s_read_early",
+        "variant": "v10_pingpong",
+        "edits": [("                wgmma_wait<1>(); /* S_j; P_{j-1} V_{j-1} may still run under the softmax */\n"
+                   "                softmax(j);\n",
+                   "                softmax(j);\n"
+                   "                wgmma_wait<1>();\n")],
+        "expect": "accumulator s of the wgmma issued at v10_pingpong.cu:130",
+    },
+    {   # rule: a copy lands when its mbarrier phase completes, and a reader must have waited for it
+        "name": "mutant_no_wait_v",
+        "variant": "v10_pingpong",
+        "edits": [("                wait_v(j - 1);\n", "")],
+        "expect": "has not waited for",
+    },
+    {   # rule: a stage handed back is poisoned, and a product still reading it fails
+        "name": "mutant_early_release",
+        "variant": "v8_warp_specialized",
+        "edits": [("        wgmma_wait<0>();\n"
+                   "        pin(o[0]);\n"
+                   "        mark(at(kPvDone, j));\n"
+                   "        if (lane == 0) mbar_arrive(&sm.empty_v[slot.stage]);\n",
+                   "        if (lane == 0) mbar_arrive(&sm.empty_v[slot.stage]);\n"
+                   "        wgmma_wait<0>();\n"
+                   "        pin(o[0]);\n"
+                   "        mark(at(kPvDone, j));\n")],
+        "expect": "handed back to the producer",
+    },
+    {   # rule: wgmma.fence between ordinary register writes and the wgmma using them
+        "name": "mutant_no_wgmma_fence",
+        "variant": "v8_warp_specialized",
+        "edits": [("        wgmma_begin(a, o[0]);\n", "        pin(a), pin(o[0]);\n")],
+        "expect": "the first to use accumulator o, with no wgmma.fence",
+    },
+    {   # rule: fence.proxy.async between generic writes (cp.async) and the tensor cores' reads
+        "name": "mutant_no_proxy_fence",
+        "variant": "v7_wgmma",
+        "edits": [("        fence_async_smem(); /* this thread's copies are read next by the tensor cores */\n", "")],
+        "expect": "fence.proxy.async",
+    },
+    {   # rule: cp.async lands at its wait_group; reading before it reads a copy in flight
+        "name": "mutant_no_cp_async_wait",
+        "variant": "v7_wgmma",
+        "edits": [("        cp_async_wait<0>();\n        fence_async_smem();", "        fence_async_smem();")],
+        "expect": "in flight",
+    },
+    {   # rule: a cp.async copy is read only by threads a barrier orders after its landing
+        "name": "mutant_no_syncthreads",
+        "variant": "v4_cp_async",
+        "edits": [("        __syncthreads();    /* ... and everyone's; and every warp is done with tile j - 1: its stage is free */\n",
+                   "")],
+        "expect": "ldmatrix at v4_cp_async.cu",
+    },
+    {   # rule: every variant's own launcher runs (a grid one request short)
+        "name": "mutant_launch_grid",
+        "variant": "v5_longest_first",
+        "edits": [("const dim3 grid((unsigned)p->num_qo_heads, (unsigned)p->batch, (unsigned)tiles);",
+                   "const dim3 grid((unsigned)p->num_qo_heads, (unsigned)p->batch - 1, (unsigned)tiles);")],
+        "expect": "elements of out",
+    },
+    {   # the problem set: every causal boundary offset (this one shows at (kv - q + 2) mod 64 == 0)
+        "name": "mutant_causal_row",
+        "variant": "v2_mma",
+        "edits": [("const int mask_from = visible_keys(p.causal, r.q_len, r.kv_len, tile_q0);",
+                   "const int mask_from = visible_keys(p.causal, r.q_len, r.kv_len, tile_q0 + 1);")],
+        "expect": "elements of out",
+    },
+    {   # the problem set: several kv heads
+        "name": "mutant_kv_head0",
+        "variant": "v4_cp_async",
+        "edits": [("kv_head = head / (int)(p.num_qo_heads / p.num_kv_heads);",
+                   "kv_head = 0 * head / (int)(p.num_qo_heads / p.num_kv_heads);")],
+        "expect": "elements of out",
+    },
+    {   # the problem set: several key tiles whose maximum moves (l never rescaled)
+        "name": "mutant_no_rescale_l",
+        "variant": "v8_warp_specialized",
+        "edits": [("        online_softmax(s, m, l, o, scale_log2);\n",
+                   "        { float l_tile[1][2] = {{0.f, 0.f}}; online_softmax(s, m, l_tile, o, scale_log2);"
+                   " l[0][0] += l_tile[0][0], l[0][1] += l_tile[0][1]; }\n")],
+        "expect": "elements of",
+    },
+    {   # rule: a deadlock is found by progress (warp 4 never hands K back)
+        "name": "mutant_deadlock",
+        "variant": "v8_warp_specialized",
+        "edits": [("        if (lane == 0) mbar_arrive(&sm.empty_k[slot.stage]); /* this warp is done reading K */",
+                   "        if (lane == 0 && threadIdx.x / 32 != 4) mbar_arrive(&sm.empty_k[slot.stage]);")],
+        "expect": "deadlock",
+    },
+    {   # a CTA of a cluster leaving while its partner still arrives on its barriers
+        "name": "mutant_no_final_cluster_sync",
+        "variant": "v9_multicast",
+        "edits": [("    cluster_sync(); /* no CTA leaves while its partner may still copy into it or arrive on its barriers */\n",
+                   "")],
+        "expect": "which had exited",
+    },
+]

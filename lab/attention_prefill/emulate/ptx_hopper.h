@@ -1,0 +1,74 @@
+/* The emulated PTX wrappers of kernels/attention_prefill/hopper.cuh (wgmma, fences, named barriers,
+ * mbarriers, bulk tensor copies, clusters, setmaxnreg): gen.py removes every function of that header
+ * whose body holds inline PTX and includes this file in its place (inside namespace kl::hopper), so the
+ * names and signatures must stay those of hopper.cuh. Each takes the caller's source site as a
+ * trailing default argument; gen.py passes wgmma's operand names (the text of the call's arguments). */
+
+__device__ __forceinline__ void wgmma_fence(::emu::site emu_at = EMU_HERE) { ::emu::wgmma_fence(emu_at); }
+__device__ __forceinline__ void wgmma_commit(::emu::site emu_at = EMU_HERE) { ::emu::wgmma_commit(emu_at); }
+template <int N> __device__ __forceinline__ void wgmma_wait(::emu::site emu_at = EMU_HERE)
+{
+    ::emu::wgmma_wait(N, emu_at);
+}
+/* The compiler-ordering pin has nothing to do here: the emulation's operands live in memory. */
+template <typename R, int C> __device__ __forceinline__ void pin(R (&)[C][4]) {}
+template <typename T, int N>
+__device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t a, uint64_t b, int accumulate,
+                                         const char *d_name = "d", ::emu::site emu_at = EMU_HERE)
+{
+    ::emu::wgmma(true, N, std::is_same<T, __nv_bfloat16>::value, &d[0][0], nullptr, a, b, accumulate, d_name, nullptr,
+                 emu_at);
+}
+template <typename T, int N>
+__device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t b, int accumulate,
+                                         const char *d_name = "d", const char *a_name = "a",
+                                         ::emu::site emu_at = EMU_HERE)
+{
+    ::emu::wgmma(false, N, std::is_same<T, __nv_bfloat16>::value, &d[0][0], a, 0, b, accumulate, d_name, a_name,
+                 emu_at);
+}
+__device__ __forceinline__ void fence_async_smem(::emu::site emu_at = EMU_HERE) { ::emu::fence_proxy_async(emu_at); }
+__device__ __forceinline__ void named_sync(int id, int threads, ::emu::site emu_at = EMU_HERE)
+{
+    ::emu::named_sync(id, threads, emu_at);
+}
+__device__ __forceinline__ void named_arrive(int id, int threads, ::emu::site emu_at = EMU_HERE)
+{
+    ::emu::named_arrive(id, threads, emu_at);
+}
+__device__ __forceinline__ void mbar_init(uint64_t *bar, int count, ::emu::site emu_at = EMU_HERE)
+{
+    ::emu::mbar_init(smem_addr(bar), count, emu_at);
+}
+__device__ __forceinline__ void mbar_init_fence() {}
+__device__ __forceinline__ void mbar_arrive(uint64_t *bar, ::emu::site emu_at = EMU_HERE)
+{
+    ::emu::mbar_arrive(::emu::cur->c->rank, smem_addr(bar), 0, emu_at);
+}
+__device__ __forceinline__ void mbar_arrive_expect(uint64_t *bar, uint32_t bytes, ::emu::site emu_at = EMU_HERE)
+{
+    ::emu::mbar_arrive(::emu::cur->c->rank, smem_addr(bar), bytes, emu_at);
+}
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, int parity, ::emu::site emu_at = EMU_HERE)
+{
+    ::emu::mbar_wait(smem_addr(bar), parity, emu_at);
+}
+/* A copy lands when the mbarrier phase counting its bytes completes (emulator.h). */
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap *map, int c0, int c1, int c2, uint64_t *bar,
+                                            ::emu::site emu_at = EMU_HERE)
+{
+    ::emu::tma_load(dst, map, c0, c1, c2, smem_addr(bar), (uint16_t)(1u << ::emu::cur->c->rank), emu_at);
+}
+__device__ __forceinline__ uint32_t cluster_rank() { return ::emu::cur->c->rank; }
+__device__ __forceinline__ void cluster_sync(::emu::site emu_at = EMU_HERE) { ::emu::cluster_sync(emu_at); }
+__device__ __forceinline__ void mbar_arrive_cluster(uint64_t *bar, uint32_t rank, ::emu::site emu_at = EMU_HERE)
+{
+    ::emu::mbar_arrive(rank, smem_addr(bar), 0, emu_at);
+}
+__device__ __forceinline__ void tma_load_3d_multicast(uint32_t dst, const CUtensorMap *map, int c0, int c1, int c2,
+                                                      uint64_t *bar, uint16_t cta_mask, ::emu::site emu_at = EMU_HERE)
+{
+    ::emu::tma_load(dst, map, c0, c1, c2, smem_addr(bar), cta_mask, emu_at);
+}
+template <int R> __device__ __forceinline__ void release_registers_to() {}
+template <int R> __device__ __forceinline__ void claim_registers_to() {}

@@ -1,0 +1,40 @@
+/* The emulated PTX wrappers of kernels/attention_prefill/mma.cuh: gen.py removes every function of
+ * that header whose body holds inline PTX and includes this file in its place (inside namespace
+ * kl::mma), so the names and signatures must stay those of mma.cuh. Each takes the caller's source
+ * site as a trailing default argument, for the diagnostics (emulator.h). */
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr, ::emu::site emu_at = EMU_HERE)
+{
+    ::emu::ldmatrix(r, addr, false, emu_at);
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr, ::emu::site emu_at = EMU_HERE)
+{
+    ::emu::ldmatrix(r, addr, true, emu_at);
+}
+template <typename T>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
+                                          ::emu::site emu_at = EMU_HERE)
+{
+    ::emu::mma_16816(d, a, b0, b1, std::is_same<T, __nv_bfloat16>::value, emu_at);
+}
+/* cp.async lands at the cp.async.wait_group that covers it, never before. */
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void *src, bool valid, ::emu::site emu_at = EMU_HERE)
+{
+    ::emu::cp_async(dst, src, 16, valid, emu_at);
+}
+__device__ __forceinline__ void cp_async_4(uint32_t dst, const void *src, bool valid, ::emu::site emu_at = EMU_HERE)
+{
+    ::emu::cp_async(dst, src, 4, valid, emu_at);
+}
+__device__ __forceinline__ void cp_async_commit(::emu::site emu_at = EMU_HERE) { ::emu::cp_async_commit(emu_at); }
+template <int N> __device__ __forceinline__ void cp_async_wait(::emu::site emu_at = EMU_HERE)
+{
+    ::emu::cp_async_wait(N, emu_at);
+}
+/* ex2.approx.ftz: subnormal inputs and results flushed to zero */
+__device__ __forceinline__ float exp2_fast(float x)
+{
+    if (std::fabs(x) < 1.17549435e-38f) x = 0.f;
+    const float y = exp2f(x);
+    return y < 1.17549435e-38f ? 0.f : y;
+}

@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""gen.py's promises, on a scratch copy of kernels/attention_prefill/:
+- a new vN_*.cu that includes a tensor-core header is an emulated variant with no other edit, and a
+  variant without one (v0_naive, v1_tiled) is not;
+- a mutant whose find text no longer matches stops the generator, naming the mutant;
+- a function with inline PTX that the emulation files do not define stops the generator, naming it;
+- the generated text keeps every source line at its number.
+Usage: test_gen.py SOURCE_DIR"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+GEN = os.path.join(HERE, "gen.py")
+
+
+def run(*args):
+    return subprocess.run([sys.executable, GEN, *args], capture_output=True, text=True)
+
+
+def scratch(src):
+    """A copy of the kernels folder (and of the emulate folder, whose mutants.py we may edit)."""
+    tmp = tempfile.mkdtemp()
+    shutil.copytree(os.path.join(src, "kernels", "attention_prefill"), os.path.join(tmp, "kernels", "attention_prefill"))
+    return tmp
+
+
+def check(cond, what):
+    if not cond:
+        sys.exit(f"FAIL: {what}")
+    print(f"ok: {what}")
+
+
+def main():
+    src = sys.argv[1]
+    tmp = scratch(src)
+    try:
+        kernels = os.path.join(tmp, "kernels", "attention_prefill")
+        listed = run("--list", tmp)
+        check(listed.returncode == 0, "gen.py --list runs")
+        names = listed.stdout.split()
+        check("v10_pingpong" in names and "v0_naive" not in names and "v1_tiled" not in names,
+              "the variants are the files that include a tensor-core header")
+        shutil.copy(os.path.join(kernels, "v10_pingpong.cu"), os.path.join(kernels, "v11_learner.cu"))
+        check("v11_learner" in run("--list", tmp).stdout.split(), "a new v11_learner.cu is picked up with no other edit")
+
+        out = os.path.join(tmp, "out")
+        check(run(tmp, out).returncode == 0, "gen.py writes the emulation copy")
+        generated = open(os.path.join(out, "tc_headers.h")).read().split("\n")
+        for name in ("mma.cuh", "hopper.cuh", "kv_ring.cuh"):
+            original = open(os.path.join(kernels, name)).read().split("\n")
+            start = generated.index(f'#line 1 "kernels/attention_prefill/{name}"') + 1
+            # a line is either kept, emptied (removed PTX), or kept with the emulation's additions
+            moved = [i + 1 for i, line in enumerate(original)
+                     if generated[start + i].strip() and generated[start + i] != line and "emu" not in generated[start + i]
+                     and "ptx_" not in generated[start + i] and "<<<" not in line and "wgmma_" not in line]
+            check(not moved, f"{name} keeps its line numbers")
+
+        v10 = os.path.join(kernels, "v10_pingpong.cu")
+        text = open(v10).read()
+        open(v10, "w").write(text.replace("wait_v(j - 1);", "wait_v(j - 1); /* moved */"))
+        r = run(tmp, out)
+        check(r.returncode != 0 and "mutant_no_wait_v" in r.stderr,
+              "a mutant whose find text stopped matching stops the generator, naming it")
+        open(v10, "w").write(text)
+
+        hopper = os.path.join(kernels, "hopper.cuh")
+        h = open(hopper).read()
+        open(hopper, "w").write(h.replace("/* ---- ordering ---- */", "/* ---- ordering ---- */\n"
+                                          "__device__ __forceinline__ void new_ptx() { asm volatile(\"trap;\"); }"))
+        r = run(tmp, out)
+        check(r.returncode != 0 and "new_ptx" in r.stderr, "inline PTX the emulation lacks stops the generator, naming it")
+    finally:
+        shutil.rmtree(tmp)
+
+
+if __name__ == "__main__":
+    main()
