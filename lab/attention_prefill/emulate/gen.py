@@ -233,6 +233,17 @@ def apply_mutant(m, text, path):
     return splice(text, edits)
 
 
+def resolve_lines(expect, text, name):
+    """An expected message's `@line{TEXT}` becomes the number of the (only) line of the mutated file
+    holding TEXT, so a comment added above a kernel's code moves the expectation with it."""
+    def line_of(m):
+        hits = [i + 1 for i, line in enumerate(text.split("\n")) if m.group(1) in line]
+        if len(hits) != 1:
+            die(f"mutant {name}: @line{{{m.group(1)}}} is on {len(hits)} lines of its file, not one")
+        return str(hits[0])
+    return re.sub(r"@line\{([^}]*)\}", line_of, expect)
+
+
 def c_string(s):
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
@@ -257,7 +268,7 @@ def variant_unit(name, path, text, mutant=None):
         "EMU_TRACED": "true" if "traced_cta(" in text else "false",
         "EMU_OVERLAPPED": "true" if "wgmma_wait<1>" in text else "false",
         "EMU_MUTANT_OF": c_string(name) if mutant else "nullptr",
-        "EMU_EXPECT": c_string(mutant["expect"]) if mutant else "nullptr",
+        "EMU_EXPECT": c_string(resolve_lines(mutant["expect"], text, emu_name)) if mutant else "nullptr",
     }
     out = [f"#define {k} {v}" for k, v in defs.items()]
     out.append(f"namespace emu_{emu_name} {{")

@@ -1,7 +1,8 @@
 """Planted bugs the emulator must catch: each is a variant's file with its edits applied (every find
 text must occur exactly once, or gen.py stops naming the mutant), built into the emulator as a variant
 named `name`. `prefill_emulator --mutants` runs each on the problems in order and passes only if the
-mutant fails with `expect` in the first line of its failure, and its variant passes those problems.
+mutant fails with `expect` in the first line of its failure, and its variant passes those problems;
+`@line{TEXT}` in `expect` stands for the number of the line of the mutated file that holds TEXT.
 A kernel edit that moves a find text breaks the build: update the text here."""
 
 MUTANTS = [
@@ -16,7 +17,7 @@ MUTANTS = [
                    "                pack_p<T>(a, s[0]);\n"
                    "                wgmma_wait<0>();\n"
                    "                pv_done(j - 1);\n")],
-        "expect": "A fragment a[kk] of the wgmma issued at v10_pingpong.cu:131",
+        "expect": "A fragment a[kk] of the wgmma issued at v10_pingpong.cu:@line{auto pv = [&]}",
     },
     {   # the same for an accumulator: O rescaled while P_{j-1} V_{j-1} runs
         "name": "mutant_o_rescaled_in_flight",
@@ -27,7 +28,7 @@ MUTANTS = [
                    "                wgmma_begin(a, o[0]);\n"
                    "                pv(j - 1);\n"
                    "                rescale_rows(o, alpha);\n")],
-        "expect": "accumulator o of the wgmma issued at v10_pingpong.cu:131",
+        "expect": "accumulator o of the wgmma issued at v10_pingpong.cu:@line{auto pv = [&]}",
     },
     {   # the same, read instead of written: S used before the wait that covers it
         "name": "mutant_s_read_early",
@@ -36,7 +37,7 @@ MUTANTS = [
                    "                softmax(j);\n",
                    "                softmax(j);\n"
                    "                wgmma_wait<1>();\n")],
-        "expect": "accumulator s of the wgmma issued at v10_pingpong.cu:130",
+        "expect": "accumulator s of the wgmma issued at v10_pingpong.cu:@line{auto qk = [&]}",
     },
     {   # rule: a copy lands when its mbarrier phase completes, and a reader must have waited for it
         "name": "mutant_no_wait_v",

@@ -4,7 +4,8 @@
   variant without one (v0_naive, v1_tiled) is not;
 - a mutant whose find text no longer matches stops the generator, naming the mutant;
 - a function with inline PTX that the emulation files do not define stops the generator, naming it;
-- the generated text keeps every source line at its number.
+- the generated text keeps every source line at its number;
+- a mutant's expected message follows its line (`@line{TEXT}`) when code moves, and TEXT must be on one line.
 Usage: test_gen.py SOURCE_DIR"""
 import os
 import shutil
@@ -64,6 +65,12 @@ def main():
         r = run(tmp, out)
         check(r.returncode != 0 and "mutant_no_wait_v" in r.stderr,
               "a mutant whose find text stopped matching stops the generator, naming it")
+        open(v10, "w").write("/* a comment added above the code */\n" + text)
+        check(run(tmp, out).returncode == 0, "a line added above the code keeps every mutant's expected line valid")
+        open(v10, "w").write("/* auto pv = [&] */\n" + text)
+        r = run(tmp, out)
+        check(r.returncode != 0 and "@line{auto pv = [&]}" in r.stderr,
+              "an expected line that names text on two lines stops the generator")
         open(v10, "w").write(text)
 
         hopper = os.path.join(kernels, "hopper.cuh")
