@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# kernlab's two commands (DESIGN.md section 2):
+# kernlab's two commands (lab/CONTRACTS.md section 2):
 #   ./lab.sh test   install what is missing, configure, build, run ctest (GPU tests skip without a GPU)
 #   ./lab.sh run    same set-up, then the lab: verify every golden case, benchmark on the GPU if
 #                   there is one, and regenerate reports/ from the results. Every module is benched

@@ -25,7 +25,7 @@
  * of the per-launch event timing). */
 #define KL_SMALL_US 20.0
 /* Rotated input sets must span at least this multiple of the L2, so each launch finds its
- * inputs cold (DESIGN.md section 6), capped by device memory we are willing to take. */
+ * inputs cold (lab/CONTRACTS.md section 6), capped by device memory we are willing to take. */
 #define KL_L2_MULTIPLE 4
 /* A launch longer than this is "slow": timed with events only, within about KL_SLOW_BUDGET_US. */
 #define KL_SLOW_US 2000.0
@@ -408,7 +408,7 @@ const struct kl_command kl_bench_command = {
     .max_operands = 1,
     .summary = "time variants on their workloads, re-check the timed outputs, optionally gate on the targets",
     .details = "Method and targets: lab/CONTRACTS.md section 6; the results line: section 7.\n"
-               "exit: 0, 1 a failed re-check or a missed target (--gate), 2 usage,\n"
+               "exit: 0, 1 a failed re-check or a row that could not run, 2 usage, 3 a missed target (--gate),\n"
                "      77 nothing benched (no GPU for a GPU module, a variant this GPU cannot run, too few GPUs)\n",
     .opts = bench_opts,
     .run = kl_cmd_bench,

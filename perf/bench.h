@@ -1,5 +1,5 @@
 /* `kernlab bench`: workloads, timing, ceilings, counters, roofline and the gate
- * (DESIGN.md section 6). A module describes its workloads with kl_perf_ops; perf/bench.c
+ * (lab/CONTRACTS.md section 6). A module describes its workloads with kl_perf_ops; perf/bench.c
  * does the rest the same way for every module. */
 #ifndef KL_BENCH_H
 #define KL_BENCH_H

@@ -1,4 +1,4 @@
-/* The ceilings of this GPU, measured at the start of every bench run (DESIGN.md section 6):
+/* The ceilings of this GPU, measured at the start of every bench run (lab/CONTRACTS.md section 6):
  * targets are fractions of what this machine does, not of a datasheet.
  *   copy      our own streaming copy, 16-byte accesses, 1 GiB in and 1 GiB out: bytes = 2 GiB
  *   gemm      cuBLAS bf16 x bf16 -> bf16 (fp32 accumulate), 8192^3, on random data

@@ -1,7 +1,7 @@
 /* Hardware counters for one piece of GPU work, read in-process through the CUPTI Range Profiler.
  *
  * `kernlab bench --counters` calls kl_counters_collect once per variant and workload and stores
- * kl_counters_json under "counters" in the result line (DESIGN.md section 6). The point is to put a
+ * kl_counters_json under "counters" in the result line (lab/CONTRACTS.md section 6). The point is to put a
  * measured number beside each modelled one: dram bytes against the byte model, tensor-pipe use
  * against the FLOP model, and the stall reasons that say why a kernel sits below its ceiling.
  *

@@ -1,4 +1,4 @@
-/* The peer copy ceiling (DESIGN.md section 6): how fast one GPU's SMs move bytes to and from
+/* The peer copy ceiling (lab/CONTRACTS.md section 6): how fast one GPU's SMs move bytes to and from
  * another GPU's memory, per direction, measured on this machine. All-reduce busbw is judged
  * against it: a ring or two-shot moves every byte over each direction of the link at most once
  * per busbw byte, so busbw cannot beat the per-direction rate with both directions busy. */

@@ -1,4 +1,4 @@
-/* Timing (DESIGN.md section 6): CUDA events, a warm-up, the median of many repetitions with
+/* Timing (lab/CONTRACTS.md section 6): CUDA events, a warm-up, the median of many repetitions with
  * min and max kept, inputs rotated over several sets so the working set is cold in L2, and
  * small workloads timed as CUDA-graph replays so launch gaps do not count as kernel time.
  * The last repetition is the one the bench re-checks: a hook poisons its outputs (or restores

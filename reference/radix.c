@@ -1,4 +1,4 @@
-/* The radix cache reference: the semantics of DESIGN.md section 4 in the plainest C.
+/* The radix cache reference: the semantics of lab/CONTRACTS.md section 4 in the plainest C.
  *
  * Deliberately naive, so that it is easy to believe: children are a linked list scanned in
  * order, keys are compared one token at a time, the tree's sizes are recounted by walking it.

@@ -1,6 +1,6 @@
 """Shared helpers for the golden generators: numpy only, independent of reference/.
 
-A case is golden/<module>/<case>/ with meta.json and .npy arrays (DESIGN.md section 4).
+A case is golden/<module>/<case>/ with meta.json and .npy arrays (lab/CONTRACTS.md section 4).
 Inputs of a bf16/fp16 case are stored as float32 holding values exactly representable in
 that dtype; expected outputs are computed in float64 from those exact values, stored <f4.
 """

@@ -2,7 +2,7 @@
 """Golden traces for radix: SGLang's radix prefix cache, as a plain-Python model.
 
 Independent of the C code (reference/radix.c, lab/radix/radix.c): it is written from
-DESIGN.md section 4 and SGLang's RadixCache, so the C reference is itself tested.
+lab/CONTRACTS.md section 4 and SGLang's RadixCache, so the C reference is itself tested.
 Plain Python 3, no third-party packages.
 
 A case is golden/radix/<case>/ with meta.json and trace.jsonl, one op a line:
@@ -12,7 +12,7 @@ A case is golden/radix/<case>/ with meta.json and trace.jsonl, one op a line:
     {"op":"evict","tokens":N,"expect":E}    E = tokens freed
     {"op":"size","expect":{"total":T,"evictable":V}}
 
-Semantics (DESIGN.md section 4; what it leaves open is marked * and derived from SGLang):
+Semantics (lab/CONTRACTS.md section 4; what it leaves open is marked * and derived from SGLang):
 - keys are cut to whole pages; children are told apart by their first page; a match inside
   a node counts whole pages only;
 - match/insert/lock/unlock walk the longest cached prefix, splitting the node where it ends

@@ -15,7 +15,7 @@
  *   - the NCCL communicator, when the variant asks for it (KL_AR_NEEDS_NCCL);
  *   - the stream every call of this communicator must use.
  * NVLink multicast is never used: no cuMulticastCreate, no multimem instructions, and every rank
- * runs with NCCL_NVLS_ENABLE=0 (DESIGN.md section 10). Peer loads and stores only.
+ * runs with NCCL_NVLS_ENABLE=0 (lab/CONTRACTS.md section 10). Peer loads and stores only.
  *
  * Registration: a variant's KL_VARIANT launch pointer is a kl_allreduce_ops_fn returning the
  * variant's static table (its launcher and what it needs from the communicator). */

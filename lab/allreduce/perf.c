@@ -1,7 +1,7 @@
 /* `kernlab bench allreduce`: every variant on bf16 buffers of 8 KB .. 256 MB per rank, for every
  * world from 2 to this machine's GPU count, NCCL (v0) always among them as the yardstick.
  *
- * Method, as nccl-tests measures (DESIGN.md section 6): each rank times its own calls; the row's
+ * Method, as nccl-tests measures (lab/CONTRACTS.md section 6): each rank times its own calls; the row's
  * time is the slowest rank's median. Every workload is timed as CUDA-graph replays (per_graph
  * calls a graph, 20 replays queued back to back after one host barrier, so the ranks run in the
  * lockstep the barrier imposes, as a serving engine's decode step replays them) and, beside it,

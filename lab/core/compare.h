@@ -1,4 +1,4 @@
-/* The correctness policy (DESIGN.md section 5): compare an output with its float64 reference.
+/* The correctness policy (lab/CONTRACTS.md section 5): compare an output with its float64 reference.
  *
  * Three measures, all must pass:
  *   every element: |out - ref| <= atol * max|ref| + rtol * |ref|

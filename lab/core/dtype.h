@@ -16,7 +16,7 @@ extern "C" {
 enum kl_dtype { KL_F32, KL_F16, KL_BF16, KL_I32, KL_I64, KL_F64, KL_U8, KL_DTYPE_COUNT };
 
 size_t kl_dtype_size(enum kl_dtype t);
-/* Names as DESIGN.md writes them in meta.json and results: fp32, fp16, bf16, i32, i64, f64, u8. */
+/* Names as lab/CONTRACTS.md writes them in meta.json and results: fp32, fp16, bf16, i32, i64, f64, u8. */
 const char *kl_dtype_name(enum kl_dtype t);
 /* Parses fp32/fp16/bf16 (and the other names); returns -1 for an unknown name. */
 int kl_dtype_parse(const char *name, enum kl_dtype *out);

@@ -1,4 +1,4 @@
-/* Golden cases (DESIGN.md section 4): a directory with meta.json and .npy arrays.
+/* Golden cases (lab/CONTRACTS.md section 4): a directory with meta.json and .npy arrays.
  *
  * Every reader returns an error message naming the file and the problem, so `kernlab verify`
  * turns a malformed case into one FAIL line. */

@@ -1,5 +1,5 @@
 /* Reading results rows and story documents: a value by its dotted path ("counters.launch.grid"),
- * so the guides read the nested JSON of DESIGN.md section 7 one expression at a time. */
+ * so the guides read the nested JSON of lab/CONTRACTS.md section 7 one expression at a time. */
 #ifndef KL_JSON_PATH_H
 #define KL_JSON_PATH_H
 

@@ -19,7 +19,7 @@ static const struct {
 };
 
 /* Arrays past this size are refused before anything is allocated: golden arrays are a few MB
- * (DESIGN.md section 4 keeps golden/ small; big shapes use fresh random inputs), so a larger
+ * (lab/CONTRACTS.md section 4 keeps golden/ small; big shapes use fresh random inputs), so a larger
  * one is a mistake, and reading it whole could take the machine's memory. */
 #define KL_NPY_MAX_BYTES (4ll << 30)
 

@@ -296,7 +296,7 @@ int kl_rank_main(int argc, char **argv)
         fprintf(stderr, "kernlab: '%s' is how kernlab starts its own rank processes, not a command\n", KL_RANK_ARG);
         return 2;
     }
-    /* Again, before any program can touch NCCL: NVLink multicast stays off (DESIGN.md section 10). */
+    /* Again, before any program can touch NCCL: NVLink multicast stays off (lab/CONTRACTS.md section 10). */
     setenv("NCCL_NVLS_ENABLE", "0", 1);
     const int fd = atoi(fd_s), rank = atoi(rank_s), world = atoi(world_s);
     struct stat st;

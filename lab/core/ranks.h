@@ -1,4 +1,4 @@
-/* Ranks: one process per GPU, started by kernlab itself (DESIGN.md section 10). No MPI.
+/* Ranks: one process per GPU, started by kernlab itself (lab/CONTRACTS.md section 10). No MPI.
  *
  * Why fork + exec, never a bare fork: a process that has initialised CUDA cannot give a forked
  * child a working CUDA (the child's first CUDA call fails), and kernlab's parent has often done

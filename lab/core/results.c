@@ -1,4 +1,4 @@
-/* Results lines (DESIGN.md section 7). Keys are written in the contract's order. */
+/* Results lines (lab/CONTRACTS.md section 7). Keys are written in the contract's order. */
 #include "results.h"
 
 #include <cjson/cJSON.h>

@@ -1,4 +1,4 @@
-/* Results: one JSON object per line (DESIGN.md section 7, a CONTRACT). Written by
+/* Results: one JSON object per line (lab/CONTRACTS.md section 7, a CONTRACT). Written by
  * `kernlab bench`, read by `kernlab report`.
  *
  * {"module","variant","workload","params":{},"device":{"name","cc","sms","l2_bytes","copy_gbs",

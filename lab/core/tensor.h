@@ -40,7 +40,7 @@ void kl_tensor_free(struct kl_tensor *t);
 void kl_tensor_convert(struct kl_tensor *dst, const struct kl_tensor *src, enum kl_dtype dtype);
 /* dst = src converted to dtype, failing (message naming `what`, the file) unless src is <f4/<f8
  * holding values exactly representable in dtype: goldens store bf16/fp16 inputs that way
- * (DESIGN.md section 4), and a kernel fed rounded inputs would not match the stored outputs. */
+ * (lab/CONTRACTS.md section 4), and a kernel fed rounded inputs would not match the stored outputs. */
 int kl_tensor_convert_exact(struct kl_tensor *dst, const struct kl_tensor *src, enum kl_dtype dtype,
                             const char *what, struct kl_err *err);
 /* All elements as doubles (malloc'ed; caller frees). */

@@ -4,7 +4,7 @@
  * check:  seeded random op sequences and long-key edge traces, every op compared with the
  *         reference (tree results, sizes, and the whole tree's shape, stamps and locks).
  * bench:  CPU timing of the match walk against memcmp over the very same bytes, and of
- *         insert/evict churn. Rows go to results JSON (DESIGN.md section 7) with the radix
+ *         insert/evict churn. Rows go to results JSON (lab/CONTRACTS.md section 7) with the radix
  *         fields: memcmp_frac, ns_per_match, p50/p99 match latency, nodes, bytes and cache
  *         lines per match. */
 #include <cjson/cJSON.h>

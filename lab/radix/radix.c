@@ -523,7 +523,7 @@ size_t kl_radix_evict(struct kl_radix *t, size_t tokens)
 
 void kl_radix_size(struct kl_radix *t, size_t *total, size_t *evictable)
 {
-    ++t->clock; /* every op line ticks (DESIGN.md section 4); no node is walked */
+    ++t->clock; /* every op line ticks (lab/CONTRACTS.md section 4); no node is walked */
     if (total) *total = t->total;
     if (evictable) *evictable = t->evictable;
 }

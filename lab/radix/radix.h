@@ -4,7 +4,7 @@
  * find the longest cached prefix of its tokens and prefills only the rest. The walk runs on
  * the CPU between GPU steps, so its cost is latency added to every request.
  *
- * Semantics (DESIGN.md section 4, as in SGLang's RadixCache; reference/radix.c is the model):
+ * Semantics (lab/CONTRACTS.md section 4, as in SGLang's RadixCache; reference/radix.c is the model):
  * - Keys are cut to whole pages (len - len % page_size). A node holds >= 1 whole pages; the
  *   children of a node are told apart by their first page.
  * - match, insert, lock and unlock walk the longest cached prefix of the key, splitting the

@@ -1,4 +1,4 @@
-/* Radix traces (DESIGN.md section 4): trace.jsonl, one operation a line with its expectation.
+/* Radix traces (lab/CONTRACTS.md section 4): trace.jsonl, one operation a line with its expectation.
  *
  *   {"op":"insert","key":[..],"expect":P}   P = tokens of the key already cached
  *   {"op":"match","key":[..],"expect":M}    M = longest cached prefix

@@ -67,7 +67,7 @@ static void *load(const struct kl_case *c, struct kl_outputs *expected, struct k
         goto fail;
     }
     if (kl_tensor_expect(&p->slots, path, 1, &p->num_tokens, err)) goto fail;
-    /* A case's slots are distinct and inside the cache (DESIGN.md section 4): a repeated slot
+    /* A case's slots are distinct and inside the cache (lab/CONTRACTS.md section 4): a repeated slot
      * makes the result depend on write order, an out-of-range one is not a store at all. */
     used = calloc((size_t)p->num_slots + 1, 1);
     if (!used) { /* num_slots comes from the file: no memory for it is this case's failure */

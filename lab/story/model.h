@@ -117,7 +117,7 @@ struct kl_story_op {
 };
 
 /* One forward pass's metadata on the device, built by the scheduler before the pass (so the PDL
- * variants may read ids, positions and slots before their wait: DESIGN of kernels/common.cuh).
+ * variants may read ids, positions and slots before their wait: the design note of kernels/common.cuh).
  * Either one request's prefill or extend (tokens = its new tokens, batch 1) or a decode step
  * (tokens = batch, one new token per request). */
 struct kl_story_batch {

@@ -1,6 +1,6 @@
 /* `kernlab story`: a Llama-shaped decoder built from the lab's best variants plus cuBLAS, run
  * through a radix-cached prefill, an extend and a batched decode, with every kernel recorded and
- * each distinct one profiled (DESIGN.md section 9). The pieces, read top to bottom:
+ * each distinct one profiled (lab/CONTRACTS.md section 9). The pieces, read top to bottom:
  *   lab/story/model.c      the decoder: weights, buffers, one forward pass (every launch an "op")
  *   lab/story/cache.c      pages: a free-list allocator and the radix tree's prefix -> page map
  *   lab/story/scheduler.c  the requests: miss, hit, decode, CUDA graph, control; the results file

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Peers: what a user would otherwise pick (PyTorch), timed on the lab's workloads the way the
-lab times its own variants, written as the same results lines (DESIGN.md section 7).
+lab times its own variants, written as the same results lines (lab/CONTRACTS.md section 7).
 
     python3 perf/peers/run.py --module rmsnorm --json F --ceilings C.json [--workload W] [--commit X]
 
