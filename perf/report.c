@@ -2547,7 +2547,7 @@ static int write_index(const char *out, struct mod *mods, int n, const struct kl
     if (story) fprintf(f, "%d. [story](story.md): %s\n", step, kstory_line);
     else fprintf(f, "%d. story: %s (not generated yet: `kernlab story`, then its story.json in the results)\n", step,
                  kstory_line);
-    fprintf(f, "\nTo write your own variant: `build/kernlab new-variant MODULE vN_idea` (the repository's README.md, "
+    fprintf(f, "\nTo write your own variant: `build/kernlab new-variant MODULE my_idea` (a copy of the gated variant, numbered next; the repository's README.md, "
                "*Add a variant*).\n");
     return finish(f, path);
 }

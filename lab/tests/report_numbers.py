@@ -477,12 +477,14 @@ def self_test(guides, results, targets_dir):
         lines, changed = open(path).read().split("\n"), 0
         labels = device_labels("\n".join(lines), rows, "rmsnorm")
         head = next(i for i, line in enumerate(lines) if line.startswith("| variant |") and "| DRAM % |" in line)
-        col = [c.strip() for c in lines[head].strip().strip("|").split("|")].index("DRAM %")
+        header = [c.strip() for c in lines[head].strip().strip("|").split("|")]
+        col = header.index("DRAM %")
+        dev_col = header.index("device") if "device" in header else None
         for i in range(head + 2, len(lines)):
             if not lines[i].startswith("|"):
                 break
             cells = [c.strip() for c in lines[i].strip().strip("|").split("|")]
-            r = rows.get(("rmsnorm", cells[0], cells[1], labels[cells[2]]))
+            r = rows.get(("rmsnorm", cells[0], cells[1], labels[cells[dev_col] if dev_col is not None else ""]))
             old = c_round("%.0f", num(r, "counters.dram_throughput_pct")) if r else "-"
             if cells[col] != old:
                 cells[col] = old
