@@ -514,7 +514,7 @@ int kl_cmd_bench(int argc, char **argv)
     if (failures) fprintf(stderr, "bench: %d rows failed their output re-check or could not run\n", failures), status = 1;
     const bool complete = status == 0; /* a missed target is a result like any other: its rows say so */
     /* Errors win over the gate's verdict: 1 or 2 as they were, else what the gate asks for
-     * (KL_GATE_MISSED when a row missed, so scripts can tell a miss from a failure). */
+     * (KL_EXIT_TARGET_MISSED when a row missed, so scripts can tell a miss from a failure). */
     if (a.gate) {
         const int gate = kl_gate_finish(&gate_log, stderr);
         if (status == 0) status = gate;

@@ -248,9 +248,8 @@ struct kl_gate_log {
 void kl_gate_record(struct kl_gate_log *log, const struct kl_targets *t, const struct kl_result *r,
                     const struct kl_target *tg, FILE *err);
 /* A gated run's last lines on err: every ungated workload, then the verdict. Returns the exit
- * status the gate asks for: 0 when every judged row passed, KL_GATE_MISSED when a row missed,
- * 1 when nothing was judged (a gate that judged nothing has passed nothing). */
-#define KL_GATE_MISSED 3
+ * status the gate asks for: 0 when every judged row passed, KL_EXIT_TARGET_MISSED (args.h) when a
+ * row missed, 1 when nothing was judged (a gate that judged nothing has passed nothing). */
 int kl_gate_finish(const struct kl_gate_log *log, FILE *err);
 
 /* Throttled: the SM clock fell by more than 5% between before and after, or the driver reports

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "lab/core/args.h"
 #include "perf/bench.h"
 
 /* Metrics measured against a variant of the same run, and that variant: it cannot be judged by
@@ -114,7 +115,7 @@ int kl_gate_finish(const struct kl_gate_log *log, FILE *err)
     }
     fprintf(err, "gate: %d row%s judged, %d missed, %d throttled, %d ungated\n", log->judged,
             log->judged == 1 ? "" : "s", log->missed, log->throttled, log->n_ungated);
-    return log->missed ? KL_GATE_MISSED : 0;
+    return log->missed ? KL_EXIT_TARGET_MISSED : 0;
 }
 
 bool kl_throttled(const struct kl_clocks *before, const struct kl_clocks *after, char *why, size_t len)

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "kernels/attention_decode/attention_decode.h"
+#include "lab/core/args.h"
 #include "lab/core/device.h"
 #include "lab/core/registry.h"
 #include "lab/core/results.h"
@@ -126,7 +127,7 @@ Test(bench, radix_v0_scalar_below_its_target_misses_and_the_run_says_so)
     memset(&log, 0, sizeof log);
     FILE *err = tmpfile();
     kl_gate_record(&log, &t, &r, tg, err);
-    cr_assert_eq(kl_gate_finish(&log, err), KL_GATE_MISSED, "a miss must fail the run");
+    cr_assert_eq(kl_gate_finish(&log, err), KL_EXIT_TARGET_MISSED, "a miss must fail the run");
     char line[512] = "";
     rewind(err);
     cr_assert(fgets(line, sizeof line, err));

@@ -17,9 +17,10 @@
 extern "C" {
 #endif
 
-/* The exit statuses every command keeps: 0 success, 1 a failure (a FAIL line, a missed target,
- * an error), 2 a usage error, 77 nothing was run (no device, every run skipped: ctest's skip). */
-enum { KL_EXIT_OK = 0, KL_EXIT_FAIL = 1, KL_EXIT_USAGE = 2, KL_EXIT_NOTHING_RUN = 77 };
+/* The exit statuses every command keeps: 0 success, 1 a failure (a FAIL line, a failed re-check,
+ * an error), 2 a usage error, 3 a target missed under --gate (everything else ran and passed),
+ * 77 nothing was run (no device, every run skipped: ctest's skip). */
+enum { KL_EXIT_OK = 0, KL_EXIT_FAIL = 1, KL_EXIT_USAGE = 2, KL_EXIT_TARGET_MISSED = 3, KL_EXIT_NOTHING_RUN = 77 };
 
 enum kl_opt_kind {
     KL_OPT_FLAG,   /* --gate */
