@@ -1214,25 +1214,12 @@ static const char *compute_stall_meaning(const char *name, const char *variant, 
     return stall_meaning(name);
 }
 
-/* A warp-specialized kernel's register split after setmaxnreg, read from its source's constants
- * (kProducerRegs = P, kConsumerRegs = C): the launch record only knows the cap at entry. 0 if none. */
+/* A warp-specialized kernel's register split after setmaxnreg, as its registration declares it:
+ * the launch record only knows the cap at entry. 0 if none. */
 static int setmaxnreg_split(const char *variant, const char *module, int *producer, int *consumer)
 {
-    *producer = *consumer = 0;
     const struct kl_variant *v = kl_variant_find(module, variant);
-    char path[1200], line[1024];
-    if (!v) return 0;
-    snprintf(path, sizeof path, KL_SOURCE_DIR "/%s", rel_path(v->file));
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    while (fgets(line, sizeof line, f)) {
-        const char *p = strstr(line, "kProducerRegs = "), *c = strstr(line, "kConsumerRegs = ");
-        if (p && c) {
-            *producer = atoi(p + 16), *consumer = atoi(c + 16);
-            break;
-        }
-    }
-    fclose(f);
+    *producer = v ? v->producer_regs : 0, *consumer = v ? v->consumer_regs : 0;
     return *producer > 0 && *consumer > 0;
 }
 

@@ -222,4 +222,5 @@ cudaError_t launch(const struct kl_attention_prefill_params *p, cudaStream_t str
 } // namespace
 
 KL_VARIANT(attention_prefill, v10_pingpong, launch, .min_cc = 90,
-           .summary = "v8 with each tile's softmax under the previous P V, two warpgroups taking turns, one CTA per SM");
+           .summary = "v8 with each tile's softmax under the previous P V, two warpgroups taking turns, one CTA per SM",
+           .producer_regs = kProducerRegs, .consumer_regs = kConsumerRegs);

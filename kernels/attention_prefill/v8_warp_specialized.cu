@@ -134,4 +134,5 @@ cudaError_t launch(const struct kl_attention_prefill_params *p, cudaStream_t str
 } // namespace
 
 KL_VARIANT(attention_prefill, v8_warp_specialized, launch, .min_cc = 90,
-           .summary = "v7 warp-specialized: a TMA producer warp fills an mbarrier ring, 2 consumer warpgroups compute");
+           .summary = "v7 warp-specialized: a TMA producer warp fills an mbarrier ring, 2 consumer warpgroups compute",
+           .producer_regs = kProducerRegs, .consumer_regs = kConsumerRegs);

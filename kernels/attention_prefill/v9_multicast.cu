@@ -201,4 +201,5 @@ cudaError_t launch(const struct kl_attention_prefill_params *p, cudaStream_t str
 } // namespace
 
 KL_VARIANT(attention_prefill, v9_multicast, launch, .min_cc = 90,
-           .summary = "v8 in clusters of two CTAs sharing K/V: each issues half the TMA boxes, multicast to both");
+           .summary = "v8 in clusters of two CTAs sharing K/V: each issues half the TMA boxes, multicast to both",
+           .producer_regs = kProducerRegs, .consumer_regs = kConsumerRegs);

@@ -8,7 +8,7 @@
  * the way a static archive drops unreferenced objects.
  *
  * Designated initializers must follow the field order below (nvcc compiles .cu files as C++20,
- * which requires declaration order): .min_cc, .summary, .mutant. */
+ * which requires declaration order): .min_cc, .summary, .producer_regs, .consumer_regs, .mutant. */
 #ifndef KL_REGISTRY_H
 #define KL_REGISTRY_H
 
@@ -33,6 +33,9 @@ struct kl_variant {
     int line;
     int min_cc;          /* minimum compute capability x10 (80 = sm_80); 0 = runs on the CPU */
     const char *summary; /* one line for `kernlab list` */
+    /* a warp-specialized kernel's registers per thread after setmaxnreg (producer, consumer): the
+     * launch record knows only the cap at entry, the guide shows the split; 0 for the others */
+    int producer_regs, consumer_regs;
     int mutant;          /* deliberately wrong, built into the tests only; never listed or benched */
 };
 
