@@ -417,18 +417,13 @@ static bool variant_file(const char *dir, const char *name, char *path, size_t l
     return false;
 }
 
-/* The highest variant number of the module, its registered variants and the files in dir alike
- * (a file written but not yet built has taken its number); the variant holding `want`, if any. */
-static unsigned long highest_number(const char *module, const char *dir, unsigned long want, char *holder, size_t len)
+/* The highest variant number among the module's files in dir (a file written but not yet built has
+ * taken its number; one deleted since the last build has given it back, whatever the binary still
+ * registers); the variant holding `want`, if any. */
+static unsigned long highest_number(const char *dir, unsigned long want, char *holder, size_t len)
 {
     unsigned long top = 0, n;
     holder[0] = 0;
-    for (int i = 0; i < kl_variant_count(module, false); i++) {
-        const char *v = kl_variant_at(module, i, false)->name;
-        if (!name_number(v, &n)) continue;
-        if (n > top) top = n;
-        if (n == want) snprintf(holder, len, "%s", v);
-    }
     DIR *d = opendir(dir);
     for (struct dirent *e; d && (e = readdir(d));) {
         const char *dot = strrchr(e->d_name, '.');
@@ -489,7 +484,7 @@ int kl_cmd_new_variant(int argc, char **argv)
 
     /* The number: the one given, if free; else the next after the highest. */
     char holder[256], full[KL_VARIANT_NAME_MAX + 32];
-    const unsigned long next = highest_number(module, dir, numbered ? num : (unsigned long)-1, holder, sizeof holder) + 1;
+    const unsigned long next = highest_number(dir, numbered ? num : (unsigned long)-1, holder, sizeof holder) + 1;
     if (numbered && holder[0])
         return refuse("v%lu is taken (%s/%s); the next free number is v%lu: kernlab new-variant %s v%lu_%s", num, module,
                       holder, next, module, next, what);
