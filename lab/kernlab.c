@@ -19,6 +19,8 @@
 #include "lab/core/ranks.h"
 #include "lab/core/registry.h"
 #include "lab/kernlab.h"
+#include "lab/story/story.h"
+#include "perf/bench.h"
 
 static const char *cc_str(int cc, char *buf, size_t len)
 {

@@ -15,7 +15,6 @@
 
 #include "lab/core/args.h"
 #include "lab/core/device.h"
-#include "lab/kernlab.h"
 #include "perf/activity.h"
 #include "perf/bench.h"
 #include "perf/counters.h"

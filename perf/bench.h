@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "lab/core/args.h"
 #include "lab/core/check.h"
 #include "lab/core/registry.h"
 #include "lab/core/results.h"
@@ -264,6 +265,12 @@ void kl_clocks_json(struct cJSON *extra, const struct kl_clocks *before, const s
 
 /* The generic GPU bench of a module with perf ops (perf/bench.c). */
 int kl_bench_module(const struct kl_bench_args *a);
+
+/* `kernlab ceilings` and `kernlab bench` (perf/bench.c). */
+extern const struct kl_command kl_ceilings_command;
+extern const struct kl_command kl_bench_command;
+int kl_cmd_ceilings(int argc, char **argv);
+int kl_cmd_bench(int argc, char **argv);
 
 #ifdef __cplusplus
 }

@@ -17,7 +17,7 @@
 
 #include <stdbool.h>
 
-#include "../lab/core/check.h"
+#include "lab/core/check.h"
 
 #ifdef __cplusplus
 extern "C" {

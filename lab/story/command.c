@@ -10,7 +10,6 @@
 #include <sys/stat.h>
 
 #include "lab/core/device.h"
-#include "lab/kernlab.h"
 #include "lab/story/story.h"
 #include "perf/counters.h"
 

@@ -49,6 +49,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "lab/core/args.h"
 #include "lab/core/check.h"
 
 #ifdef __cplusplus
@@ -56,6 +57,10 @@ extern "C" {
 #endif
 
 struct cJSON;
+
+/* `kernlab story` (lab/story/command.c). */
+extern const struct kl_command kl_story_command;
+int kl_cmd_story(int argc, char **argv);
 
 /* A decoder's shape. */
 struct kl_story_config {

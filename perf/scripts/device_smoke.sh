@@ -9,7 +9,7 @@
 # 300) bounds each verify, check, sanitizer and bench, so a hanging new variant costs little device
 # time. Short lines on stdout as they come, full logs in $OUT/smoke.tgz. Uses the packed dependencies
 # like device_run.sh:
-#   KL_COMMIT=$(git rev-parse --short=12 HEAD) perf/device_smoke.sh attention_prefill \
+#   KL_COMMIT=$(git rev-parse --short=12 HEAD) perf/scripts/device_smoke.sh attention_prefill \
 #       "v7_wgmma v8_warp_specialized v10_pingpong" "causal-8k causal-8k-p1"
 set -uo pipefail
 module=${1:?usage: device_smoke.sh MODULE \"VARIANTS\" [\"WORKLOADS\"]} variants=${2:?no variants given} workloads=${3:-}

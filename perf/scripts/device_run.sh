@@ -9,8 +9,8 @@
 # variant's workload without a target row, "throttled" beside either). bench's exit status says
 # 0 every target met, 3 a target missed, anything else an error. Uses the dependencies packed in
 # .gpu-deps.tar.xz at the root of the tree when there is one:
-#   KL_COMMIT=$(git rev-parse --short=12 HEAD) perf/device_run.sh rmsnorm index store rope radix
-#   perf/device_run.sh allreduce                     # on the 2 x H200 kind
+#   KL_COMMIT=$(git rev-parse --short=12 HEAD) perf/scripts/device_run.sh rmsnorm index store rope radix
+#   perf/scripts/device_run.sh allreduce                     # on the 2 x H200 kind
 # ctest runs the given modules' tests (cpu, gpu, multigpu, sanitizer: every test whose name has the
 # module's name as a word) and the lab-wide CPU checks (cli, golden manifest, guides); `verify`
 # checks the given modules' goldens. Options:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Counter evidence for the index guide's analysis (why torch.embedding beat v3_rows_stream at 64
-# tokens; what v4_pdl_one_trip changes), in one device call after perf/device_run.sh built build/:
-#   perf/ncu_index.sh            -> $OUT/ncu/index.csv (one row per kernel and metric), index-sass.txt
+# tokens; what v4_pdl_one_trip changes), in one device call after perf/scripts/device_run.sh built build/:
+#   perf/scripts/ncu_index.sh            -> $OUT/ncu/index.csv (one row per kernel and metric), index-sass.txt
 # Each kernel is profiled alone (ncu serialises launches, so PDL overlap is absent here: these
 # figures explain the shape; the overlap shows in the bench's graph timings and in nsys).
 # What to read in index.csv, per kernel (torch's vectorized_gather_kernel, index_v3, index_v4):
