@@ -41,7 +41,10 @@ extern "C" {
 #define KL_AR_MAX_BLOCKS 160
 /* Barrier slots per call: a kernel may pass up to this many barriers in one call. */
 #define KL_AR_PHASES 4
-enum kl_ar_phase { KL_AR_START = 0, KL_AR_MID = 1, KL_AR_END = 2 };
+#define KL_AR_LAMPORT_SETS 3 /* rotating buffer sets of the Lamport variants (see below) */
+/* Where a wait can time out: a barrier (start, middle, end), or a Lamport variant's wait for a
+ * peer's data (its flag value is reported as 0). */
+enum kl_ar_phase { KL_AR_START = 0, KL_AR_MID = 1, KL_AR_END = 2, KL_AR_DATA = 3 };
 
 /* A rank's signal area, in its own device memory, mapped into every peer.
  * arrive[p][b][s] holds the last call (epoch) in which block b of rank s passed barrier p; rank
@@ -55,6 +58,9 @@ struct kl_ar_signal {
     uint32_t arrive[KL_AR_PHASES][KL_AR_MAX_BLOCKS][KL_AR_MAX_RANKS];
     uint32_t epoch;
     uint32_t done;
+    /* Lamport variants: bytes each peer wrote into this rank's slots of set k (the call that
+     * used set k records it; the call two later clears that many). The owner's alone. */
+    uint64_t lamport_dirty[KL_AR_LAMPORT_SETS];
 };
 
 /* Where a barrier wait that timed out writes what it waited for (mapped pinned host memory),
@@ -68,6 +74,15 @@ struct kl_ar_diag {
     uint32_t seen;    /* the flag's last value */
 };
 
+/* Lamport buffers (KL_AR_NEEDS_LAMPORT): rank s's lamport[s] holds KL_AR_LAMPORT_SETS sets of
+ * `world` slots of `capacity` bytes; peer p writes its x for call e into slot p of set e % 3 of
+ * every rank. A slot reads as empty while it holds the sentinel: every 16-bit half of it equal to
+ * KL_AR_LAMPORT_EMPTY16 (a NaN in fp16 and in bf16; two of them, 0x7fff7fff, a NaN in fp32), so
+ * one cleared state serves every dtype. A writer sends an input element that equals the sentinel
+ * as another NaN of its type (see kernels/allreduce/lamport.cuh). */
+#define KL_AR_LAMPORT_EMPTY16 0x7fffu
+#define KL_AR_LAMPORT_EMPTY32 0x7fff7fffu
+
 /* The staging buffer of each rank holds KL_AR_REGIONS regions of `capacity` bytes:
  *   region 0, 1: this rank's input, copied in for peers to read (half = epoch & 1)
  *   region 2, 3: reduced chunks of the two-shot variants (half = epoch & 1) */
@@ -80,6 +95,7 @@ struct kl_allreduce_comm {
     size_t capacity;               /* bytes of one staging region (a multiple of 256) */
     void *staging[KL_AR_MAX_RANKS];              /* [world]: rank s's buffer, [KL_AR_REGIONS][capacity] bytes */
     struct kl_ar_signal *signal[KL_AR_MAX_RANKS]; /* [world]: rank s's signal area */
+    void *lamport[KL_AR_MAX_RANKS];               /* [world]: rank s's Lamport sets (KL_AR_NEEDS_LAMPORT), else NULL */
     ncclComm_t nccl;               /* NULL unless a variant of this run needs NCCL */
     cudaStream_t stream;           /* every call on this communicator uses this stream (one epoch sequence) */
     struct kl_ar_diag *diag;       /* device view of mapped host memory (NULL without peers) */
@@ -110,7 +126,9 @@ enum kl_ar_stamp {
 
 typedef cudaError_t (*kl_allreduce_launch_fn)(const struct kl_allreduce_params *p, cudaStream_t stream);
 
-enum { KL_AR_NEEDS_PEERS = 1u, KL_AR_NEEDS_NCCL = 2u };
+/* PEERS: staging buffers and signal areas; NCCL: the communicator; LAMPORT: the Lamport sets
+ * (with PEERS, whose epoch and signal area they use). */
+enum { KL_AR_NEEDS_PEERS = 1u, KL_AR_NEEDS_NCCL = 2u, KL_AR_NEEDS_LAMPORT = 4u };
 
 struct kl_allreduce_ops {
     kl_allreduce_launch_fn launch;

@@ -21,6 +21,7 @@ cudaError_t kl_allreduce_check_params(const struct kl_allreduce_params *p, cudaS
     else if ((needs & KL_AR_NEEDS_PEERS) && (size_t)p->n * elem > c->capacity) bad = "n elements do not fit comm->capacity";
     for (int s = 0; !bad && (needs & KL_AR_NEEDS_PEERS) && s < c->world; s++)
         if (!c->staging[s] || !c->signal[s]) bad = "comm->staging and comm->signal must be set for every rank";
+        else if ((needs & KL_AR_NEEDS_LAMPORT) && !c->lamport[s]) bad = "comm->lamport must be set for every rank";
     if (!bad) return cudaSuccess;
     fprintf(stderr, "allreduce %s: %s (n=%lld, rank %d of %d)\n", variant, bad, (long long)p->n, c ? c->rank : -1,
             c ? c->world : 0);
@@ -32,11 +33,15 @@ const char *kl_allreduce_diag(const struct kl_allreduce_comm *c, char *buf, size
     /* comm->diag is mapped pinned host memory: under unified addressing its device pointer is
      * also its host pointer, and it stays readable after the context has died. */
     const volatile struct kl_ar_diag *d = c ? c->diag : NULL;
-    static const char *kphase[] = {"start", "middle", "end", "spare"};
+    static const char *kphase[] = {"start", "middle", "end", "data"};
     if (!d || !d->tripped) return buf[0] = 0, buf;
-    snprintf(buf, len, "rank %d: the %s barrier of call %u timed out in block %d waiting for rank %d (its flag said %u)",
-             c->rank, d->phase >= 0 && d->phase < KL_AR_PHASES ? kphase[d->phase] : "?", d->epoch, d->block, d->peer,
-             d->seen);
+    if (d->phase == KL_AR_DATA)
+        snprintf(buf, len, "rank %d: the data wait of call %u timed out in block %d: rank %d's data never came", c->rank,
+                 d->epoch, d->block, d->peer);
+    else
+        snprintf(buf, len, "rank %d: the %s barrier of call %u timed out in block %d waiting for rank %d (its flag said %u)",
+                 c->rank, d->phase >= 0 && d->phase < KL_AR_PHASES ? kphase[d->phase] : "?", d->epoch, d->block, d->peer,
+                 d->seen);
     return buf;
 }
 

@@ -92,11 +92,19 @@ struct cJSON *kl_ar_topology_json(const struct kl_ar_topology *t);
 
 struct kl_ar_exchange {
     unsigned char nccl_id[128];                 /* ncclUniqueId of rank 0 */
-    cudaIpcMemHandle_t staging[KL_AR_MAX_RANKS], signal[KL_AR_MAX_RANKS];
+    cudaIpcMemHandle_t staging[KL_AR_MAX_RANKS], signal[KL_AR_MAX_RANKS], lamport[KL_AR_MAX_RANKS];
     int sms[KL_AR_MAX_RANKS];
 };
 
-/* Sets up c for rank r (device r): the registered buffers and signal areas of every rank
+/* Shared-device mode (environment KL_AR_SHARED_DEVICE=1): every rank runs on GPU 0, as its own
+ * process, so one GPU exercises the protocols of the custom variants (flags, sentinels, buffer
+ * rotation) at worlds up to KL_AR_SHARED_WORLDS. The ranks' kernels take turns on the GPU (time
+ * slices between processes), so a wait for a peer ends when the peer's turn comes: correct, and
+ * slow. NCCL refuses two ranks on one GPU: its variants skip. Never a measurement: bench refuses. */
+#define KL_AR_SHARED_WORLDS 4
+bool kl_ar_shared_device(void);
+
+/* Sets up c for rank r (device r, or 0 in shared-device mode): the registered buffers and signal areas of every rank
  * (capacity bytes per staging region) when needs has KL_AR_NEEDS_PEERS, NCCL when it has
  * KL_AR_NEEDS_NCCL; every rank's signals are zero before this returns on any rank. */
 int kl_ar_comm_init(struct kl_rank *r, struct kl_ar_exchange *ex, unsigned needs, size_t capacity, double spin_timeout_s,
@@ -175,6 +183,8 @@ size_t kl_ar_job_bytes(const struct kl_ar_job *job, int world);
  * call_dev is not NULL (graph replays), else the value given. */
 int kl_ar_dev_generate(void *x, enum kl_dtype t, int64_t n, uint64_t seed, uint32_t call, const uint32_t *call_dev,
                        uint32_t rank, cudaStream_t s);
+/* Fills `words` 32-bit words at p with v (the Lamport sets' sentinel). */
+int kl_ar_dev_fill32(void *p, uint32_t v, size_t words, cudaStream_t s);
 /* Sleeps 5-40 us on the device (the length from the call number, from *call_dev if set). */
 int kl_ar_dev_delay(uint32_t call, const uint32_t *call_dev, cudaStream_t s);
 /* history[call] = out (n elements), then (*call_dev)++ when call_dev is set. */

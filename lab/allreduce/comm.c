@@ -30,14 +30,18 @@ int kl_ar_comm_init(struct kl_rank *r, struct kl_ar_exchange *ex, unsigned needs
                     struct kl_allreduce_comm *c)
 {
     memset(c, 0, sizeof *c);
-    c->rank = r->rank, c->world = r->world, c->device = r->rank;
+    const bool shared = kl_ar_shared_device();
+    c->rank = r->rank, c->world = r->world, c->device = shared ? 0 : r->rank;
     c->capacity = (capacity + 255) & ~(size_t)255;
     if (c->capacity == 0) c->capacity = 256;
     c->spin_timeout_ns = (uint64_t)(spin_timeout_s * 1e9);
     int count = 0;
     kl_rank_step(r, "cudaSetDevice(%d)", c->device);
     TRY(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
-    if (count < c->world) return kl_rank_fail(r, "world %d needs %d GPUs, this process sees %d", c->world, c->world, count);
+    if (count < (shared ? 1 : c->world))
+        return kl_rank_fail(r, "world %d needs %d GPUs, this process sees %d", c->world, shared ? 1 : c->world, count);
+    if (shared && (needs & KL_AR_NEEDS_NCCL))
+        return kl_rank_fail(r, "shared-device mode (KL_AR_SHARED_DEVICE) cannot run NCCL: it takes one rank per GPU");
     TRY(cudaSetDevice(c->device), "cudaSetDevice");
     TRY(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "cudaStreamCreate");
     TRY(cudaDeviceGetAttribute(&ex->sms[c->rank], cudaDevAttrMultiProcessorCount, c->device), "SM count");
@@ -54,6 +58,16 @@ int kl_ar_comm_init(struct kl_rank *r, struct kl_ar_exchange *ex, unsigned needs
         TRY(cudaMemset(staging, 0, KL_AR_REGIONS * c->capacity), "zeroing the staging buffer");
         TRY(cudaIpcGetMemHandle(&ex->staging[c->rank], staging), "cudaIpcGetMemHandle (staging)");
         TRY(cudaIpcGetMemHandle(&ex->signal[c->rank], signal), "cudaIpcGetMemHandle (signal)");
+        if (needs & KL_AR_NEEDS_LAMPORT) {
+            /* Every slot starts empty: the sentinel in every word (kernels/allreduce/allreduce.h). */
+            const size_t bytes = (size_t)KL_AR_LAMPORT_SETS * c->world * c->capacity;
+            kl_rank_step(r, "allocate, empty and share the Lamport sets (%zu bytes)", bytes);
+            void *lamport = NULL;
+            TRY(cudaMalloc(&lamport, bytes), "cudaMalloc of the Lamport sets");
+            c->lamport[c->rank] = lamport;
+            TRY(kl_ar_dev_fill32(lamport, KL_AR_LAMPORT_EMPTY32, bytes / 4, NULL), "emptying the Lamport sets");
+            TRY(cudaIpcGetMemHandle(&ex->lamport[c->rank], lamport), "cudaIpcGetMemHandle (Lamport sets)");
+        }
         /* The barrier timeout report: pinned, mapped host memory (readable after a trap). */
         void *diag = NULL;
         TRY(cudaHostAlloc(&diag, sizeof(struct kl_ar_diag), cudaHostAllocMapped), "cudaHostAlloc of the diagnosis");
@@ -76,8 +90,8 @@ int kl_ar_comm_init(struct kl_rank *r, struct kl_ar_exchange *ex, unsigned needs
     if (needs & KL_AR_NEEDS_PEERS) {
         for (int s = 0; s < c->world; s++) {
             if (s == c->rank) continue;
-            int ok = 0;
-            TRY(cudaDeviceCanAccessPeer(&ok, c->device, s), "cudaDeviceCanAccessPeer");
+            int ok = 1;
+            if (!shared) TRY(cudaDeviceCanAccessPeer(&ok, c->device, s), "cudaDeviceCanAccessPeer");
             if (!ok)
                 return kl_rank_fail(r, "GPU %d cannot access GPU %d's memory (no P2P): the custom variants need it",
                                     c->device, s);
@@ -86,6 +100,9 @@ int kl_ar_comm_init(struct kl_rank *r, struct kl_ar_exchange *ex, unsigned needs
                 "cudaIpcOpenMemHandle (a peer's staging)");
             TRY(cudaIpcOpenMemHandle((void **)&c->signal[s], ex->signal[s], cudaIpcMemLazyEnablePeerAccess),
                 "cudaIpcOpenMemHandle (a peer's signal area)");
+            if (needs & KL_AR_NEEDS_LAMPORT)
+                TRY(cudaIpcOpenMemHandle(&c->lamport[s], ex->lamport[s], cudaIpcMemLazyEnablePeerAccess),
+                    "cudaIpcOpenMemHandle (a peer's Lamport sets)");
         }
     }
     if (needs & KL_AR_NEEDS_NCCL) {
@@ -114,7 +131,9 @@ void kl_ar_comm_destroy(struct kl_rank *r, struct kl_allreduce_comm *c)
         if (s == c->rank) continue;
         if (c->staging[s]) cudaIpcCloseMemHandle(c->staging[s]);
         if (c->signal[s]) cudaIpcCloseMemHandle(c->signal[s]);
+        if (c->lamport[s]) cudaIpcCloseMemHandle(c->lamport[s]);
     }
+    cudaFree(c->lamport[c->rank]);
     cudaFree(c->staging[c->rank]);
     cudaFree(c->signal[c->rank]);
     if (c->diag) cudaFreeHost(c->diag);

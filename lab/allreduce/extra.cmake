@@ -14,3 +14,12 @@ set_tests_properties(allreduce_cli PROPERTIES LABELS cpu WORKING_DIRECTORY ${PRO
 # The guide generator on a hand-written fixture (no GPU data needed).
 add_test(NAME report_allreduce COMMAND bash ${PROJECT_SOURCE_DIR}/lab/tests/report_allreduce.sh $<TARGET_FILE:kernlab>)
 set_tests_properties(report_allreduce PROPERTIES LABELS cpu WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+# The same suite with every rank on GPU 0 (shared-device mode, KL_AR_SHARED_DEVICE=1): one GPU runs
+# worlds 2-4 of the custom variants, so their flags, sentinels and buffer rotation are tested on a
+# single-GPU machine; NCCL's variants skip there (one GPU per rank). On a multi-GPU machine it runs
+# too: the protocols under time slicing, a harder schedule than two GPUs side by side.
+add_test(NAME allreduce_shared_device
+         COMMAND ${CMAKE_COMMAND} -E env KL_AR_SHARED_DEVICE=1
+                 $<TARGET_FILE:kl_gpu_guard> $<TARGET_FILE:test_allreduce> --filter "allreduce_multigpu/*" -j1)
+set_tests_properties(allreduce_shared_device PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 RESOURCE_LOCK gpu
+                     WORKING_DIRECTORY ${PROJECT_SOURCE_DIR} TIMEOUT 2400)

@@ -265,6 +265,12 @@ const char *kl_ar_skip_reason(const struct kl_variant *v, int world, char *buf, 
 {
     const struct kl_ar_topology *m = kl_ar_machine();
     if (m->count == 0) return snprintf(buf, len, "needs %d GPUs: %s", world, m->why), buf;
+    if (kl_ar_shared_device()) {
+        if (world > m->count)
+            return snprintf(buf, len, "needs %d GPUs (shared-device mode runs worlds up to %d on one)", world, m->count), buf;
+        if (v && (kl_ar_ops(v)->needs & KL_AR_NEEDS_NCCL))
+            return snprintf(buf, len, "uses NCCL, which takes one GPU per rank (shared-device mode)"), buf;
+    }
     if (m->count < world) return snprintf(buf, len, "needs %d GPUs, this machine has %d", world, m->count), buf;
     for (int d = 0; v && d < world; d++)
         if (m->dev[d].cc < v->min_cc) return snprintf(buf, len, "needs sm_%d, GPU %d is sm_%d", v->min_cc, d, m->dev[d].cc), buf;

@@ -557,6 +557,11 @@ int kl_ar_bench(const struct kl_bench_args *a)
 {
     struct kl_err err = {{0}};
     struct kl_ar_topology topo;
+    if (kl_ar_shared_device()) {
+        fprintf(stderr, "bench allreduce: KL_AR_SHARED_DEVICE=1 puts every rank on one GPU, for correctness only: "
+                        "unset it to measure\n");
+        return -1;
+    }
     if (kl_ar_topology_probe(&topo, &err)) {
         fprintf(stderr, "bench allreduce: the GPU probe failed: %s\n", err.msg);
         return -1;

@@ -6,6 +6,7 @@
 #include <cjson/cJSON.h>
 #include <dlfcn.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cuda_runtime_api.h>
@@ -106,6 +107,22 @@ static int probe(struct kl_ar_topology *t, bool smi, struct kl_err *err)
 
 int kl_ar_topology_probe(struct kl_ar_topology *t, struct kl_err *err) { return probe(t, true, err); }
 
+bool kl_ar_shared_device(void)
+{
+    const char *s = getenv("KL_AR_SHARED_DEVICE");
+    return s && strcmp(s, "1") == 0;
+}
+
+/* Shared-device mode: GPU 0 stands for every rank's GPU, up to KL_AR_SHARED_WORLDS of them. */
+static void share_device_zero(struct kl_ar_topology *t)
+{
+    if (t->count < 1) return;
+    t->count = KL_AR_SHARED_WORLDS;
+    for (int d = 1; d < t->count; d++) t->dev[d] = t->dev[0];
+    for (int d = 0; d < t->count; d++)
+        for (int e = 0; e < t->count; e++) t->p2p[d][e] = d != e, t->perf_rank[d][e] = 0, t->atomics[d][e] = d != e;
+}
+
 const struct kl_ar_topology *kl_ar_machine(void)
 {
     static struct kl_ar_topology t;
@@ -113,6 +130,7 @@ const struct kl_ar_topology *kl_ar_machine(void)
     if (!done) {
         struct kl_err err = {{0}};
         if (probe(&t, false, &err)) snprintf(t.why, sizeof t.why, "the GPU probe failed: %.200s", err.msg);
+        if (kl_ar_shared_device()) share_device_zero(&t);
         done = true;
     }
     return &t;

@@ -31,6 +31,9 @@ int kl_ar_run_begin(struct kl_ar_run *run, const struct kl_variant *v, int world
      * minutes: a peer whose host is starved on a loaded machine can be seconds late launching, and
      * the ranks' host barrier (0.8 x the run's step timeout) must fire only after this one. */
     run->b->spin_timeout_s = 120.0;
+    /* The mutant tests shorten it (KL_AR_SPIN_TIMEOUT_S): a mutant that hangs is flagged sooner. */
+    const char *spin = getenv("KL_AR_SPIN_TIMEOUT_S");
+    if (spin && atof(spin) > 0) run->b->spin_timeout_s = atof(spin);
     run->b->data_bytes = data_bytes;
     return 0;
 }

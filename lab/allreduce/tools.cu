@@ -43,6 +43,17 @@ extern "C" int kl_ar_dev_delay(uint32_t call, const uint32_t *call_dev, cudaStre
     return (int)cudaGetLastError();
 }
 
+static __global__ void fill32(uint32_t *p, uint32_t v, size_t words)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < words; i += (size_t)gridDim.x * blockDim.x) p[i] = v;
+}
+
+extern "C" int kl_ar_dev_fill32(void *p, uint32_t v, size_t words, cudaStream_t s)
+{
+    if (words) fill32<<<1024, 256, 0, s>>>((uint32_t *)p, v, words);
+    return (int)cudaGetLastError();
+}
+
 /* Copies the output into its slot of the history; the last block to finish advances the
  * counter (so every block read the same call number first). */
 static __global__ void record(const uint8_t *out, uint8_t *history, size_t bytes, uint32_t call, uint32_t *call_dev,

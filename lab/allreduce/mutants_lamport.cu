@@ -1,0 +1,69 @@
+/* Deliberately wrong Lamport all-reduces, linked into the tests only: each is v7_lamport_oneshot
+ * (one element per thread, no 16-byte units) with one of the bugs its design argues away
+ * (kernels/allreduce/lamport.cuh):
+ *   lamport_two_sets     two sets rotate instead of three: the set a reader empties in call e is
+ *                        the one a fast peer already fills for call e + 1 (a buffer reused while
+ *                        a slow peer still reads it); the reader then waits for data it wiped
+ *   lamport_never_empty  slots are never reset to the sentinel: call e + 3 reads call e's data
+ *                        at once (a stale flag across calls)
+ *   lamport_no_poll      reads each slot once without waiting for the sentinel to go
+ *   lamport_raw_sentinel sends x as it is: an input element equal to the sentinel is never seen
+ *                        as arrived (sentinel equal to real data), and the reader waits forever */
+#include "kernels/allreduce/lamport.cuh"
+#include "lab/core/registry.h"
+
+using namespace kl_ar;
+
+enum bug { TWO_SETS, NEVER_EMPTY, NO_POLL, RAW_SENTINEL };
+
+template <typename T, int BUG>
+static __global__ void __launch_bounds__(kThreads) mutant(const T *x, T *out, int64_t n, peers P, lamport_bufs L)
+{
+    const uint32_t sets = BUG == TWO_SETS ? 2 : KL_AR_LAMPORT_SETS;
+    const uint32_t e = begin_call(P), set = e % sets, previous = (e + sets - 1) % sets;
+    const int64_t first = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
+    kl_ar_signal *me = P.signal[P.rank];
+    const uint64_t previous_bytes = me->lamport_dirty[previous];
+    for (int64_t i = first; i < n; i += stride) {
+        const uint32_t b = BUG == RAW_SENTINEL ? elem_bits(x + i) : elem_sendable<T>(elem_bits(x + i));
+        for (int s = 0; s < P.world; s++)
+            if (s != P.rank) elem_store(lamport_slot<T>(L, P, s, set, P.rank) + i, b);
+    }
+    if (BUG != NEVER_EMPTY) empty_set(L, P, previous, previous_bytes);
+    if (blockIdx.x == 0 && threadIdx.x == 0) me->lamport_dirty[set] = (uint64_t)n * sizeof(T);
+    for (int64_t i = first; i < n; i += stride) {
+        float acc = 0.f;
+        for (int s = 0; s < P.world; s++) {
+            const T *slot = lamport_slot<T>(L, P, P.rank, set, s) + i;
+            const uint32_t b = s == P.rank     ? elem_sendable<T>(elem_bits(x + i))
+                               : BUG == NO_POLL ? elem_ld_volatile(slot)
+                                                : wait_elem<T>(P, slot, e, s);
+            acc = s == 0 ? elem_value<T>(b) : acc + elem_value<T>(b);
+        }
+        out[i] = kl::from_f32<T>(acc);
+    }
+    end_call(P, e);
+}
+
+template <int BUG>
+static cudaError_t launch(const struct kl_allreduce_params *p, cudaStream_t stream)
+{
+    cudaError_t rc = kl_allreduce_check_params(p, stream, KL_AR_NEEDS_PEERS | KL_AR_NEEDS_LAMPORT, "mutant");
+    if (rc != cudaSuccess || p->n == 0) return rc;
+    const unsigned grid = grid_for(p->n, p->comm);
+    KL_DISPATCH_FLOAT(p->dtype, T,
+                      mutant<T, BUG><<<grid, kThreads, 0, stream>>>((const T *)p->x, (T *)p->out, p->n, make_peers(p),
+                                                                      make_lamport(p)));
+    return cudaGetLastError();
+}
+
+template <int BUG> KL_AR_OPS(ops, launch<BUG>, KL_AR_NEEDS_PEERS | KL_AR_NEEDS_LAMPORT)
+
+KL_VARIANT(allreduce, mutant_lamport_two_sets, ops<TWO_SETS>, .min_cc = 70,
+           .summary = "two rotating Lamport sets: the set emptied is the one a fast peer fills next", .mutant = 1);
+KL_VARIANT(allreduce, mutant_lamport_never_empty, ops<NEVER_EMPTY>, .min_cc = 70,
+           .summary = "Lamport slots never reset: call e + 3 reads call e's data", .mutant = 1);
+KL_VARIANT(allreduce, mutant_lamport_no_poll, ops<NO_POLL>, .min_cc = 70,
+           .summary = "Lamport slots read once, without waiting for the sentinel to go", .mutant = 1);
+KL_VARIANT(allreduce, mutant_lamport_raw_sentinel, ops<RAW_SENTINEL>, .min_cc = 70,
+           .summary = "an input equal to the sentinel is sent as it is and never arrives", .mutant = 1);
