@@ -3,7 +3,11 @@
  * (kernels/allreduce/lamport.cuh):
  *   lamport_two_sets     two sets rotate instead of three: the set a reader empties in call e is
  *                        the one a fast peer already fills for call e + 1 (a buffer reused while
- *                        a slow peer still reads it); the reader then waits for data it wiped
+ *                        a slow peer still reads it); the reader then waits for data it wiped.
+ *                        The race needs the slow rank to stall between its sends and its
+ *                        emptying (preempted there, say) for longer than the fast rank takes to
+ *                        finish the call and send the next: the mutant's last rank stalls 50 us
+ *                        there, on every call, so the tests see the race every time
  *   lamport_never_empty  slots are never reset to the sentinel: call e + 3 reads call e's data
  *                        at once (a stale flag across calls)
  *   lamport_no_poll      reads each slot once without waiting for the sentinel to go
@@ -28,6 +32,11 @@ static __global__ void __launch_bounds__(kThreads) mutant(const T *x, T *out, in
         const uint32_t b = BUG == RAW_SENTINEL ? elem_bits(x + i) : elem_sendable<T>(elem_bits(x + i));
         for (int s = 0; s < P.world; s++)
             if (s != P.rank) elem_store(lamport_slot<T>(L, P, s, set, P.rank) + i, b);
+    }
+    if (BUG == TWO_SETS && P.rank == P.world - 1) {
+        const unsigned long long t0 = globaltimer();
+        while (globaltimer() - t0 < 50000) {
+        }
     }
     if (BUG != NEVER_EMPTY) empty_set(L, P, previous, previous_bytes);
     if (blockIdx.x == 0 && threadIdx.x == 0) me->lamport_dirty[set] = (uint64_t)n * sizeof(T);
