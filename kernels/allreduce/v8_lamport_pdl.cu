@@ -1,0 +1,97 @@
+/* v8_lamport_pdl: v7 launched as a programmatic dependent of the kernel before it (sm_90).
+ *
+ * What changed from v7: nothing in the protocol. A call of v7 cannot start before the previous
+ * kernel on the stream has ended and the next grid has been launched, a gap of about a kernel
+ * launch on every call. Here every call is launched with programmatic stream serialization and
+ * lets its successor launch at once (griddepcontrol.launch_dependents, first thing): the next
+ * call's blocks are resident early and wait in griddepcontrol.wait, which returns when this
+ * grid has completed and its writes are visible. Every read of anything a previous kernel
+ * writes (x, the epoch, the Lamport bookkeeping) and every store comes after that wait.
+ * Below sm_90 the launch is a plain one and the two instructions are absent: v7 exactly.
+ * Work mapping: v7's. Expect v7 minus the launch gap at small sizes; v7 at large ones.
+ * Run alone: build/kernlab bench allreduce --variant v8_lamport_pdl */
+#include "kernels/allreduce/lamport.cuh"
+#include "lab/core/registry.h"
+
+using namespace kl_ar;
+
+template <typename T, bool ALIGNED>
+static __global__ void __launch_bounds__(kThreads) lamport_v8(const T *x, T *out, int64_t n, peers P, lamport_bufs L)
+{
+    constexpr int V = 16 / sizeof(T); /* elements per unit */
+    kl::pdl_release(); /* the next call may launch now; it waits for this grid in its pdl_wait */
+    kl::pdl_wait();    /* the previous kernel has ended: x, the epoch and the bookkeeping are final */
+    const uint32_t e = begin_call(P);
+    const uint32_t set = e % KL_AR_LAMPORT_SETS, previous = (e + KL_AR_LAMPORT_SETS - 1) % KL_AR_LAMPORT_SETS;
+    const int64_t units = n / V, tail0 = units * V;
+    const int64_t first = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
+    const bool tail = blockIdx.x == 0 && tail0 + threadIdx.x < n; /* this thread owns element tail0 + tid */
+    kl_ar_signal *me = P.signal[P.rank];
+    const uint64_t previous_bytes = me->lamport_dirty[previous]; /* read before block 0 records this call's */
+
+    /* Send: our x into our slot of this call's set in every peer's buffer. */
+    for (int64_t j = first; j < units; j += stride) {
+        const uint4 u = unit_sendable<T>(load_unit<T, ALIGNED>(x, j));
+        for (int s = 0; s < P.world; s++)
+            if (s != P.rank) lamport_slot<uint4>(L, P, s, set, P.rank)[j] = u;
+    }
+    if (tail) {
+        const uint32_t b = elem_sendable<T>(elem_bits(x + tail0 + threadIdx.x));
+        for (int s = 0; s < P.world; s++)
+            if (s != P.rank) elem_store(lamport_slot<T>(L, P, s, set, P.rank) + tail0 + threadIdx.x, b);
+    }
+    stamp(P, KL_AR_T_COPIED);
+
+    /* Off the critical path, while the peers' data travels: empty the set the previous call used. */
+    empty_set(L, P, previous, previous_bytes);
+    if (blockIdx.x == 0 && threadIdx.x == 0) me->lamport_dirty[set] = (uint64_t)n * sizeof(T);
+
+    /* Receive: every rank's unit j, ours from x as sent, the peers' polled in our own buffer. */
+    for (int64_t j = first; j < units; j += stride) {
+        uint4 w[KL_AR_MAX_RANKS];
+#pragma unroll
+        for (int s = 0; s < KL_AR_MAX_RANKS; s++)
+            if (s < P.world && s != P.rank) w[s] = ld_volatile_unit(lamport_slot<uint4>(L, P, P.rank, set, s) + j);
+#pragma unroll
+        for (int s = 0; s < KL_AR_MAX_RANKS; s++)
+            if (s < P.world && s != P.rank && unit_empty<T>(w[s]))
+                w[s] = wait_unit<T>(P, lamport_slot<uint4>(L, P, P.rank, set, s) + j, e, s);
+#pragma unroll
+        for (int s = 0; s < KL_AR_MAX_RANKS; s++)
+            if (s == P.rank) w[s] = unit_sendable<T>(load_unit<T, ALIGNED>(x, j));
+        store_unit<T, ALIGNED>(out, j, sum_units<T>(w, P.world));
+    }
+    if (tail) {
+        const int64_t i = tail0 + threadIdx.x;
+        float acc = 0.f;
+        for (int s = 0; s < P.world; s++) {
+            const uint32_t b = s == P.rank ? elem_sendable<T>(elem_bits(x + i))
+                                           : wait_elem<T>(P, lamport_slot<T>(L, P, P.rank, set, s) + i, e, s);
+            acc = s == 0 ? elem_value<T>(b) : acc + elem_value<T>(b);
+        }
+        out[i] = kl::from_f32<T>(acc);
+    }
+    stamp(P, KL_AR_T_REDUCED);
+    end_call(P, e);
+}
+
+static cudaError_t launch(const struct kl_allreduce_params *p, cudaStream_t stream)
+{
+    const unsigned needs = KL_AR_NEEDS_PEERS | KL_AR_NEEDS_LAMPORT;
+    cudaError_t rc = kl_allreduce_check_params(p, stream, needs, "v8_lamport_pdl");
+    if (rc != cudaSuccess || p->n == 0) return rc;
+    const unsigned grid = grid_for(units_of(p), p->comm);
+    const bool pdl = kl::this_device().cc >= 90;
+    KL_DISPATCH_FLOAT(p->dtype, T, {
+        rc = aligned16(p) ? kl::launch_pdl(lamport_v8<T, true>, grid, kThreads, pdl, stream, (const T *)p->x, (T *)p->out,
+                                           p->n, make_peers(p), make_lamport(p))
+                          : kl::launch_pdl(lamport_v8<T, false>, grid, kThreads, pdl, stream, (const T *)p->x, (T *)p->out,
+                                           p->n, make_peers(p), make_lamport(p));
+    });
+    return rc;
+}
+
+KL_AR_OPS(ops, launch, KL_AR_NEEDS_PEERS | KL_AR_NEEDS_LAMPORT)
+
+KL_VARIANT(allreduce, v8_lamport_pdl, ops, .min_cc = 70,
+           .summary = "v7 launched as a programmatic dependent (sm_90): the next call's launch overlaps this one");
