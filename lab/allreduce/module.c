@@ -473,7 +473,8 @@ static int run_one(const struct kl_variant *v, const void *prob, struct kl_outpu
     return rc;
 }
 
-static const struct kl_tensor_ops ops = {load, make, reference, run_one, free_problem};
+static const struct kl_tensor_ops ops = {.load = load, .make = make, .reference = reference, .run = run_one,
+                                        .free = free_problem};
 
 static const char ksemantics[] =
     "x [world, n] -> out [n] = x[0] + x[1] + ... + x[world-1] on every rank: rank r is one process driving GPU r "
