@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "lab/core/compare.h"
 #include "lab/core/device.h"
 #include "lab/core/dtype.h"
 #include "lab/kernlab.h"
@@ -93,10 +94,9 @@ static void host_model_free(struct host_model *h)
         free(h->arrays[i]);
 }
 
-/* The end-to-end bound (reference/story.c derives it): |got - ref| <= 12 sigma per logit, and
- * ||got - ref|| <= 3 ||sigma|| per step; `widen` scales both (sqrt 2 for two GPU results). */
-#define KL_STORY_Z 6.0
-#define KL_STORY_C 2.0
+/* The end-to-end bound (lab/core/compare.c, from reference/story.c's sigma): |got - ref| <=
+ * kl_story_logit_sigmas sigma per logit, and ||got - ref|| <= kl_story_norm_ratio ||sigma|| per step;
+ * `widen` scales both (sqrt 2 for two GPU results). */
 struct verdict {
     double worst_ratio, l2_ratio;
     int bad;
@@ -108,12 +108,12 @@ static struct verdict compare_logits(const double *got, const double *ref, const
     double e2 = 0, s2 = 0;
     for (int i = 0; i < n; i++) {
         const double d = fabs(got[i] - ref[i]), sigma = sqrt(var[i]) * widen;
-        if (!(d <= KL_STORY_Z * KL_STORY_C * sigma)) v.bad++;
+        if (!(d <= kl_story_logit_sigmas * sigma)) v.bad++;
         v.worst_ratio = fmax(v.worst_ratio, d / sigma);
         e2 += d * d, s2 += sigma * sigma;
     }
     v.l2_ratio = sqrt(e2 / s2);
-    if (!(v.l2_ratio <= 1.5 * KL_STORY_C)) v.bad++;
+    if (!(v.l2_ratio <= kl_story_norm_ratio)) v.bad++;
     return v;
 }
 
@@ -126,7 +126,7 @@ static int pick_disagrees(int32_t pick, const double *ref, const double *var, in
         if (ref[i] > ref[a]) a = i;
     for (int i = 0; i < n; i++)
         if (i != a && (b < 0 || ref[i] > ref[b])) b = i;
-    const double bound = KL_STORY_Z * KL_STORY_C * (sqrt(var[a]) + sqrt(var[b]));
+    const double bound = kl_story_logit_sigmas * (sqrt(var[a]) + sqrt(var[b]));
     return ref[a] - ref[b] > bound && pick != a;
 }
 
@@ -172,7 +172,7 @@ Test(story, the_error_model_covers_a_bf16_emulation_of_the_pipeline)
         int wrong;
         const struct verdict v = emulation_against_exact(&h, 0, 80, 24, seed, &wrong);
         cr_log_info("seed %d: worst |err| / sigma %.2f, worst step norm ratio %.2f (limits %.0f and %.1f)", seed,
-                    v.worst_ratio, v.l2_ratio, KL_STORY_Z * KL_STORY_C, 1.5 * KL_STORY_C);
+                    v.worst_ratio, v.l2_ratio, kl_story_logit_sigmas, kl_story_norm_ratio);
         cr_assert_eq(v.bad, 0, "seed %d: the bf16 emulation left the bound: worst ratio %.2f, norm ratio %.2f", seed,
                      v.worst_ratio, v.l2_ratio);
         cr_assert_eq(wrong, 0, "seed %d: %d greedy picks disagreed outside the bound", seed, wrong);
@@ -234,8 +234,8 @@ Test(story, the_error_model_figures_in_the_results_are_what_the_emulation_measur
     cJSON *doc = cJSON_CreateObject(), *em = cJSON_CreateArray(), *faults = cJSON_CreateArray();
     cJSON_AddStringToObject(doc, "format", "kernlab-story-check-1");
     cJSON_AddStringToObject(doc, "measured_by", "lab/story/test_story.c (the tiny configuration, on the CPU)");
-    cJSON_AddNumberToObject(doc, "limit_sigma", KL_STORY_Z * KL_STORY_C);
-    cJSON_AddNumberToObject(doc, "norm_limit", 1.5 * KL_STORY_C);
+    cJSON_AddNumberToObject(doc, "limit_sigma", kl_story_logit_sigmas);
+    cJSON_AddNumberToObject(doc, "norm_limit", kl_story_norm_ratio);
     for (int seed = 1; seed <= 3; seed++) { /* as the_error_model_covers_a_bf16_emulation_of_the_pipeline */
         int wrong;
         const struct verdict v = emulation_against_exact(&h, 0, 80, 24, seed, &wrong);
