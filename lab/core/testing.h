@@ -53,7 +53,8 @@ typedef int (*kl_flag_fn)(const struct kl_variant *v, FILE *log);
  * states them once (after criterion/parameterized.h):
  *   every_variant_matches_the_goldens
  *   every_variant_matches_the_reference_on_fresh_inputs_and_edges  (the check catalogue, fresh seed)
- *   every_mutant_is_flagged                                          (as `by` says; `extra` or NULL)
+ *   every_mutant_is_flagged                                          (as `by` says; `extra`, or NULL,
+ *                                                                     adds to the sum of KL_FLAGGED_BY_EITHER)
  *   there_are_at_least_<least_words>_mutants                         (asserts at least `least`)
  * A variant this machine cannot run is a skip (kl_test_skip_reason). Also defines
  * kl_test_variants(mutants), the parameters of the file's other tests over variants. */
