@@ -3,10 +3,9 @@
 #ifndef KL_KERNLAB_H
 #define KL_KERNLAB_H
 #include "lab/core/args.h"
+#include "lab/core/scaffold.h" /* kl_new_variant_command */
 
 extern const struct kl_command kl_report_command;      /* perf/report.c */
-extern const struct kl_command kl_new_variant_command; /* lab/core/scaffold.c */
 
 int kl_cmd_report(int argc, char **argv);
-int kl_cmd_new_variant(int argc, char **argv);
 #endif

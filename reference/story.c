@@ -26,15 +26,9 @@
  *   silu(g) * u      var = (silu'(g) u)^2 var_g + silu(g)^2 var_u + r(y)
  *   LM head          a GEMM with float32 output: no output rounding
  * where r(y) = ulp(y)^2 / 12. The result is sigma_i^2 for every logit: the expected spread of the
- * GPU's logit around the float64 one. The check (lab/story/test_story.c) allows
- *   |gpu_i - ref_i| <= z c sigma_i  per logit, z = 6: the two-sided Gaussian tail 2e-9 per logit,
- *                    so under 1e-4 for a run comparing ~2e4 logits;
- *   ||gpu - ref|| <= 1.5 c ||sigma||  per step: the norm of 512 independent errors is within a few
- *                    percent of its expectation, 1.5 leaves room;
- * with c = 2 for what the independence assumption misses: one token's K/V rounding is reused by every
- * later query of the request, so errors of neighbouring positions are correlated (the emulation test
- * measures the real ratio, about 1 / 3 of the limit). Greedy tokens must agree wherever the float64
- * top two logits are further apart than the sum of their two bounds.
+ * GPU's logit around the float64 one. How many sigma the check (lab/story/test_story.c) allows,
+ * and why, is lab/core/compare.c's, the one home of the lab's bounds (kl_story_logit_sigmas,
+ * kl_story_norm_ratio); the guide's sentence is written there from the same constants.
  * The bf16 emulation below (every rounding above actually done, in float32 arithmetic) stays inside
  * these bounds; the faulty emulations show what they catch (test_story.c lists both). */
 #include "story.h"

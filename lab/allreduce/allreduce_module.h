@@ -46,8 +46,7 @@ bool kl_ar_exact_inputs(const double *x, int world, int64_t n, enum kl_dtype t);
  * bias check (out->bias against out->bias_limit; the rationale derives both). */
 void kl_ar_compare(const double *got, const double *want, const double *x, int world, int64_t n, enum kl_dtype t,
                    bool exact, struct kl_cmp *out);
-/* The per-element bound for a random element whose |x| sum over the ranks is s. */
-double kl_ar_bound(int world, enum kl_dtype t, double s);
+/* The rationale of the bound (lab/core/compare.c: kl_allreduce_bound, kl_allreduce_tolerance_text). */
 const char *kl_ar_tolerance_rationale(void);
 
 /* ---- running variants (module.c) ---- */

@@ -9,55 +9,13 @@
 #include "lab/allreduce/allreduce_module.h"
 #include "reference/allreduce.h"
 
-/* ---- the tolerance ---- */
+/* ---- the tolerance: lab/core/compare.c holds the bound and writes its rationale ---- */
 
-static const char krationale[] =
-    "Element i of the output is the sum of world values x_r[i], each exact in the dtype; let S_i = sum_r |x_r[i]|. "
-    "A correct all-reduce makes world-1 additions. Whatever their order, and wherever it rounds, each addition's "
-    "result is rounded at most twice (to float32, then to the dtype) and no partial sum exceeds S_i, so "
-    "|out - ref| <= gamma_{w-1} S_i with gamma_k = k u' / (1 - k u') (Higham's bound for recursive summation), "
-    "u' = u + 2^-23 for fp16 and bf16 (u = 2^-11, 2^-8) and u' = 2^-24 for fp32, plus w-1 half-spacings of the "
-    "dtype's subnormals. That bound holds for NCCL's ring, which rounds every partial sum to the dtype (the loosest "
-    "correct implementation), and our kernels sit far inside it (float32 sums, one rounding: about u |ref|). "
-    "Integer inputs whose sums stay within the dtype's exact integers (S_i <= 2^8 bf16, 2^11 fp16, 2^24 fp32) leave "
-    "nothing to round, so they are compared bit for bit, sign of zero included. Against a golden's stored <f4 "
-    "output the bound also allows that file's own rounding, 2^-24 |ref|. That element bound grows with the world "
-    "faster than one rounding does, so from world 3 on it passes a sum rounded toward zero (an error of up to one "
-    "unit in the last place, always toward zero). A second check sees it: the least-squares scale of the error onto "
-    "the reference, bias = sum (out - ref) ref / sum ref^2, is about -0.65u for such a sum. A correct all-reduce's "
-    "w-1 roundings are zero-mean and each at most u' S_i, so by Hoeffding's inequality its |bias| stays below "
-    "8 u' sqrt((w-1) sum S_i^2 ref_i^2) / sum ref_i^2 (a false failure below 2.5e-14 per comparison), plus "
-    "(w-1) u'^2 sum S_i |ref_i| / sum ref_i^2 for round to nearest's own tiny mean (against a golden's <f4 file, "
-    "its rounding, 2^-24 |ref|, counts as one more). With random inputs that limit is about 0.06u at world 2 and "
-    "0.27u at world 8 for 64k elements (it shrinks as 1/sqrt(n)), so a sum rounded toward zero fails at every "
-    "world size on the check catalogue's 64k + 3 random sums, and at world 2 on the goldens too (20000 sums; the "
-    "other worlds' random goldens are too small for it). It lets through accumulating in the dtype instead of "
-    "float32 (NCCL's way: "
-    "legal, up to 7 roundings at world 8) and a summation order that differs between ranks (each rank's result is "
-    "in bounds; the ranks' outputs are compared bit for bit, which catches it from world 3 up: with two ranks "
-    "a + b = b + a). It catches a missing or doubled contribution (an error of about S_i / world against 0.4% of "
-    "S_i at bf16 world 2), stale or unwritten (NaN-poisoned) elements, and a sum rounded toward zero.";
-
-const char *kl_ar_tolerance_rationale(void) { return krationale; }
-
-static double unit_roundoff(enum kl_dtype t)
-{
-    /* float32 first, then the dtype: a 16-bit result can be rounded twice. */
-    return t == KL_BF16 ? 0x1p-8 + 0x1p-23 : t == KL_F16 ? 0x1p-11 + 0x1p-23 : 0x1p-24;
-}
-static double half_subnormal(enum kl_dtype t) { return t == KL_BF16 ? 0x1p-134 : t == KL_F16 ? 0x1p-25 : 0x1p-150; }
-static int exact_int_bits(enum kl_dtype t) { return t == KL_BF16 ? 8 : t == KL_F16 ? 11 : 24; }
-
-double kl_ar_bound(int world, enum kl_dtype t, double s)
-{
-    if (world <= 1) return 0;
-    const double k = world - 1, u = unit_roundoff(t);
-    return k * u / (1 - k * u) * s + k * half_subnormal(t);
-}
+const char *kl_ar_tolerance_rationale(void) { return kl_allreduce_tolerance_text; }
 
 bool kl_ar_exact_inputs(const double *x, int world, int64_t n, enum kl_dtype t)
 {
-    const double limit = ldexp(1.0, exact_int_bits(t));
+    const double limit = ldexp(1.0, kl_allreduce_exact_bits(t));
     for (int64_t i = 0; i < n; i++) {
         double s = 0;
         for (int r = 0; r < world; r++) {
@@ -83,7 +41,7 @@ void kl_ar_compare(const double *got, const double *want, const double *x, int w
         bool bad;
         if (!isfinite(g)) bad = true, d = INFINITY;
         else if (exact) bad = g != w || signbit(g) != signbit(w);
-        else bad = d > kl_ar_bound(world, t, s) + (want ? 0x1p-24 * fabs(w) : 0);
+        else bad = d > kl_allreduce_bound(world, t, s, want ? fabs(w) : 0);
         if (isfinite(d)) err2 += d * d, ref2 += w * w, err_ref += (g - w) * w, s2r2 += s * s * w * w, sr += s * fabs(w);
         if (d > out->max_abs) out->max_abs = d;
         if (bad) {
@@ -94,12 +52,9 @@ void kl_ar_compare(const double *got, const double *want, const double *x, int w
     out->rel_l2 = ref2 > 0 ? sqrt(err2 / ref2) : sqrt(err2);
     if (isinf(out->max_abs)) out->rel_l2 = INFINITY;
     out->pass = out->n_bad == 0;
-    if (!exact && world > 1 && ref2 > 0) { /* the bias check: krationale derives it */
-        /* w-1 roundings of at most u S_i each, and a golden file's own (2^-24 |ref| <= 2^-24 S_i). */
-        const double k = world - 1, u = unit_roundoff(t), file = want ? 0x1p-24 : 0;
-        const double var = k * u * u + file * file; /* the squared ranges, per S_i |ref_i| */
+    if (!exact && world > 1 && ref2 > 0) { /* the bias check (compare.c derives it) */
         out->bias = err_ref / ref2;
-        out->bias_limit = KL_BIAS_SIGMAS * sqrt(var * s2r2) / ref2 + var * sr / ref2;
+        out->bias_limit = kl_allreduce_bias_limit(world, t, want != NULL, s2r2, sr, ref2);
         out->pass = out->pass && fabs(out->bias) <= out->bias_limit;
     }
 }
@@ -129,7 +84,7 @@ enum kind { RANDOM, INTS, ZEROS, LARGE };
 static void fill(struct kl_ar_problem *p, int kind, struct kl_rng *rng)
 {
     const int64_t n = p->n, w = p->world;
-    const int64_t R = ((int64_t)1 << exact_int_bits(p->dtype)) / w > 1024 ? 1024 : ((int64_t)1 << exact_int_bits(p->dtype)) / w;
+    const int64_t R = ((int64_t)1 << kl_allreduce_exact_bits(p->dtype)) / w > 1024 ? 1024 : ((int64_t)1 << kl_allreduce_exact_bits(p->dtype)) / w;
     for (int64_t r = 0; r < w; r++)
         for (int64_t i = 0; i < n; i++) {
             double v;
@@ -479,7 +434,8 @@ static int run_one(const struct kl_variant *v, const void *prob, struct kl_outpu
     return rc;
 }
 
-static const struct kl_tensor_ops ops = {load, make, reference, run_one, free_problem};
+static const struct kl_tensor_ops ops = {.load = load, .make = make, .reference = reference, .run = run_one,
+                                        .free = free_problem};
 
 static const char ksemantics[] =
     "x [world, n] -> out [n] = x[0] + x[1] + ... + x[world-1] on every rank: rank r is one process driving GPU r "

@@ -150,7 +150,7 @@ static void check_elem(const unsigned char *host, int64_t i, int world, struct c
         ref = q ? ref + v : v, s += fabs(v);
     }
     const double got = kl_load_elem(KL_BF16, host, (size_t)i), d = fabs(got - ref);
-    if (!(d <= kl_ar_bound(world, KL_BF16, s))) {
+    if (!(d <= kl_allreduce_bound(world, KL_BF16, s, 0))) {
         if (!out->n_bad) snprintf(out->note, sizeof out->note, "out[%lld] = %.9g, expected %.9g", (long long)i, got, ref);
         out->n_bad++;
     }

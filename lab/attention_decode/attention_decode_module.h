@@ -37,13 +37,9 @@ int kl_attention_decode_check_table(struct kl_attention_decode_problem *p, const
 /* logit_bound and v_abs_max over the attended rows. */
 void kl_attention_decode_bounds(struct kl_attention_decode_problem *p);
 
-int kl_attention_decode_upload(const struct kl_attention_decode_problem *p, struct kl_attention_decode_params *k,
-                               struct kl_err *err);
-/* out and lse, with the attention tolerance policies. */
-int kl_attention_decode_download(const struct kl_attention_decode_problem *p,
-                                 const struct kl_attention_decode_params *k, struct kl_outputs *o,
-                                 struct kl_err *err);
-void kl_attention_decode_release(struct kl_attention_decode_params *k);
+/* The device side, for kl_tensor_upload/download/release (lab/core/registry.h) and the
+ * generic run: its buffers and outputs (module.c). */
+extern const struct kl_tensor_ops kl_attention_decode_ops;
 /* Runs the float64 reference: out and lse, policies set. */
 int kl_attention_decode_run_reference(const struct kl_attention_decode_problem *p, struct kl_outputs *o,
                                       struct kl_err *err);

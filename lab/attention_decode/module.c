@@ -2,6 +2,7 @@
  * catalogue, running a variant. Tests and `kernlab verify/check/bench` all come through here;
  * the perf workloads are in perf.c. */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,8 +38,9 @@ static int64_t kv_len_of(const struct kl_attention_decode_problem *p, int64_t b)
         body;                                                                                    \
     }
 
-static void set_outputs(const struct kl_attention_decode_problem *p, struct kl_outputs *o)
+static void set_outputs(const void *prob, struct kl_outputs *o)
 {
+    const struct kl_attention_decode_problem *p = prob;
     kl_outputs_set(o, 0, "out", p->dtype, false, p->batch * p->num_qo_heads * p->head_dim);
     kl_outputs_set(o, 1, "lse", KL_F32, false, p->batch * p->num_qo_heads);
     kl_outputs_policy(o, 0, kl_policy_attention_out(p->dtype, p->head_dim, p->max_kv_len, p->logit_bound, p->v_abs_max));
@@ -303,71 +305,40 @@ static int reference(const void *prob, struct kl_outputs *out, struct kl_err *er
     return kl_attention_decode_run_reference(prob, out, err);
 }
 
-int kl_attention_decode_upload(const struct kl_attention_decode_problem *p, struct kl_attention_decode_params *k,
-                               struct kl_err *err)
+/* The device side (lab/core/tensor_ops.c does the work): inputs uploaded; out and lse poisoned
+ * (0xFF bytes are NaN) so an element a variant never writes fails; the workspace zeroed (its
+ * merge counters), as a serving engine would allocate it. */
+static void device(const void *prob, void *params, struct kl_dev_buf *b)
 {
-    memset(k, 0, sizeof *k);
+    const struct kl_attention_decode_problem *p = prob;
+    struct kl_attention_decode_params *k = params;
     *k = (struct kl_attention_decode_params){.batch = p->batch, .num_qo_heads = p->num_qo_heads,
                                              .num_kv_heads = p->num_kv_heads, .head_dim = p->head_dim,
                                              .page_size = p->page_size, .num_pages = p->num_pages,
                                              .max_kv_len = p->max_kv_len, .sm_scale = (float)p->sm_scale,
                                              .dtype = p->dtype};
+    k->workspace_bytes = kl_attention_decode_workspace_bytes(k, kl_attention_decode_sms());
     const struct kl_tensor *src[6] = {&p->q, &p->k_cache, &p->v_cache, &p->kv_indptr, &p->kv_indices,
                                       &p->kv_last_page_len};
-    void *buf[9] = {0};
-    const size_t out_bytes = (size_t)(p->batch * p->num_qo_heads * p->head_dim) * kl_dtype_size(p->dtype);
-    const size_t lse_bytes = (size_t)(p->batch * p->num_qo_heads) * sizeof(float);
-    k->workspace_bytes = kl_attention_decode_workspace_bytes(k, kl_attention_decode_sms());
-    const size_t sizes[9] = {kl_nbytes(src[0]), kl_nbytes(src[1]), kl_nbytes(src[2]), kl_nbytes(src[3]),
-                             kl_nbytes(src[4]), kl_nbytes(src[5]), out_bytes, lse_bytes, k->workspace_bytes};
-    for (int i = 0; i < 9; i++) {
-        if (kl_dev_alloc(&buf[i], sizes[i])) {
-            for (int j = 0; j < i; j++) kl_dev_free(buf[j]);
-            return kl_fail(err, "cudaMalloc of %zu bytes failed", sizes[i]);
-        }
-        if (i < 6) kl_dev_upload(buf[i], src[i]->data, sizes[i]);
-    }
-    /* Outputs poisoned (0xFF bytes are NaN): an element a variant never writes fails. The
-     * workspace starts zeroed (its merge counters), as a serving engine would allocate it. */
-    kl_dev_fill_bytes(buf[6], 0xFF, out_bytes), kl_dev_fill_bytes(buf[7], 0xFF, lse_bytes);
-    kl_dev_fill_bytes(buf[8], 0, k->workspace_bytes);
-    k->q = buf[0], k->k_cache = buf[1], k->v_cache = buf[2], k->kv_indptr = buf[3], k->kv_indices = buf[4];
-    k->kv_last_page_len = buf[5], k->out = buf[6], k->lse = buf[7], k->workspace = buf[8];
-    return 0;
+    for (int i = 0; i < 6; i++) b[i] = kl_buf_tensor(src[i], false);
+    b[6] = kl_buf_fill((size_t)(p->batch * p->num_qo_heads * p->head_dim) * kl_dtype_size(p->dtype), 0xFF, false);
+    b[7] = kl_buf_fill((size_t)(p->batch * p->num_qo_heads) * sizeof(float), 0xFF, false);
+    b[8] = kl_buf_fill(k->workspace_bytes, 0, false);
 }
 
-void kl_attention_decode_release(struct kl_attention_decode_params *k)
-{
-    kl_dev_free((void *)k->q), kl_dev_free((void *)k->k_cache), kl_dev_free((void *)k->v_cache);
-    kl_dev_free((void *)k->kv_indptr), kl_dev_free((void *)k->kv_indices), kl_dev_free((void *)k->kv_last_page_len);
-    kl_dev_free(k->out), kl_dev_free(k->lse), kl_dev_free(k->workspace);
-    memset(k, 0, sizeof *k);
-}
-
-int kl_attention_decode_download(const struct kl_attention_decode_problem *p,
-                                 const struct kl_attention_decode_params *k, struct kl_outputs *o, struct kl_err *err)
-{
-    set_outputs(p, o);
-    return kl_out_download(&o->o[0], k->out, err) || kl_out_download(&o->o[1], k->lse, err) ? -1 : 0;
-}
-
-static int run(const struct kl_variant *v, const void *prob, struct kl_outputs *out, struct kl_err *err)
+static void declined(const struct kl_variant *v, const void *prob, struct kl_err *err)
 {
     const struct kl_attention_decode_problem *p = prob;
-    struct kl_attention_decode_params k;
-    if (kl_attention_decode_upload(p, &k, err)) return -1;
-    int rc = (int)((kl_attention_decode_launch_fn)v->launch)(&k, 0);
-    if (!rc) rc = kl_dev_sync();
-    int ret = rc == (int)cudaErrorNotSupported
-                  ? (kl_fail(err, "%s: does not handle %s head_dim %lld", v->name, kl_dtype_name(p->dtype),
-                             (long long)p->head_dim), 1)
-              : rc ? kl_fail(err, "%s: launch failed: %s", v->name, kl_cuda_error_string(rc))
-                   : kl_attention_decode_download(p, &k, out, err);
-    kl_attention_decode_release(&k);
-    return ret;
+    kl_fail(err, "%s: does not handle %s head_dim %lld", v->name, kl_dtype_name(p->dtype), (long long)p->head_dim);
 }
 
-static const struct kl_tensor_ops ops = {load, make, reference, run, free_problem};
+#define B(field) offsetof(struct kl_attention_decode_params, field)
+KL_TENSOR_OPS(kl_attention_decode_ops, struct kl_attention_decode_params, kl_attention_decode_launch_fn, .load = load,
+              .make = make, .reference = reference, .free = free_problem, .n_bufs = 9,
+              .buf_field = {B(q), B(k_cache), B(v_cache), B(kv_indptr), B(kv_indices), B(kv_last_page_len), B(out),
+                            B(lse), B(workspace)},
+              .out_field = {B(out), B(lse)}, .device = device, .outputs = set_outputs, .declined = declined);
+#undef B
 
 KL_MODULE(attention_decode, .summary = "paged GQA decode attention (one query token per request)", .min_cc = 70,
           .semantics = "For each request b and qo head h: out = softmax(sm_scale * q[b, h] . K^T) V over the request's "
@@ -377,7 +348,7 @@ KL_MODULE(attention_decode, .summary = "paged GQA decode attention (one query to
                        "kv_len 0 gets out = 0 and lse = -inf. Runs once per layer per generated token: it reads the "
                        "whole KV of every request (about a thousand times the bytes it writes), so its bound is the "
                        "device's read bandwidth.",
-          .tensor = &ops, .perf = &kl_attention_decode_perf, .tolerance = kl_attention_tolerance_text,
+          .tensor = &kl_attention_decode_ops, .perf = &kl_attention_decode_perf, .tolerance = kl_attention_tolerance_text,
           .analysis =
               "How the best variant, v4_tensor_cores, runs. The grid is (request, kv head x head block of up to 8 qo "
               "heads, split): block (b, g, s) owns tokens [s chunk, (s+1) chunk) of request b for kv head g. Its warps "

@@ -252,42 +252,9 @@ Test(attention_decode, catalogue_inputs_replay_from_their_seed)
 
 /* ---- GPU ---- */
 
-static int indices[64];
+KL_GPU_TESTS(attention_decode_gpu, attention_decode, five, 5, KL_FLAGGED_BY_EACH, NULL)
 
-static struct criterion_test_params variants(bool mutants)
-{
-    int n = kl_variant_count("attention_decode", mutants), m = 0;
-    for (int i = 0; i < n; i++)
-        if (kl_variant_at("attention_decode", i, mutants)->mutant == (int)mutants) indices[m++] = i;
-    return cr_make_param_array(int, indices, (size_t)m);
-}
-
-ParameterizedTestParameters(attention_decode_gpu, every_variant_matches_the_goldens) { return variants(false); }
-
-ParameterizedTest(int *i, attention_decode_gpu, every_variant_matches_the_goldens)
-{
-    const struct kl_variant *v = kl_variant_at("attention_decode", *i, false);
-    cr_log_info("variant %s", v->name);
-    if (kl_test_skip_reason(v)) cr_skip_test("%s: %s", v->name, kl_test_skip_reason(v));
-    int failures = kl_test_goldens("attention_decode", v, stderr);
-    cr_assert_eq(failures, 0, "%s: %d golden cases failed (lines above)", v->name, failures);
-}
-
-ParameterizedTestParameters(attention_decode_gpu, every_variant_matches_the_reference_on_fresh_inputs_and_edges)
-{
-    return variants(false);
-}
-
-ParameterizedTest(int *i, attention_decode_gpu, every_variant_matches_the_reference_on_fresh_inputs_and_edges)
-{
-    const struct kl_variant *v = kl_variant_at("attention_decode", *i, false);
-    cr_log_info("variant %s", v->name);
-    if (kl_test_skip_reason(v)) cr_skip_test("%s: %s", v->name, kl_test_skip_reason(v));
-    int failures = kl_check_module(module(), v, kl_test_seed(stderr), stderr);
-    cr_assert_eq(failures, 0, "%s: %d problems failed (lines above)", v->name, failures);
-}
-
-ParameterizedTestParameters(attention_decode_gpu, repeated_launches_give_identical_results) { return variants(false); }
+ParameterizedTestParameters(attention_decode_gpu, repeated_launches_give_identical_results) { return kl_test_variants(false); }
 
 ParameterizedTest(int *i, attention_decode_gpu, repeated_launches_give_identical_results)
 {
@@ -301,42 +268,22 @@ ParameterizedTest(int *i, attention_decode_gpu, repeated_launches_give_identical
     struct kl_attention_decode_params k;
     struct kl_err err;
     struct kl_outputs first = {0}, again = {0};
-    cr_assert_eq(kl_attention_decode_upload(p, &k, &err), 0, "%s", err.msg);
+    cr_assert_eq(kl_tensor_upload(&kl_attention_decode_ops, p, &k, &err), 0, "%s", err.msg);
     kl_attention_decode_launch_fn f = (kl_attention_decode_launch_fn)v->launch;
     cr_assert_eq(f(&k, 0), cudaSuccess);
     cr_assert_eq(kl_dev_sync(), 0);
-    cr_assert_eq(kl_attention_decode_download(p, &k, &first, &err), 0, "%s", err.msg);
+    cr_assert_eq(kl_tensor_download(&kl_attention_decode_ops, p, &k, &first, &err), 0, "%s", err.msg);
     for (int r = 0; r < 5; r++) cr_assert_eq(f(&k, 0), cudaSuccess);
     cr_assert_eq(kl_dev_sync(), 0);
-    cr_assert_eq(kl_attention_decode_download(p, &k, &again, &err), 0, "%s", err.msg);
+    cr_assert_eq(kl_tensor_download(&kl_attention_decode_ops, p, &k, &again, &err), 0, "%s", err.msg);
     for (int o = 0; o < 2; o++)
         for (int64_t j = 0; j < first.o[o].n; j++)
             cr_assert(first.o[o].v[j] == again.o[o].v[j] || (isnan(first.o[o].v[j]) && isnan(again.o[o].v[j])),
                       "%s: %s[%lld] %g then %g", v->name, first.o[o].name, (long long)j, first.o[o].v[j],
                       again.o[o].v[j]);
     kl_outputs_free(&first), kl_outputs_free(&again);
-    kl_attention_decode_release(&k);
+    kl_tensor_release(&kl_attention_decode_ops, &k);
     kl_attention_decode_problem_free(p);
-}
-
-ParameterizedTestParameters(attention_decode_gpu, every_mutant_is_flagged) { return variants(true); }
-
-ParameterizedTest(int *i, attention_decode_gpu, every_mutant_is_flagged)
-{
-    const struct kl_variant *v = kl_variant_at("attention_decode", *i, true);
-    cr_log_info("mutant %s", v->name);
-    if (kl_test_skip_reason(v)) cr_skip_test("%s: %s", v->name, kl_test_skip_reason(v));
-    /* Each on its own: the goldens carry the tolerance's claims (compare.c), and the fixed edges of
-     * the catalogue must cover the same classes whatever the seed draws. */
-    const int by_goldens = kl_test_goldens("attention_decode", v, stderr);
-    const int by_catalogue = kl_check_module(module(), v, kl_test_seed(stderr), stderr);
-    cr_expect_gt(by_goldens, 0, "mutant %s passed every golden case", v->name);
-    cr_expect_gt(by_catalogue, 0, "mutant %s passed the whole check catalogue", v->name);
-}
-
-Test(attention_decode_gpu, there_are_at_least_five_mutants)
-{
-    cr_assert_geq(kl_variant_count("attention_decode", true) - kl_variant_count("attention_decode", false), 5);
 }
 
 Test(attention_decode_gpu, launchers_reject_bad_shapes_without_launching)

@@ -40,13 +40,9 @@ void kl_attention_prefill_problem_free(struct kl_attention_prefill_problem *p);
  * (a file) in the message. Fills max_q_len / max_kv_len. */
 int kl_attention_prefill_validate(struct kl_attention_prefill_problem *p, const char *what, struct kl_err *err);
 
-/* Device copies: inputs uploaded, out and lse poisoned (0xFF: NaN), workspace zeroed. */
-int kl_attention_prefill_upload(const struct kl_attention_prefill_problem *p, struct kl_attention_prefill_params *k,
-                                struct kl_err *err);
-void kl_attention_prefill_release(struct kl_attention_prefill_params *k);
-int kl_attention_prefill_download(const struct kl_attention_prefill_problem *p,
-                                  const struct kl_attention_prefill_params *k, struct kl_outputs *o,
-                                  struct kl_err *err);
+/* The device side, for kl_tensor_upload/download/release (lab/core/registry.h) and the
+ * generic run: its buffers and outputs (module.c). */
+extern const struct kl_tensor_ops kl_attention_prefill_ops;
 /* The outputs (out, lse) with the attention policies of lab/core/compare.c for this problem. */
 void kl_attention_prefill_set_outputs(const struct kl_attention_prefill_problem *p, struct kl_outputs *o);
 /* The float64 reference of the whole problem into o (kl_attention_prefill_set_outputs' layout). */

@@ -2,6 +2,7 @@
  * running a variant. Tests, `kernlab verify/check/bench` all come through here; the perf
  * workloads are in perf.c. */
 #include <math.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -409,74 +410,43 @@ double kl_attention_prefill_pairs(const struct kl_attention_prefill_problem *p)
 
 /* ---- the device side ---- */
 
-int kl_attention_prefill_upload(const struct kl_attention_prefill_problem *p, struct kl_attention_prefill_params *k,
-                                struct kl_err *err)
-{
-    memset(k, 0, sizeof *k);
-    const struct kl_attention_prefill_shape *s = &p->shape;
-    const struct kl_tensor *src[7] = {&p->q, &p->k_cache, &p->v_cache, &p->qo_indptr,
-                                      &p->kv_indptr, &p->kv_indices, &p->kv_last_page_len};
-    const size_t out_bytes = (size_t)(s->total_q * s->num_qo_heads * s->head_dim) * kl_dtype_size(p->dtype);
-    const size_t lse_bytes = (size_t)(s->total_q * s->num_qo_heads) * sizeof(float);
-    void *buf[10] = {0};
-    size_t sizes[10];
-    for (int i = 0; i < 7; i++) sizes[i] = kl_nbytes(src[i]);
-    sizes[7] = out_bytes, sizes[8] = lse_bytes, sizes[9] = KL_ATTENTION_PREFILL_WORKSPACE_BYTES;
-    for (int i = 0; i < 10; i++)
-        if (kl_dev_alloc(&buf[i], sizes[i] ? sizes[i] : 16)) {
-            for (int j = 0; j < i; j++) kl_dev_free(buf[j]);
-            return kl_fail(err, "cudaMalloc of %zu bytes failed", sizes[i]);
-        }
-    for (int i = 0; i < 7; i++) kl_dev_upload(buf[i], src[i]->data, sizes[i]);
-    kl_dev_fill_bytes(buf[7], 0xff, out_bytes); /* NaN in every float type: unwritten elements fail */
-    kl_dev_fill_bytes(buf[8], 0xff, lse_bytes);
-    kl_dev_fill_bytes(buf[9], 0, sizes[9]);
-    *k = (struct kl_attention_prefill_params){
-        .q = buf[0], .k_cache = buf[1], .v_cache = buf[2], .qo_indptr = buf[3], .kv_indptr = buf[4],
-        .kv_indices = buf[5], .kv_last_page_len = buf[6], .out = buf[7], .lse = buf[8], .workspace = buf[9],
-        .workspace_bytes = sizes[9], .batch = s->batch, .total_q = s->total_q, .num_qo_heads = s->num_qo_heads,
-        .num_kv_heads = s->num_kv_heads, .head_dim = s->head_dim, .page_size = s->page_size,
-        .num_pages = s->num_pages, .max_q_len = p->max_q_len, .sm_scale = (float)s->sm_scale, .causal = s->causal,
-        .dtype = p->dtype};
-    return 0;
-}
-
-void kl_attention_prefill_release(struct kl_attention_prefill_params *k)
-{
-    kl_dev_free((void *)k->q), kl_dev_free((void *)k->k_cache), kl_dev_free((void *)k->v_cache);
-    kl_dev_free((void *)k->qo_indptr), kl_dev_free((void *)k->kv_indptr), kl_dev_free((void *)k->kv_indices);
-    kl_dev_free((void *)k->kv_last_page_len), kl_dev_free(k->out), kl_dev_free(k->lse), kl_dev_free(k->workspace);
-    memset(k, 0, sizeof *k);
-}
-
-int kl_attention_prefill_download(const struct kl_attention_prefill_problem *p,
-                                  const struct kl_attention_prefill_params *k, struct kl_outputs *o, struct kl_err *err)
-{
-    kl_attention_prefill_set_outputs(p, o);
-    return kl_out_download(&o->o[0], k->out, err) || kl_out_download(&o->o[1], k->lse, err) ? -1 : 0;
-}
-
-/* 0 ran, -1 failed, 1 the variant does not take this problem (a SKIP, see registry.h). */
-static int run(const struct kl_variant *v, const void *prob, struct kl_outputs *out, struct kl_err *err)
+/* The device side (lab/core/tensor_ops.c does the work): inputs uploaded, out and lse poisoned
+ * (0xFF bytes: NaN in every float type, so unwritten elements fail), the workspace zeroed; 16 bytes
+ * where a tensor is empty. */
+static void device(const void *prob, void *params, struct kl_dev_buf *b)
 {
     const struct kl_attention_prefill_problem *p = prob;
-    struct kl_attention_prefill_params k;
-    if (kl_attention_prefill_upload(p, &k, err)) return -1;
-    int rc = (int)((kl_attention_prefill_launch_fn)v->launch)(&k, 0), ret;
-    if (rc == cudaErrorNotSupported) {
-        ret = 1;
-        kl_fail(err, "%s does not take %s inputs with head_dim %lld", v->name, kl_dtype_name(p->dtype),
-                (long long)p->shape.head_dim);
-    } else {
-        if (!rc) rc = kl_dev_sync();
-        ret = rc ? kl_fail(err, "%s: launch failed: %s", v->name, kl_cuda_error_string(rc))
-                 : kl_attention_prefill_download(p, &k, out, err);
-    }
-    kl_attention_prefill_release(&k);
-    return ret;
+    const struct kl_attention_prefill_shape *s = &p->shape;
+    *(struct kl_attention_prefill_params *)params = (struct kl_attention_prefill_params){
+        .workspace_bytes = KL_ATTENTION_PREFILL_WORKSPACE_BYTES, .batch = s->batch, .total_q = s->total_q,
+        .num_qo_heads = s->num_qo_heads, .num_kv_heads = s->num_kv_heads, .head_dim = s->head_dim,
+        .page_size = s->page_size, .num_pages = s->num_pages, .max_q_len = p->max_q_len,
+        .sm_scale = (float)s->sm_scale, .causal = s->causal, .dtype = p->dtype};
+    const struct kl_tensor *src[7] = {&p->q, &p->k_cache, &p->v_cache, &p->qo_indptr,
+                                      &p->kv_indptr, &p->kv_indices, &p->kv_last_page_len};
+    for (int i = 0; i < 7; i++) b[i] = kl_buf_tensor(src[i], true);
+    const size_t out_bytes = (size_t)(s->total_q * s->num_qo_heads * s->head_dim) * kl_dtype_size(p->dtype);
+    const size_t lse_bytes = (size_t)(s->total_q * s->num_qo_heads) * sizeof(float);
+    b[7] = kl_buf_fill(out_bytes, 0xff, true), b[8] = kl_buf_fill(lse_bytes, 0xff, true);
+    b[9] = kl_buf_fill(KL_ATTENTION_PREFILL_WORKSPACE_BYTES, 0, true);
 }
 
-static const struct kl_tensor_ops ops = {load, make, reference, run, free_problem};
+static void set_outputs(const void *prob, struct kl_outputs *o) { kl_attention_prefill_set_outputs(prob, o); }
+
+static void declined(const struct kl_variant *v, const void *prob, struct kl_err *err)
+{
+    const struct kl_attention_prefill_problem *p = prob;
+    kl_fail(err, "%s does not take %s inputs with head_dim %lld", v->name, kl_dtype_name(p->dtype),
+            (long long)p->shape.head_dim);
+}
+
+#define B(field) offsetof(struct kl_attention_prefill_params, field)
+KL_TENSOR_OPS(kl_attention_prefill_ops, struct kl_attention_prefill_params, kl_attention_prefill_launch_fn,
+              .load = load, .make = make, .reference = reference, .free = free_problem, .n_bufs = 10,
+              .buf_field = {B(q), B(k_cache), B(v_cache), B(qo_indptr), B(kv_indptr), B(kv_indices),
+                            B(kv_last_page_len), B(out), B(lse), B(workspace)},
+              .out_field = {B(out), B(lse)}, .device = device, .outputs = set_outputs, .declined = declined);
+#undef B
 
 KL_MODULE(attention_prefill,
           .summary = "prefill attention over a paged K/V cache: ragged batch, causal (bottom-right) or not, GQA",
@@ -491,7 +461,7 @@ KL_MODULE(attention_prefill,
               "FLOPs per unmasked (query, key) pair and head against 2 bytes per element of q, k, v and out read or "
               "written once, hundreds of FLOPs per byte for a long prompt; it is the study notes' hotspot (37% of "
               "layer time).",
-          .tensor = &ops, .perf = &kl_attention_prefill_perf, .tolerance = kl_attention_tolerance_text,
+          .tensor = &kl_attention_prefill_ops, .perf = &kl_attention_prefill_perf, .tolerance = kl_attention_tolerance_text,
           .exercises =
               "1. Read v10's CTA timeline (the `timeline` of its causal-8k row in reports/data/attention_prefill.jsonl; "
               "the execution story above prints it, with each phase's average length in clocks). Set the softmax "

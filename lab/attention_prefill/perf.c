@@ -92,7 +92,7 @@ static void teardown(void *p)
     struct state *s = p;
     if (!s) return;
     for (int i = 0; i < s->sets; i++)
-        if (s->k[i].q) kl_attention_prefill_release(&s->k[i]);
+        if (s->k[i].q) kl_tensor_release(&kl_attention_prefill_ops, &s->k[i]);
     kl_attention_prefill_problem_free(s->host);
     free(s->k), free(s);
 }
@@ -110,7 +110,7 @@ static void *setup(const struct kl_workload *w, int sets, uint64_t seed, struct 
                                            .dtype = KL_BF16, .q_scale = 1.0};
     s->host = kl_attention_prefill_problem_random(&sp, seed);
     for (int i = 0; i < sets; i++)
-        if (kl_attention_prefill_upload(s->host, &s->k[i], err)) {
+        if (kl_tensor_upload(&kl_attention_prefill_ops, s->host, &s->k[i], err)) {
             teardown(s);
             return NULL;
         }
@@ -164,7 +164,7 @@ static int check(const struct kl_variant *v, void *p, struct kl_cmp *out, struct
         ref.w = s->w, ref.seed = s->seed;
     }
     struct kl_outputs got = {0};
-    int rc = kl_attention_prefill_download(s->host, &s->k[0], &got, err);
+    int rc = kl_tensor_download(&kl_attention_prefill_ops, s->host, &s->k[0], &got, err);
     if (!rc) {
         struct kl_cmp c;
         kl_compare(got.o[0].v, ref.want.o[0].v, ref.want.o[0].n, got.o[0].policy, out);

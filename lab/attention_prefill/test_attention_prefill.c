@@ -411,60 +411,7 @@ Test(attention_prefill, malformed_cases_fail_cleanly_naming_the_file)
 
 /* ---- GPU ---- */
 
-static int indices[64];
-
-static struct criterion_test_params variants(bool mutants)
-{
-    int n = kl_variant_count("attention_prefill", mutants), m = 0;
-    for (int i = 0; i < n; i++)
-        if (kl_variant_at("attention_prefill", i, mutants)->mutant == (int)mutants) indices[m++] = i;
-    return cr_make_param_array(int, indices, (size_t)m);
-}
-
-ParameterizedTestParameters(attention_prefill_gpu, every_variant_matches_the_goldens) { return variants(false); }
-
-ParameterizedTest(int *i, attention_prefill_gpu, every_variant_matches_the_goldens)
-{
-    const struct kl_variant *v = kl_variant_at("attention_prefill", *i, false);
-    cr_log_info("variant %s", v->name);
-    if (kl_test_skip_reason(v)) cr_skip_test("%s: %s", v->name, kl_test_skip_reason(v));
-    int failures = kl_test_goldens("attention_prefill", v, stderr);
-    cr_assert_eq(failures, 0, "%s: %d golden cases failed (lines above)", v->name, failures);
-}
-
-ParameterizedTestParameters(attention_prefill_gpu, every_variant_matches_the_reference_on_fresh_inputs_and_edges)
-{
-    return variants(false);
-}
-
-ParameterizedTest(int *i, attention_prefill_gpu, every_variant_matches_the_reference_on_fresh_inputs_and_edges)
-{
-    const struct kl_variant *v = kl_variant_at("attention_prefill", *i, false);
-    cr_log_info("variant %s", v->name);
-    if (kl_test_skip_reason(v)) cr_skip_test("%s: %s", v->name, kl_test_skip_reason(v));
-    int failures = kl_check_module(module(), v, kl_test_seed(stderr), stderr);
-    cr_assert_eq(failures, 0, "%s: %d problems failed (lines above)", v->name, failures);
-}
-
-ParameterizedTestParameters(attention_prefill_gpu, every_mutant_is_flagged) { return variants(true); }
-
-ParameterizedTest(int *i, attention_prefill_gpu, every_mutant_is_flagged)
-{
-    const struct kl_variant *v = kl_variant_at("attention_prefill", *i, true);
-    cr_log_info("mutant %s", v->name);
-    if (kl_test_skip_reason(v)) cr_skip_test("%s: %s", v->name, kl_test_skip_reason(v));
-    /* Each on its own: the goldens carry the tolerance's claims (compare.c), and the fixed edges of
-     * the catalogue must cover the same classes whatever the seed draws. */
-    const int by_goldens = kl_test_goldens("attention_prefill", v, stderr);
-    const int by_catalogue = kl_check_module(module(), v, kl_test_seed(stderr), stderr);
-    cr_expect_gt(by_goldens, 0, "mutant %s passed every golden case", v->name);
-    cr_expect_gt(by_catalogue, 0, "mutant %s passed the whole check catalogue", v->name);
-}
-
-Test(attention_prefill_gpu, there_are_at_least_five_mutants)
-{
-    cr_assert_geq(kl_variant_count("attention_prefill", true) - kl_variant_count("attention_prefill", false), 5);
-}
+KL_GPU_TESTS(attention_prefill_gpu, attention_prefill, five, 5, KL_FLAGGED_BY_EACH, NULL)
 
 Test(attention_prefill_gpu, launchers_reject_bad_shapes_without_launching)
 {

@@ -63,40 +63,129 @@
 #include "compare.h"
 
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+/* ---- the text of a bound, written from the numbers that make it ---- */
+
+/* A text that cannot say what its numbers are stops the program: a guide must never print a
+ * bound other than the one checked. (No KL_CHECK: the emulator links this file without check.c.) */
+static void text_fails(const char *why)
+{
+    fprintf(stderr, "lab/core/compare.c: %s\n", why);
+    abort();
+}
+
+/* "2^-24" for a power of two (every constant the texts name is one). */
+static const char *pow2(char *buf, size_t len, double x)
+{
+    int e;
+    if (frexp(x, &e) != 0.5) text_fails("a constant named as a power of two is not one");
+    snprintf(buf, len, "2^%d", e - 1);
+    return buf;
+}
+#define P2(x) pow2((char[16]){0}, 16, (x))
+
+/* k u for a multiple k of the unit roundoff: "u", "2u", "256u", "u/2". */
+static const char *units(char *buf, size_t len, double k)
+{
+    if (k == 1) snprintf(buf, len, "u");
+    else if (k > 1) snprintf(buf, len, "%gu", k);
+    else snprintf(buf, len, "u/%g", 1 / k);
+    return buf;
+}
+#define U(k) units((char[16]){0}, 16, (k))
+
+/* Appends to buf (of len bytes, filled to *off); a text that does not fit stops the program (the
+ * buffers are sized for the texts; a cut one would be wrong without a word). */
+__attribute__((format(printf, 4, 5))) static void put(char *buf, size_t len, size_t *off, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    const int n = vsnprintf(buf + *off, len - *off, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= len - *off) text_fails("a tolerance text outgrew its buffer");
+    *off += (size_t)n;
+}
+
+/* ---- the rows: one per output dtype ---- */
+
+/* Each bound is a multiple of the output dtype's unit roundoff u; the comment at the top derives
+ * them. The bias check's floor is KBIAS_FLOOR + u^2. */
+static const struct row {
+    enum kl_dtype t;
+    double u;                  /* unit roundoff: 2^-(significand bits) */
+    double rtol, atol, rel_l2; /* in units of u (atol: of u max|ref|) */
+    bool bias;                 /* the bias check (the 16-bit rows) */
+    double half_subnormal;     /* half the spacing of the dtype's subnormals (all-reduce) */
+} krows[] = {
+    {KL_F16, 0x1p-11, 2, 0.5, 1, true, 0x1p-25},
+    {KL_BF16, 0x1p-8, 2, 0.5, 1, true, 0x1p-134},
+    {KL_F32, 0x1p-24, 256, 16, 64, false, 0x1p-150},
+};
+static const double KBIAS_FLOOR = 0x1p-16; /* the float32 computation's shared error */
+
+/* fp32 for any dtype without a row of its own (the integers and float64 never reach a variant's
+ * comparison through here, except as data movement). */
+static const struct row *row_of(enum kl_dtype t)
+{
+    for (size_t i = 0; i < sizeof krows / sizeof krows[0]; i++)
+        if (krows[i].t == t) return &krows[i];
+    return &krows[2];
+}
+
+static char krow_why[3][200];
 
 struct kl_policy kl_policy_for(enum kl_dtype t, bool exact)
 {
     if (exact)
         return (struct kl_policy){.why = "data movement: every element bit for bit (sign of zero, NaN payload)",
                                   .exact = true};
-    switch (t) {
-    case KL_F16:
-        return (struct kl_policy){.rtol = 0x1p-10, .atol_frac = 0x1p-12, .rel_l2 = 0x1p-11,
-                                  .why = "fp16 output, u = 2^-11: rtol 2u, atol u/2 x max abs(ref), rel_l2 u, "
-                                         "bias 8u sqrt(sum ref^4)/sum ref^2 + 2^-16 + u^2",
-                                  .bias_u = 0x1p-11, .bias_floor = 0x1p-16 + 0x1p-22};
-    case KL_BF16:
-        return (struct kl_policy){.rtol = 0x1p-7, .atol_frac = 0x1p-9, .rel_l2 = 0x1p-8,
-                                  .why = "bf16 output, u = 2^-8: rtol 2u, atol u/2 x max abs(ref), rel_l2 u, "
-                                         "bias 8u sqrt(sum ref^4)/sum ref^2 + 2^-16 + u^2",
-                                  .bias_u = 0x1p-8, .bias_floor = 0x1p-16 + 0x1p-16};
-    case KL_F64:
+    if (t == KL_F64)
         return (struct kl_policy){.rtol = 1e-12, .atol_frac = 1e-13, .rel_l2 = 1e-12,
                                   .why = "float64: reference against reference"};
-    default:
-        return (struct kl_policy){.rtol = 0x1p-16, .atol_frac = 0x1p-20, .rel_l2 = 0x1p-18,
-                                  .why = "fp32 output, u = 2^-24: rtol 256u, atol 16u x max abs(ref), rel_l2 64u "
-                                         "(float32 accumulation over long rows)"};
+    const struct row *r = row_of(t);
+    return (struct kl_policy){.rtol = r->rtol * r->u, .atol_frac = r->atol * r->u, .rel_l2 = r->rel_l2 * r->u,
+                              .why = krow_why[r - krows], .bias_u = r->bias ? r->u : 0,
+                              .bias_floor = r->bias ? KBIAS_FLOOR + r->u * r->u : 0};
+}
+
+static void write_row_texts(void)
+{
+    for (int i = 0; i < 3; i++) {
+        const struct row *r = &krows[i];
+        size_t off = 0;
+        char *b = krow_why[i];
+        const size_t len = sizeof krow_why[i];
+        put(b, len, &off, "%s output, u = %s: rtol %s, atol %s x max abs(ref), rel_l2 %s", kl_dtype_name(r->t),
+            P2(r->u), U(r->rtol), U(r->atol), U(r->rel_l2));
+        if (r->bias)
+            put(b, len, &off, ", bias %s sqrt(sum ref^4)/sum ref^2 + %s + u^2", U(KL_BIAS_SIGMAS), P2(KBIAS_FLOOR));
+        else
+            put(b, len, &off, " (float32 accumulation over long rows)");
     }
 }
+
+/* The reference against a golden: one float32 rounding of the value, plus float64 noise. */
+static const double KREF_ROUNDING = 0x1p-24, KREF_NOISE = 0x1p-32;
+static char kreference_why[200];
 
 struct kl_policy kl_policy_reference(bool exact)
 {
     if (exact) return kl_policy_for(KL_F32, true);
-    return (struct kl_policy){.rtol = 0x1p-24, .atol_frac = 0x1p-32, .rel_l2 = 0x1p-24 + 0x1p-32,
-                              .why = "the float64 reference against <f4 goldens: one float32 rounding "
-                                     "(2^-24 |ref|) plus float64 noise (2^-32 max abs(ref))"};
+    return (struct kl_policy){.rtol = KREF_ROUNDING, .atol_frac = KREF_NOISE, .rel_l2 = KREF_ROUNDING + KREF_NOISE,
+                              .why = kreference_why};
+}
+
+static void write_reference_text(void)
+{
+    size_t off = 0;
+    put(kreference_why, sizeof kreference_why, &off,
+        "the float64 reference against <f4 goldens: one float32 rounding (%s |ref|) plus float64 noise (%s max "
+        "abs(ref))",
+        P2(KREF_ROUNDING), P2(KREF_NOISE));
 }
 
 /* Attention (decode and prefill). What every fast kernel does, and so what a correct one may
@@ -170,19 +259,50 @@ struct kl_policy kl_policy_reference(bool exact)
  * implementation in the same low precision, FlashInfer uses about 1e-2 absolute for bf16; for
  * bf16 at A ~ 10 our element bound is about 0.006 max|v| and our rel_l2 limit u = 0.0039, tighter
  * than both on typical inputs and derived rather than tuned. */
-static double unit_roundoff(enum kl_dtype t)
-{
-    return t == KL_BF16 ? 0x1p-8 : t == KL_F16 ? 0x1p-11 : 0x1p-24;
-}
+/* What the rows catch: planted bugs, each judged by a module's CPU tests (the comment above lists them). */
+static const char kattention_catches[] =
+    "What the rows catch, each a planted bug judged on the golden cases by the module's CPU tests, which fail if "
+    "a named case lets it through: a missing sm_scale (out and lse), lse in log2 (lse), a wrong kv head (out, on "
+    "every case with two kv heads or more), a key too many or too few on the causal diagonal (out), a running "
+    "output never rescaled when a later key tile raises the max (out, on rows of several key tiles), no max "
+    "subtracted (NaN where a logit passes ~88; below that the output is right and nothing catches it). A tiled "
+    "causal mask whose skip test uses the tile's second row gives one row per tile one extra key at a single "
+    "offset of (kv_len - q_len) mod the tile size: lse catches it at every tile size on the case that holds "
+    "every offset, out at tiles of 32 and 64 keys but not 128, where the key's weight (~1/127) times |v - out| "
+    "stays inside u max|v|. The last key dropped moves a row by about sqrt(n)/n relative: out catches it where "
+    "the rows that lose it carry the output (decode, non-causal prefill: shown up to 1500 keys, estimated up to "
+    "n ~ 1/u^2, 65k in bf16) and on short rows, lse up to a couple of thousand keys; a key of negligible weight "
+    "(large logits) is not caught, nor does it matter. P.V accumulated in the input dtype (rounded every 16 "
+    "keys) drifts by about u sqrt(n/96): out catches it on rows of a few hundred keys and more, not below ~100 "
+    "keys, where it is no larger than a correct kernel's rounding of P. Logits rounded to the input dtype: lse "
+    "catches them on 16-bit cases of up to a few hundred keys, out only with large logits or at the margin on a "
+    "long row. rel_l2 spans the whole output, so short rows (outputs as large as v) dilute the error of long "
+    "rows beside them. For comparison, flash-attention's tests allow twice the error of a PyTorch implementation "
+    "in the same precision and FlashInfer about 1e-2 absolute in bf16; ours is derived from u and the reduction "
+    "lengths, and tighter on typical inputs.";
 
+/* The attention rows' constants, as the comment above derives them. */
+static const double KSCORE_SLACK = 8; /* e_p = (d + 8) 2^-24 A + 2^-22: the score's dot product, s - m, log2(e) */
+static const double KEXP2 = 0x1p-22;  /* ex2.approx's relative error */
+static const double KEP = 2;          /* e_p enters twice: the numerator's p and l's */
+static const double KSUMS = 2;        /* two float32 sums of n terms: the numerator and l */
+static const double KOUT_RTOL = 2;    /* 2 u_out |ref|: the output's rounding, and P's share of it */
+static const double KREL_FLOOR = 0x1p-21;
+static const double KLSE_SLACK = 5, KLSE_RTOL = 0x1p-23, KLSE_REL_L2 = 0x1p-12;
+
+/* The rel_l2 limit below adds KEP x KEXP2 (= 2^-21, from the typical e_p) to KREL_FLOOR; the
+ * guides' formula (the text below) shows KREL_FLOOR alone. Adding the term to the text changes
+ * every attention guide, so it is left for a change that regenerates them. */
 struct kl_policy kl_policy_attention_out(enum kl_dtype t, int64_t head_dim, int64_t max_kv_len, double logit_bound,
                                          double v_abs_max)
 {
-    const double u = unit_roundoff(t), d = (double)head_dim, n = (double)(max_kv_len > 0 ? max_kv_len : 1);
-    const double e_p = (d + 8) * 0x1p-24 * logit_bound + 0x1p-22;
-    const double e_typ = (sqrt(d) + 8) * 0x1p-24 * logit_bound + 0x1p-22;
-    const double atol = u + 2 * e_p + 2 * n * 0x1p-24 + (t == KL_F16 ? n * 0x1p-25 : 0);
-    return (struct kl_policy){.rtol = 2 * u, .atol_frac = atol, .rel_l2 = u + 2 * e_typ + 0x1p-21 + 2 * sqrt(n) * 0x1p-24,
+    const double u = row_of(t)->u, f32 = row_of(KL_F32)->u, d = (double)head_dim;
+    const double n = (double)(max_kv_len > 0 ? max_kv_len : 1);
+    const double e_p = (d + KSCORE_SLACK) * f32 * logit_bound + KEXP2;
+    const double e_typ = (sqrt(d) + KSCORE_SLACK) * f32 * logit_bound + KEXP2;
+    const double atol = u + KEP * e_p + KSUMS * n * f32 + (t == KL_F16 ? n * row_of(KL_F16)->half_subnormal : 0);
+    return (struct kl_policy){.rtol = KOUT_RTOL * u, .atol_frac = atol,
+                              .rel_l2 = u + KEP * e_typ + KREL_FLOOR + KSUMS * sqrt(n) * f32,
                               .why = "attention out: P rounded to the input dtype, float32 scores and sums "
                                      "(lab/core/compare.c derives it)",
                               .atol_scale = v_abs_max > 0 ? v_abs_max : 1};
@@ -190,43 +310,156 @@ struct kl_policy kl_policy_attention_out(enum kl_dtype t, int64_t head_dim, int6
 
 struct kl_policy kl_policy_attention_lse(int64_t head_dim, int64_t max_kv_len, double logit_bound)
 {
-    const double d = (double)head_dim, n = (double)(max_kv_len > 0 ? max_kv_len : 1);
-    return (struct kl_policy){.rtol = 0x1p-23, .atol_frac = (d + 5) * 0x1p-24 * logit_bound + n * 0x1p-24 + 0x1p-21,
-                              .rel_l2 = 0x1p-12,
+    const double f32 = row_of(KL_F32)->u, d = (double)head_dim, n = (double)(max_kv_len > 0 ? max_kv_len : 1);
+    return (struct kl_policy){.rtol = KLSE_RTOL, .atol_frac = (d + KLSE_SLACK) * f32 * logit_bound + n * f32 + KREL_FLOOR,
+                              .rel_l2 = KLSE_REL_L2,
                               .why = "attention lse: float32 scores, exp and log (lab/core/compare.c derives it)",
                               .atol_scale = 1};
 }
 
-const char kl_attention_tolerance_text[] =
-    "Attention outputs are not judged by the rows above. A fast kernel computes the scores in float32, rounds the "
-    "probabilities P to the input dtype (u_p: 2^-8 bf16, 2^-11 fp16; fp32 keeps P in float32) before P.V, and "
-    "accumulates in float32. With d = head_dim, n = keys attended and A = a bound on the logits' magnitude "
-    "(sm_scale x max||q|| x max||k||), a correct kernel differs from the float64 reference by at most "
-    "`2 u_out |ref| + (u_p + 2 e_p + 2 n 2^-24) max|v|` per element of `out`, where `e_p = (d + 8) 2^-24 A + 2^-22` "
-    "is the float32 error of a probability (fp16 adds `n 2^-25 max|v|` for probabilities below its smallest normal). "
-    "The absolute part scales with max|v|, not max|out|: an average of many values is much smaller than the values. "
-    "The whole output must also hold `rel_l2 <= max(u_p, u_out) + 2 (sqrt(d) + 8) 2^-24 A + 2^-21 + 2 sqrt(n) 2^-24`: "
-    "the typical, not the worst, error (independent roundings of P and of out give about 0.6 u together). `lse` "
-    "(natural log) may differ by `(d + 5) 2^-24 A + n 2^-24 + 2^-21 + 2^-23 |lse|`; its rel_l2 limit 2^-12 only "
-    "catches systematic errors. A float32 computation of that kernel passes every golden case and check problem.\n\n"
-    "What the rows catch, each a planted bug judged on the golden cases by the module's CPU tests, which fail if a "
-    "named case lets it through: a missing sm_scale (out and lse), lse in log2 (lse), a wrong kv head (out, on every "
-    "case with two kv heads or more), a key too many or too few on the causal diagonal (out), a running output never "
-    "rescaled when a later key tile raises the max (out, on rows of several key tiles), no max subtracted (NaN "
-    "where a logit passes ~88; below that the output is right and nothing catches it). A tiled causal mask "
-    "whose skip test uses the tile's second row gives one row per tile one extra key at a single offset of "
-    "(kv_len - q_len) mod the tile size: lse catches it at every tile size on the case that holds every offset, out "
-    "at tiles of 32 and 64 keys but not 128, where the key's weight (~1/127) times |v - out| stays inside u max|v|. "
-    "The last key dropped moves a row by about sqrt(n)/n relative: out catches it where the rows that lose it carry "
-    "the output (decode, non-causal prefill: shown up to 1500 keys, estimated up to n ~ 1/u^2, 65k in bf16) and on "
-    "short rows, lse up to a couple of thousand keys; a key of negligible weight (large logits) is not caught, nor "
-    "does it matter. P.V accumulated in the input dtype (rounded every 16 keys) drifts by about u sqrt(n/96): out "
-    "catches it on rows of a few hundred keys and more, not below ~100 keys, where it is no larger than a correct "
-    "kernel's rounding of P. Logits rounded to the input dtype: lse catches them on 16-bit cases of up to a few "
-    "hundred keys, out only with large logits or at the margin on a long row. rel_l2 spans the whole output, so short "
-    "rows (outputs as large as v) dilute the error of long rows beside them. For comparison, flash-attention's tests "
-    "allow twice the error of a PyTorch implementation in the same precision and FlashInfer about 1e-2 absolute in "
-    "bf16; ours is derived from u and the reduction lengths, and tighter on typical inputs.";
+char kl_attention_tolerance_text[4096];
+
+static void write_attention_text(void)
+{
+    char *b = kl_attention_tolerance_text;
+    const size_t len = sizeof kl_attention_tolerance_text;
+    const double f32 = row_of(KL_F32)->u;
+    size_t off = 0;
+    put(b, len, &off,
+        "Attention outputs are not judged by the rows above. A fast kernel computes the scores in float32, rounds the "
+        "probabilities P to the input dtype (u_p: %s bf16, %s fp16; fp32 keeps P in float32) before P.V, and "
+        "accumulates in float32. With d = head_dim, n = keys attended and A = a bound on the logits' magnitude "
+        "(sm_scale x max||q|| x max||k||), a correct kernel differs from the float64 reference by at most ",
+        P2(row_of(KL_BF16)->u), P2(row_of(KL_F16)->u));
+    put(b, len, &off,
+        "`%g u_out |ref| + (u_p + %g e_p + %g n %s) max|v|` per element of `out`, where `e_p = (d + %g) %s A + %s` "
+        "is the float32 error of a probability (fp16 adds `n %s max|v|` for probabilities below its smallest normal). "
+        "The absolute part scales with max|v|, not max|out|: an average of many values is much smaller than the values. ",
+        KOUT_RTOL, KEP, KSUMS, P2(f32), KSCORE_SLACK, P2(f32), P2(KEXP2), P2(row_of(KL_F16)->half_subnormal));
+    put(b, len, &off,
+        "The whole output must also hold `rel_l2 <= max(u_p, u_out) + %g (sqrt(d) + %g) %s A + %s + %g sqrt(n) %s`: "
+        "the typical, not the worst, error (independent roundings of P and of out give about 0.6 u together). `lse` "
+        "(natural log) may differ by `(d + %g) %s A + n %s + %s + %s |lse|`; its rel_l2 limit %s only "
+        "catches systematic errors. A float32 computation of that kernel passes every golden case and check problem.",
+        KEP, KSCORE_SLACK, P2(f32), P2(KREL_FLOOR), KSUMS, P2(f32), KLSE_SLACK, P2(f32), P2(f32), P2(KREL_FLOOR),
+        P2(KLSE_RTOL), P2(KLSE_REL_L2));
+    put(b, len, &off, "\n\n%s", kattention_catches);
+}
+
+/* ---- all-reduce: each element the sum of `world` addends exact in the dtype ---- */
+
+/* The rationale (the guide prints it) derives both checks: Higham's bound for recursive summation,
+ * with u' = u + 2^-23 for a 16-bit dtype (float32 first, then the dtype: two roundings), and a bias
+ * check of KL_BIAS_SIGMAS spreads. A golden's <f4 output carries its own rounding, KAR_GOLDEN. */
+static const double KAR_DOUBLE_ROUNDING = 0x1p-23, KAR_GOLDEN = 0x1p-24;
+
+static double ar_unit(enum kl_dtype t)
+{
+    const struct row *r = row_of(t);
+    return r->t == KL_F32 ? r->u : r->u + KAR_DOUBLE_ROUNDING;
+}
+
+int kl_allreduce_exact_bits(enum kl_dtype t) { return -ilogb(row_of(t)->u); }
+
+double kl_allreduce_bound(int world, enum kl_dtype t, double s, double golden_ref)
+{
+    const double k = world - 1, u = ar_unit(t), file = KAR_GOLDEN * golden_ref;
+    return world <= 1 ? file : k * u / (1 - k * u) * s + k * row_of(t)->half_subnormal + file;
+}
+
+double kl_allreduce_bias_limit(int world, enum kl_dtype t, bool golden, double s2r2, double sr, double ref2)
+{
+    /* w-1 roundings of at most u S_i each, and a golden file's own (2^-24 |ref| <= 2^-24 S_i). */
+    const double k = world - 1, u = ar_unit(t), file = golden ? KAR_GOLDEN : 0;
+    const double var = k * u * u + file * file; /* the squared ranges, per S_i |ref_i| */
+    return KL_BIAS_SIGMAS * sqrt(var * s2r2) / ref2 + var * sr / ref2;
+}
+
+char kl_allreduce_tolerance_text[4096];
+
+static void write_allreduce_text(void)
+{
+    char *b = kl_allreduce_tolerance_text;
+    const size_t len = sizeof kl_allreduce_tolerance_text;
+    const struct row *f16 = row_of(KL_F16), *bf16 = row_of(KL_BF16);
+    size_t off = 0;
+    put(b, len, &off,
+        "Element i of the output is the sum of world values x_r[i], each exact in the dtype; let S_i = sum_r |x_r[i]|. "
+        "A correct all-reduce makes world-1 additions. Whatever their order, and wherever it rounds, each addition's "
+        "result is rounded at most twice (to float32, then to the dtype) and no partial sum exceeds S_i, so "
+        "|out - ref| <= gamma_{w-1} S_i with gamma_k = k u' / (1 - k u') (Higham's bound for recursive summation), "
+        "u' = u + %s for fp16 and bf16 (u = %s, %s) and u' = %s for fp32, plus w-1 half-spacings of the "
+        "dtype's subnormals. ",
+        P2(KAR_DOUBLE_ROUNDING), P2(f16->u), P2(bf16->u), P2(ar_unit(KL_F32)));
+    put(b, len, &off,
+        "That bound holds for NCCL's ring, which rounds every partial sum to the dtype (the loosest "
+        "correct implementation), and our kernels sit far inside it (float32 sums, one rounding: about u |ref|). "
+        "Integer inputs whose sums stay within the dtype's exact integers (S_i <= 2^%d bf16, 2^%d fp16, 2^%d fp32) "
+        "leave nothing to round, so they are compared bit for bit, sign of zero included. Against a golden's stored "
+        "<f4 output the bound also allows that file's own rounding, %s |ref|. ",
+        kl_allreduce_exact_bits(KL_BF16), kl_allreduce_exact_bits(KL_F16), kl_allreduce_exact_bits(KL_F32),
+        P2(KAR_GOLDEN));
+    put(b, len, &off,
+        "That element bound grows with the world "
+        "faster than one rounding does, so from world 3 on it passes a sum rounded toward zero (an error of up to one "
+        "unit in the last place, always toward zero). A second check sees it: the least-squares scale of the error onto "
+        "the reference, bias = sum (out - ref) ref / sum ref^2, is about -0.65u for such a sum. A correct all-reduce's "
+        "w-1 roundings are zero-mean and each at most u' S_i, so by Hoeffding's inequality its |bias| stays below "
+        "%g u' sqrt((w-1) sum S_i^2 ref_i^2) / sum ref_i^2 (a false failure below %.1e per comparison), plus "
+        "(w-1) u'^2 sum S_i |ref_i| / sum ref_i^2 for round to nearest's own tiny mean (against a golden's <f4 file, "
+        "its rounding, %s |ref|, counts as one more). ",
+        KL_BIAS_SIGMAS, 2 * exp(-KL_BIAS_SIGMAS * KL_BIAS_SIGMAS / 2), P2(KAR_GOLDEN));
+    put(b, len, &off,
+        "With random inputs that limit is about 0.06u at world 2 and "
+        "0.27u at world 8 for 64k elements (it shrinks as 1/sqrt(n)), so a sum rounded toward zero fails at every "
+        "world size on the check catalogue's 64k + 3 random sums, and at world 2 on the goldens too (20000 sums; the "
+        "other worlds' random goldens are too small for it). It lets through accumulating in the dtype instead of "
+        "float32 (NCCL's way: legal, up to 7 roundings at world 8) and a summation order that differs between ranks "
+        "(each rank's result is in bounds; the ranks' outputs are compared bit for bit, which catches it from world 3 "
+        "up: with two ranks a + b = b + a). It catches a missing or doubled contribution (an error of about S_i / world "
+        "against %.1f%% of S_i at bf16 world 2), stale or unwritten (NaN-poisoned) elements, and a sum rounded toward "
+        "zero.",
+        100 * kl_allreduce_bound(2, KL_BF16, 1, 0));
+}
+
+/* ---- the story: the tiny decoder's logits against its float64 forward pass ---- */
+
+/* reference/story.c propagates the variance of every bf16 rounding to a sigma per logit; the
+ * end-to-end check (lab/story/test_story.c) allows
+ *   |gpu_i - ref_i| <= z c sigma_i  per logit, z = 6: the two-sided Gaussian tail 2e-9 per logit,
+ *                    so under 1e-4 for a run comparing ~2e4 logits;
+ *   ||gpu - ref|| <= 1.5 c ||sigma||  per step: the norm of 512 independent errors is within a few
+ *                    percent of its expectation, 1.5 leaves room;
+ * with c = 2 for what the independence assumption misses: one token's K/V rounding is reused by every
+ * later query of the request, so errors of neighbouring positions are correlated (the emulation test
+ * measures the real ratio, about 1 / 3 of the limit). Greedy tokens must agree wherever the float64
+ * top two logits are further apart than the sum of their two bounds. */
+#define KSTORY_Z 6.0
+#define KSTORY_C 2.0
+#define KSTORY_NORM 1.5
+const double kl_story_logit_sigmas = KSTORY_Z * KSTORY_C;
+const double kl_story_norm_ratio = KSTORY_NORM * KSTORY_C;
+
+char kl_story_tolerance_text[512];
+
+static void write_story_text(void)
+{
+    size_t off = 0;
+    put(kl_story_tolerance_text, sizeof kl_story_tolerance_text, &off,
+        "Each logit must be within %g sigma (a Gaussian tail of %g sigma, times %g for what the model leaves out) and "
+        "each step's error norm within %g times the predicted norm.",
+        kl_story_logit_sigmas, KSTORY_Z, KSTORY_C, kl_story_norm_ratio);
+}
+
+/* Every text above, written once before main (the KL_MODULE descriptors point at the arrays). */
+__attribute__((constructor)) static void write_texts(void)
+{
+    write_row_texts();
+    write_reference_text();
+    write_attention_text();
+    write_allreduce_text();
+    write_story_text();
+}
 
 static bool same_bits(double a, double b) { return memcmp(&a, &b, sizeof a) == 0; }
 

@@ -8,7 +8,10 @@
  *   where the policy has a bias_u (bf16 and fp16 rows): it sees a shift of every element by a
  *   fraction of a rounding, which the other two cannot.
  * The numbers come from one table per output dtype (compare.c, with the rationale next to each
- * row). NaN or Inf where the reference is finite always fails; that is how poisoned (never
+ * row). compare.c is the one home of every bound the lab judges by: the rows, the attention
+ * policies, the all-reduce bound and the story's end-to-end bound; each text a guide prints about a
+ * bound (a policy's `why`, the *_tolerance_text arrays) is written there from the same constants
+ * the check uses, before main. NaN or Inf where the reference is finite always fails; that is how poisoned (never
  * written) elements are caught. Exact policies (data movement) compare the bits of every value:
  * -0 is not +0, and NaNs must carry the same payload. The first ten mismatches are kept for
  * printing. */
@@ -57,8 +60,25 @@ struct kl_policy kl_policy_reference(bool exact);
 struct kl_policy kl_policy_attention_out(enum kl_dtype t, int64_t head_dim, int64_t max_kv_len, double logit_bound,
                                          double v_abs_max);
 struct kl_policy kl_policy_attention_lse(int64_t head_dim, int64_t max_kv_len, double logit_bound);
-/* The rationale of both rows, for the guides. */
-extern const char kl_attention_tolerance_text[]; /* an array: usable in static initializers (KL_MODULE) */
+/* The rationale of both rows, for the guides (arrays: usable in static initializers, KL_MODULE). */
+extern char kl_attention_tolerance_text[];
+
+/* All-reduce: element i the sum of `world` addends exact in dtype t, S_i = sum_r |x_r[i]|.
+ * The bound on |out - ref| for an element with S_i = s; golden_ref: |ref| when judged against a
+ * golden's <f4 value (its own rounding allowed), 0 against the float64 sum. */
+double kl_allreduce_bound(int world, enum kl_dtype t, double s, double golden_ref);
+/* The bias check's limit over a whole output: s2r2 = sum S_i^2 ref_i^2, sr = sum S_i |ref_i|,
+ * ref2 = sum ref_i^2; golden: judged against a golden's <f4 values. */
+double kl_allreduce_bias_limit(int world, enum kl_dtype t, bool golden, double s2r2, double sr, double ref2);
+/* Integer sums up to 2^bits are exact in t (8 bf16, 11 fp16, 24 fp32): compared bit for bit. */
+int kl_allreduce_exact_bits(enum kl_dtype t);
+extern char kl_allreduce_tolerance_text[];
+
+/* The story's end-to-end check (sigma per logit: reference/story.c): |gpu - ref| <= this x sigma
+ * per logit; ||gpu - ref|| <= kl_story_norm_ratio x ||sigma|| per step. */
+extern const double kl_story_logit_sigmas;
+extern const double kl_story_norm_ratio;
+extern char kl_story_tolerance_text[]; /* the guide's sentence */
 
 #define KL_MAX_REPORTED 10
 

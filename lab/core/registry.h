@@ -13,11 +13,13 @@
 #define KL_REGISTRY_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
 #include "compare.h"
 #include "golden.h"
+#include "tensor.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -73,6 +75,26 @@ void kl_outputs_policy(struct kl_outputs *o, int i, struct kl_policy p);
 /* Copies o->n elements of o->dtype from device memory into o->v (as doubles). */
 int kl_out_download(struct kl_out *o, const void *dev, struct kl_err *err);
 
+/* One device buffer of a kernel's params struct, as a module's `device` hook describes it for a
+ * problem: kl_tensor_upload allocates it, fills it and stores the pointer in its field. */
+enum kl_buf_init {
+    KL_BUF_NONE,   /* not allocated: the field stays NULL (an optional input the problem leaves out) */
+    KL_BUF_UPLOAD, /* `bytes` copied from `src` */
+    KL_BUF_FILL,   /* every byte set to `fill`: 0xFF poisons (NaN in every float type, so an element
+                    * the kernel never writes fails), 0 zeroes (a workspace's counters) */
+};
+struct kl_dev_buf {
+    enum kl_buf_init init;
+    size_t bytes;    /* allocated; a module asks for 16 where its kernels want a pointer even when empty */
+    const void *src; /* KL_BUF_UPLOAD */
+    int fill;        /* KL_BUF_FILL */
+};
+#define KL_MAX_BUFS 12
+/* Buffers as `device` hooks describe them. `nonempty`: 16 bytes where there would be none, for
+ * kernels that want a pointer even to an empty tensor. */
+struct kl_dev_buf kl_buf_tensor(const struct kl_tensor *t, bool nonempty); /* an upload of t */
+struct kl_dev_buf kl_buf_fill(size_t bytes, int byte, bool nonempty);
+
 /* A tensor module (everything but radix) supplies these; verify/check/tests are then generic. */
 struct kl_tensor_ops {
     /* Builds a problem from a golden case; `expected` gets the stored outputs. */
@@ -84,11 +106,59 @@ struct kl_tensor_ops {
     int (*reference)(const void *prob, struct kl_outputs *out, struct kl_err *err);
     /* Runs variant v on the GPU: uploads inputs, poisons outputs, launches, downloads. Returns 0,
      * -1 on failure (err says why), or 1 when v does not take this problem (a dtype or head_dim it
-     * leaves out: tensor-core attention takes fp16/bf16 only): a SKIP with err's reason. */
+     * leaves out: tensor-core attention takes fp16/bf16 only): a SKIP with err's reason. NULL:
+     * kl_tensor_run, from the device description below (a module whose variants run elsewhere,
+     * allreduce's rank groups, gives its own). */
     int (*run)(const struct kl_variant *v, const void *prob, struct kl_outputs *out,
                struct kl_err *err);
     void (*free)(void *prob);
+
+    /* The device side, described once; kl_tensor_upload/download/release/run do the work. */
+    size_t params_size;               /* sizeof the kernels' params struct */
+    int n_bufs;                       /* device pointers in it */
+    size_t buf_field[KL_MAX_BUFS];    /* offsetof each of them */
+    size_t out_field[KL_MAX_OUTPUTS]; /* offsetof the buffer output i is copied back from */
+    /* Sets params' scalars (params starts zeroed) and describes buffer i (the one at buf_field[i])
+     * for problem prob. */
+    void (*device)(const void *prob, void *params, struct kl_dev_buf *bufs);
+    /* Names, dtypes, sizes and policies of prob's outputs (as `reference` sets them). */
+    void (*outputs)(const void *prob, struct kl_outputs *o);
+    /* v's launcher on params and a stream (cudaStream_t; NULL the default): v->launch cast to the
+     * module's launcher type. Returns its cudaError_t. */
+    int (*launch)(const struct kl_variant *v, const void *params, void *stream);
+    /* A launch that returns cudaErrorNotSupported declines the problem: why, into err (then a
+     * SKIP). NULL: that is a failure like any other. */
+    void (*declined)(const struct kl_variant *v, const void *prob, struct kl_err *err);
 };
+
+/* Defines `const struct kl_tensor_ops name` for a module whose kernels take params_t and launch
+ * as launch_t (cast from v->launch: every module's (const params_t *, cudaStream_t)), with the
+ * hooks and fields given after them, e.g.
+ *     KL_TENSOR_OPS(kl_rmsnorm_ops, struct kl_rmsnorm_params, kl_rmsnorm_launch_fn, .load = load, ...);
+ * with buf_field and out_field given as offsetof(params_t, field). */
+#define KL_TENSOR_OPS(name, params_t, launch_t, ...)                                                \
+    static int name##_launch(const struct kl_variant *v, const void *params, void *stream)         \
+    {                                                                                              \
+        return (int)((launch_t)v->launch)((const params_t *)params, (cudaStream_t)stream);         \
+    }                                                                                              \
+    const struct kl_tensor_ops name = {.params_size = sizeof(params_t), .launch = name##_launch, __VA_ARGS__}
+
+/* The generic device side of a tensor module (lab/core/tensor_ops.c). */
+/* params zeroed, its scalars set, every buffer allocated and filled; on failure nothing stays
+ * allocated and err says which allocation failed. */
+int kl_tensor_upload(const struct kl_tensor_ops *ops, const void *prob, void *params, struct kl_err *err);
+/* prob's outputs (ops->outputs) copied back as doubles from their buffers. */
+int kl_tensor_download(const struct kl_tensor_ops *ops, const void *prob, const void *params,
+                       struct kl_outputs *o, struct kl_err *err);
+/* Frees every buffer of params and zeroes it. */
+void kl_tensor_release(const struct kl_tensor_ops *ops, void *params);
+/* Upload, launch on the default stream, synchronize, download, release: tensor ops' run when a
+ * module gives none. Returns as `run` does. */
+int kl_tensor_run(const struct kl_tensor_ops *ops, const struct kl_variant *v, const void *prob,
+                  struct kl_outputs *out, struct kl_err *err);
+/* ops->run if the module has one, else kl_tensor_run. */
+int kl_tensor_run_variant(const struct kl_tensor_ops *ops, const struct kl_variant *v, const void *prob,
+                          struct kl_outputs *out, struct kl_err *err);
 
 enum kl_status { KL_PASS, KL_FAIL, KL_SKIP };
 

@@ -26,7 +26,7 @@
 
 #include "lab/core/check.h"
 #include "lab/core/registry.h"
-#include "lab/kernlab.h"
+#include "lab/core/scaffold.h"
 #include "perf/bench.h"
 
 /* The name becomes a file name (NAME.cu, and NAME.cu.o in the build), part of C identifiers

@@ -612,7 +612,8 @@ static void *fake_load(const struct kl_case *c, struct kl_outputs *expected, str
     fake_fill(expected, 1, "out", "lse", true);
     return calloc(1, 8);
 }
-static const struct kl_tensor_ops kfake_ops = {fake_load, fake_make, fake_reference, fake_run, free};
+static const struct kl_tensor_ops kfake_ops = {.load = fake_load, .make = fake_make, .reference = fake_reference,
+                                              .run = fake_run, .free = free};
 KL_MODULE(zz_fake, .summary = "check test", .min_cc = 0, .tensor = &kfake_ops);
 KL_VARIANT(zz_fake, v0_cpu, no_launch, .min_cc = 0, .summary = "runs on the CPU");
 KL_VARIANT(zz_fake, v1_future, no_launch, .min_cc = 1000, .summary = "needs an sm_1000");
@@ -688,7 +689,8 @@ static void *long_load(const struct kl_case *c, struct kl_outputs *expected, str
     fake_fill(expected, 1, klong_a, klong_b, true);
     return calloc(1, 8);
 }
-static const struct kl_tensor_ops klong_ops = {long_load, fake_make, long_reference, fake_run, free};
+static const struct kl_tensor_ops klong_ops = {.load = long_load, .make = fake_make, .reference = long_reference,
+                                              .run = fake_run, .free = free};
 KL_MODULE(zz_long, .summary = "long names", .min_cc = 0, .tensor = &klong_ops);
 
 Test(core, a_verdicts_message_never_overflows_whatever_the_names)

@@ -21,6 +21,15 @@ const char *kl_test_skip_reason(const struct kl_variant *v)
     return NULL;
 }
 
+size_t kl_test_variant_indices(const char *module, bool mutants, int *idx, size_t cap)
+{
+    const int n = kl_variant_count(module, mutants);
+    size_t m = 0;
+    for (int i = 0; i < n && m < cap; i++)
+        if (kl_variant_at(module, i, mutants)->mutant == (int)mutants) idx[m++] = i;
+    return m;
+}
+
 static int by_name(const struct dirent **a, const struct dirent **b) { return strcmp((*a)->d_name, (*b)->d_name); }
 
 /* How one golden case is judged: through a variant (or the reference), or through a stand-in. */

@@ -1,4 +1,5 @@
-/* Helpers the module test suites share (no Criterion in here: the suites assert). */
+/* Helpers the module test suites share. The functions use no Criterion (the suites assert);
+ * KL_GPU_TESTS expands to Criterion tests in the file that states it. */
 #ifndef KL_TESTING_H
 #define KL_TESTING_H
 
@@ -32,5 +33,83 @@ int kl_test_stand_in_passes(const char *module, kl_stand_in_fn fn, const char *n
 double kl_test_round_toward_zero(enum kl_dtype t, double v);
 /* The seed for fresh random inputs: $KL_SEED if set (replay), else the clock; printed to log. */
 uint64_t kl_test_seed(FILE *log);
+
+/* Indices i of kl_variant_at(module, i, mutants) that are variants (mutants false) or mutants
+ * (true), at most cap: what variant tests are parameterized over (indices, not pointers: pointers
+ * as Criterion parameters crash its workers). Returns how many. */
+size_t kl_test_variant_indices(const char *module, bool mutants, int *idx, size_t cap);
+
+/* How the standard tests require a mutant to be flagged. */
+enum kl_flagged_by {
+    KL_FLAGGED_BY_EITHER, /* by the goldens, the catalogue or the module's extra check: their failures summed */
+    KL_FLAGGED_BY_EACH,   /* by the goldens and by the catalogue, each on its own (attention: the goldens
+                           * carry the tolerance's claims, and the catalogue's fixed edges must cover the
+                           * same classes whatever the seed draws) */
+};
+/* A module's own further way to flag a mutant: the problems v got wrong, a line each to log. */
+typedef int (*kl_flag_fn)(const struct kl_variant *v, FILE *log);
+
+/* The four standard GPU tests of tensor module `mod`, in Criterion suite `suite`; a test file
+ * states them once (after criterion/parameterized.h):
+ *   every_variant_matches_the_goldens
+ *   every_variant_matches_the_reference_on_fresh_inputs_and_edges  (the check catalogue, fresh seed)
+ *   every_mutant_is_flagged                                          (as `by` says; `extra`, or NULL,
+ *                                                                     adds to the sum of KL_FLAGGED_BY_EITHER)
+ *   there_are_at_least_<least_words>_mutants                         (asserts at least `least`)
+ * A variant this machine cannot run is a skip (kl_test_skip_reason). Also defines
+ * kl_test_variants(mutants), the parameters of the file's other tests over variants. */
+#define KL_GPU_TESTS(suite, mod, least_words, least, by, extra)                                                   \
+    static int kl_test_indices_[2][64];                                                                            \
+    static struct criterion_test_params kl_test_variants(bool mutants)                                             \
+    {                                                                                                               \
+        size_t n = kl_test_variant_indices(#mod, mutants, kl_test_indices_[mutants], 64);                          \
+        return cr_make_param_array(int, kl_test_indices_[mutants], n);                                              \
+    }                                                                                                               \
+                                                                                                                    \
+    ParameterizedTestParameters(suite, every_variant_matches_the_goldens) { return kl_test_variants(false); }      \
+    ParameterizedTest(int *i, suite, every_variant_matches_the_goldens)                                            \
+    {                                                                                                               \
+        const struct kl_variant *v = kl_variant_at(#mod, *i, false);                                               \
+        cr_log_info("variant %s", v->name);                                                                         \
+        if (kl_test_skip_reason(v)) cr_skip_test("%s: %s", v->name, kl_test_skip_reason(v));                      \
+        int failures = kl_test_goldens(#mod, v, stderr);                                                            \
+        cr_assert_eq(failures, 0, "%s: %d golden cases failed (lines above)", v->name, failures);                  \
+    }                                                                                                               \
+                                                                                                                    \
+    ParameterizedTestParameters(suite, every_variant_matches_the_reference_on_fresh_inputs_and_edges)              \
+    {                                                                                                               \
+        return kl_test_variants(false);                                                                             \
+    }                                                                                                               \
+    ParameterizedTest(int *i, suite, every_variant_matches_the_reference_on_fresh_inputs_and_edges)                \
+    {                                                                                                               \
+        const struct kl_variant *v = kl_variant_at(#mod, *i, false);                                               \
+        cr_log_info("variant %s", v->name);                                                                         \
+        if (kl_test_skip_reason(v)) cr_skip_test("%s: %s", v->name, kl_test_skip_reason(v));                      \
+        int failures = kl_check_module(kl_module_find(#mod), v, kl_test_seed(stderr), stderr);                     \
+        cr_assert_eq(failures, 0, "%s: %d problems failed (lines above)", v->name, failures);                      \
+    }                                                                                                               \
+                                                                                                                    \
+    ParameterizedTestParameters(suite, every_mutant_is_flagged) { return kl_test_variants(true); }                 \
+    ParameterizedTest(int *i, suite, every_mutant_is_flagged)                                                      \
+    {                                                                                                               \
+        const struct kl_variant *v = kl_variant_at(#mod, *i, true);                                                \
+        const kl_flag_fn extra_ = (extra);                                                                          \
+        cr_log_info("mutant %s", v->name);                                                                          \
+        if (kl_test_skip_reason(v)) cr_skip_test("%s: %s", v->name, kl_test_skip_reason(v));                       \
+        const int by_goldens = kl_test_goldens(#mod, v, stderr);                                                    \
+        const int by_catalogue = kl_check_module(kl_module_find(#mod), v, kl_test_seed(stderr), stderr);           \
+        if ((by) == KL_FLAGGED_BY_EACH) {                                                                           \
+            cr_expect_gt(by_goldens, 0, "mutant %s passed every golden case", v->name);                            \
+            cr_expect_gt(by_catalogue, 0, "mutant %s passed the whole check catalogue", v->name);                  \
+        } else {                                                                                                    \
+            const int flagged = by_goldens + by_catalogue + (extra_ ? extra_(v, stderr) : 0);                       \
+            cr_assert_gt(flagged, 0, "mutant %s passed every golden case and the whole check catalogue", v->name); \
+        }                                                                                                           \
+    }                                                                                                               \
+                                                                                                                    \
+    Test(suite, there_are_at_least_##least_words##_mutants)                                                        \
+    {                                                                                                               \
+        cr_assert_geq(kl_variant_count(#mod, true) - kl_variant_count(#mod, false), least);                        \
+    }
 
 #endif

@@ -97,7 +97,9 @@ void kl_verify_case(const struct kl_module *m, const struct kl_case *c, const st
     struct kl_err err = {{0}};
     struct kl_outputs want = {0}, got = {0};
     void *prob = m->tensor->load(c, &want, &err);
-    int rc = prob ? (v ? m->tensor->run(v, prob, &got, &err) : m->tensor->reference(prob, &got, &err)) : -1;
+    int rc = !prob ? -1
+             : v   ? kl_tensor_run_variant(m->tensor, v, prob, &got, &err)
+                   : m->tensor->reference(prob, &got, &err);
     if (rc > 0) { /* the variant does not handle this dtype or shape: said, not failed */
         out->status = KL_SKIP;
         out->rel_l2 = out->max_abs = NAN;
@@ -134,7 +136,7 @@ static int check_one(const struct kl_module *m, const struct kl_variant *v, uint
         struct kl_outputs ref = {0}, got = {0};
         struct kl_verdict vd = {0};
         int rc = m->tensor->reference(prob, &ref, &err);
-        if (!rc) rc = m->tensor->run(v, prob, &got, &err);
+        if (!rc) rc = kl_tensor_run_variant(m->tensor, v, prob, &got, &err);
         if (rc) {
             vd.status = rc > 0 ? KL_SKIP : KL_FAIL;
             vd.rel_l2 = vd.max_abs = NAN;

@@ -19,11 +19,9 @@ struct kl_index_problem *kl_index_problem_random(int64_t num_tokens, int64_t voc
                                                  int64_t vocab_start, enum kl_dtype dtype, int outside,
                                                  uint64_t seed);
 void kl_index_problem_free(struct kl_index_problem *p);
-/* Device copies: table and ids uploaded, out poisoned with 0xFF bytes. */
-int kl_index_upload(const struct kl_index_problem *p, struct kl_index_params *k, struct kl_err *err);
-int kl_index_download(const struct kl_index_problem *p, const struct kl_index_params *k, struct kl_outputs *o,
-                      struct kl_err *err);
-void kl_index_release(struct kl_index_params *k);
+/* The device side, for kl_tensor_upload/download/release (lab/core/registry.h) and the
+ * generic run: its buffers and outputs (module.c). */
+extern const struct kl_tensor_ops kl_index_ops;
 
 extern const struct kl_perf_ops kl_index_perf;
 

@@ -1,6 +1,7 @@
 /* The index lab module: golden-case loading, the check catalogue, running a variant. Tests,
  * `kernlab verify/check/bench` all come through here; the perf workloads are in perf.c. */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,8 +23,9 @@ static void free_problem(void *p) { kl_index_problem_free(p); }
 
 
 /* Data movement: the output is compared bit-exactly. */
-static void set_outputs(const struct kl_index_problem *p, struct kl_outputs *o)
+static void set_outputs(const void *prob, struct kl_outputs *o)
 {
+    const struct kl_index_problem *p = prob;
     kl_outputs_set(o, 0, "out", p->dtype, true, p->num_tokens * p->hidden);
 }
 
@@ -162,60 +164,32 @@ static int reference(const void *prob, struct kl_outputs *out, struct kl_err *er
     return 0;
 }
 
-int kl_index_upload(const struct kl_index_problem *p, struct kl_index_params *k, struct kl_err *err)
-{
-    memset(k, 0, sizeof *k);
-    void *table = NULL, *ids = NULL, *out = NULL;
-    size_t out_bytes = (size_t)(p->num_tokens * p->hidden) * kl_dtype_size(p->dtype);
-    if (kl_dev_alloc(&table, kl_nbytes(&p->table) ? kl_nbytes(&p->table) : 16) ||
-        kl_dev_alloc(&ids, kl_nbytes(&p->ids) ? kl_nbytes(&p->ids) : 16) ||
-        kl_dev_alloc(&out, out_bytes ? out_bytes : 16)) {
-        kl_dev_free(table), kl_dev_free(ids), kl_dev_free(out);
-        return kl_fail(err, "cudaMalloc failed (table %zu bytes, out %zu bytes)", kl_nbytes(&p->table), out_bytes);
-    }
-    kl_dev_upload(table, p->table.data, kl_nbytes(&p->table));
-    kl_dev_upload(ids, p->ids.data, kl_nbytes(&p->ids));
-    kl_dev_fill_bytes(out, 0xff, out_bytes);
-    *k = (struct kl_index_params){.table = table, .ids = ids, .out = out, .num_tokens = p->num_tokens,
-                                  .vocab = p->vocab, .hidden = p->hidden, .vocab_start = p->vocab_start,
-                                  .dtype = p->dtype};
-    return 0;
-}
-
-void kl_index_release(struct kl_index_params *k)
-{
-    kl_dev_free((void *)k->table), kl_dev_free((void *)k->ids), kl_dev_free(k->out);
-    memset(k, 0, sizeof *k);
-}
-
-int kl_index_download(const struct kl_index_problem *p, const struct kl_index_params *k, struct kl_outputs *o,
-                      struct kl_err *err)
-{
-    set_outputs(p, o);
-    return kl_out_download(&o->o[0], k->out, err);
-}
-
-static int run(const struct kl_variant *v, const void *prob, struct kl_outputs *out, struct kl_err *err)
+/* The device side (lab/core/tensor_ops.c does the work): table and ids uploaded, out poisoned with
+ * 0xFF bytes (NaN in every float type) so an unwritten element fails; 16 bytes where a tensor is
+ * empty, so no pointer is NULL. */
+static void device(const void *prob, void *params, struct kl_dev_buf *b)
 {
     const struct kl_index_problem *p = prob;
-    struct kl_index_params k;
-    if (kl_index_upload(p, &k, err)) return -1;
-    int rc = (int)((kl_index_launch_fn)v->launch)(&k, 0);
-    if (!rc) rc = kl_dev_sync();
-    int ret = rc ? kl_fail(err, "%s: launch failed: %s", v->name, kl_cuda_error_string(rc))
-                 : kl_index_download(p, &k, out, err);
-    kl_index_release(&k);
-    return ret;
+    const size_t out_bytes = (size_t)(p->num_tokens * p->hidden) * kl_dtype_size(p->dtype);
+    *(struct kl_index_params *)params = (struct kl_index_params){
+        .num_tokens = p->num_tokens, .vocab = p->vocab, .hidden = p->hidden, .vocab_start = p->vocab_start,
+        .dtype = p->dtype};
+    b[0] = kl_buf_tensor(&p->table, true), b[1] = kl_buf_tensor(&p->ids, true);
+    b[2] = kl_buf_fill(out_bytes, 0xff, true);
 }
 
-static const struct kl_tensor_ops ops = {load, make, reference, run, free_problem};
+#define B(field) offsetof(struct kl_index_params, field)
+KL_TENSOR_OPS(kl_index_ops, struct kl_index_params, kl_index_launch_fn, .load = load, .make = make,
+              .reference = reference, .free = free_problem, .n_bufs = 3, .buf_field = {B(table), B(ids), B(out)},
+              .out_field = {B(out)}, .device = device, .outputs = set_outputs);
+#undef B
 
 KL_MODULE(index, .summary = "embedding-row gather from a (sharded) vocabulary table", .min_cc = 70,
           .semantics = "out[t,:] = table[ids[t] - vocab_start, :] when the id falls inside this GPU's shard "
                        "[vocab_start, vocab_start + vocab), else a zero row (tensor-parallel vocabulary: the "
                        "all-reduce after the embedding sums the shards). The first kernel of every forward pass; "
                        "pure data movement, bit-exact: one id read and one row read and written per token.",
-          .tensor = &ops, .perf = &kl_index_perf,
+          .tensor = &kl_index_ops, .perf = &kl_index_perf,
           .exercises = "1. v4: a persistent grid (one block per SM slot, looping over tokens) that issues the next token's row loads before storing the current one. Compare v3_rows_stream's fraction above with its target: on a kernel of a few tens of microseconds, ramp-up and tail are a visible share, which a persistent loop removes. Predict the time first (the workload's bytes at the copy bandwidth), then measure with `build/kernlab bench index --variant <name> --workload prefill-8k --counters`.\n"
               "2. v4_pdl_one_trip gains from PDL only where another kernel precedes it on the stream; in a forward pass the embedding is often the first kernel, right after the host's copy of the ids. Add a workload that times it behind a cudaMemcpyAsync of the ids instead of behind itself, predict the time from torch's shape (two dependent trips and a store), and compare.\n"
               "3. Measure what the streaming hints buy: remove __stcs from v3 and compare the DRAM bytes / model ratio and the time.",

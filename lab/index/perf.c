@@ -121,7 +121,7 @@ static int check(const struct kl_variant *v, void *p, struct kl_cmp *out, struct
     struct state *s = p;
     const struct kl_index_problem *h = s->host;
     struct kl_outputs got = {0};
-    int rc = kl_index_download(h, &s->k[0], &got, err);
+    int rc = kl_tensor_download(&kl_index_ops, h, &s->k[0], &got, err);
     if (rc) return rc;
     const int64_t n = h->num_tokens, hidden = h->hidden;
     double *rows = malloc(sizeof(double) * (size_t)(n * hidden)), *want = malloc(sizeof(double) * (size_t)(n * hidden));

@@ -61,56 +61,7 @@ Test(index, the_check_catalogue_hits_both_ends_of_the_shard_and_ids_outside_it)
 
 /* ---- GPU ---- */
 
-static int indices[64];
-
-static struct criterion_test_params variants(bool mutants)
-{
-    int n = kl_variant_count("index", mutants), m = 0;
-    for (int i = 0; i < n; i++)
-        if (kl_variant_at("index", i, mutants)->mutant == (int)mutants) indices[m++] = i;
-    return cr_make_param_array(int, indices, (size_t)m);
-}
-
-ParameterizedTestParameters(index_gpu, every_variant_matches_the_goldens) { return variants(false); }
-
-ParameterizedTest(int *i, index_gpu, every_variant_matches_the_goldens)
-{
-    const struct kl_variant *v = kl_variant_at("index", *i, false);
-    cr_log_info("variant %s", v->name);
-    if (kl_test_skip_reason(v)) cr_skip_test("%s: %s", v->name, kl_test_skip_reason(v));
-    int failures = kl_test_goldens("index", v, stderr);
-    cr_assert_eq(failures, 0, "%s: %d golden cases failed (lines above)", v->name, failures);
-}
-
-ParameterizedTestParameters(index_gpu, every_variant_matches_the_reference_on_fresh_inputs_and_edges)
-{
-    return variants(false);
-}
-
-ParameterizedTest(int *i, index_gpu, every_variant_matches_the_reference_on_fresh_inputs_and_edges)
-{
-    const struct kl_variant *v = kl_variant_at("index", *i, false);
-    cr_log_info("variant %s", v->name);
-    if (kl_test_skip_reason(v)) cr_skip_test("%s: %s", v->name, kl_test_skip_reason(v));
-    int failures = kl_check_module(module(), v, kl_test_seed(stderr), stderr);
-    cr_assert_eq(failures, 0, "%s: %d problems failed (lines above)", v->name, failures);
-}
-
-ParameterizedTestParameters(index_gpu, every_mutant_is_flagged) { return variants(true); }
-
-ParameterizedTest(int *i, index_gpu, every_mutant_is_flagged)
-{
-    const struct kl_variant *v = kl_variant_at("index", *i, true);
-    cr_log_info("mutant %s", v->name);
-    if (kl_test_skip_reason(v)) cr_skip_test("%s: %s", v->name, kl_test_skip_reason(v));
-    int flagged = kl_test_goldens("index", v, stderr) + kl_check_module(module(), v, kl_test_seed(stderr), stderr);
-    cr_assert_gt(flagged, 0, "mutant %s passed every golden case and the whole check catalogue", v->name);
-}
-
-Test(index_gpu, there_are_at_least_three_mutants)
-{
-    cr_assert_geq(kl_variant_count("index", true) - kl_variant_count("index", false), 3);
-}
+KL_GPU_TESTS(index_gpu, index, three, 3, KL_FLAGGED_BY_EITHER, NULL)
 
 Test(index_gpu, launchers_reject_bad_shapes_without_launching)
 {

@@ -1,6 +1,7 @@
 /* The rmsnorm lab module: golden-case loading, the check catalogue, running a variant, and
  * (further down) the perf workloads. Tests, `kernlab verify/check/bench` all come through here. */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,8 +23,9 @@ void kl_rmsnorm_problem_free(struct kl_rmsnorm_problem *p)
 static void free_problem(void *p) { kl_rmsnorm_problem_free(p); }
 
 
-static void set_outputs(const struct kl_rmsnorm_problem *p, struct kl_outputs *o)
+static void set_outputs(const void *prob, struct kl_outputs *o)
 {
+    const struct kl_rmsnorm_problem *p = prob;
     int64_t n = p->num_tokens * p->hidden;
     kl_outputs_set(o, 0, "out", p->dtype, false, n);
     if (p->has_residual) kl_outputs_set(o, 1, "residual_out", p->dtype, false, n);
@@ -175,69 +177,33 @@ static int reference(const void *prob, struct kl_outputs *out, struct kl_err *er
     return 0;
 }
 
-/* Device copies of one problem: inputs uploaded, outputs poisoned with 0xFF bytes (NaN in
- * every float type), so an element the kernel never writes fails the comparison. */
-int kl_rmsnorm_upload(const struct kl_rmsnorm_problem *p, struct kl_rmsnorm_params *k, struct kl_err *err)
-{
-    memset(k, 0, sizeof *k);
-    size_t bytes = kl_nbytes(&p->x);
-    void *bufs[5] = {0};
-    int n = p->has_residual ? 5 : 3;
-    size_t sizes[5] = {bytes, kl_nbytes(&p->weight), bytes, bytes, bytes};
-    for (int i = 0; i < n; i++)
-        if (kl_dev_alloc(&bufs[i], sizes[i])) {
-            for (int j = 0; j < i; j++) kl_dev_free(bufs[j]);
-            return kl_fail(err, "cudaMalloc of %zu bytes failed", sizes[i]);
-        }
-    kl_dev_upload(bufs[0], p->x.data, bytes);
-    kl_dev_upload(bufs[1], p->weight.data, sizes[1]);
-    kl_dev_fill_bytes(bufs[2], 0xff, bytes);
-    if (p->has_residual) {
-        kl_dev_upload(bufs[3], p->residual.data, bytes);
-        kl_dev_fill_bytes(bufs[4], 0xff, bytes);
-    }
-    *k = (struct kl_rmsnorm_params){.x = bufs[0], .weight = bufs[1], .out = bufs[2], .residual = bufs[3],
-                                    .residual_out = bufs[4], .num_tokens = p->num_tokens, .hidden = p->hidden,
-                                    .eps = (float)p->eps, .dtype = p->dtype};
-    return 0;
-}
-
-void kl_rmsnorm_release(struct kl_rmsnorm_params *k)
-{
-    kl_dev_free((void *)k->x), kl_dev_free((void *)k->weight), kl_dev_free(k->out);
-    if (k->residual) kl_dev_free((void *)k->residual), kl_dev_free(k->residual_out);
-}
-
-/* Downloads out (and residual_out) as doubles into o. */
-int kl_rmsnorm_download(const struct kl_rmsnorm_problem *p, const struct kl_rmsnorm_params *k,
-                        struct kl_outputs *o, struct kl_err *err)
-{
-    set_outputs(p, o);
-    if (kl_out_download(&o->o[0], k->out, err)) return -1;
-    return p->has_residual ? kl_out_download(&o->o[1], k->residual_out, err) : 0;
-}
-
-static int run(const struct kl_variant *v, const void *prob, struct kl_outputs *out, struct kl_err *err)
+/* The device side (lab/core/tensor_ops.c does the work): inputs uploaded, outputs poisoned with
+ * 0xFF bytes (NaN in every float type), so an element the kernel never writes fails the comparison;
+ * the residual pair only for the fused form (NULL selects plain RMSNorm). */
+static void device(const void *prob, void *params, struct kl_dev_buf *b)
 {
     const struct kl_rmsnorm_problem *p = prob;
-    struct kl_rmsnorm_params k;
-    if (kl_rmsnorm_upload(p, &k, err)) return -1;
-    int rc = (int)((kl_rmsnorm_launch_fn)v->launch)(&k, 0);
-    if (!rc) rc = kl_dev_sync();
-    int ret = rc ? kl_fail(err, "%s: launch failed: %s", v->name, kl_cuda_error_string(rc))
-                 : kl_rmsnorm_download(p, &k, out, err);
-    kl_rmsnorm_release(&k);
-    return ret;
+    struct kl_rmsnorm_params *k = params;
+    *k = (struct kl_rmsnorm_params){.num_tokens = p->num_tokens, .hidden = p->hidden, .eps = (float)p->eps,
+                                    .dtype = p->dtype};
+    b[0] = kl_buf_tensor(&p->x, false), b[1] = kl_buf_tensor(&p->weight, false);
+    b[2] = kl_buf_fill(kl_nbytes(&p->x), 0xff, false);
+    if (p->has_residual) b[3] = kl_buf_tensor(&p->residual, false), b[4] = kl_buf_fill(kl_nbytes(&p->x), 0xff, false);
 }
 
-static const struct kl_tensor_ops ops = {load, make, reference, run, free_problem};
+#define B(field) offsetof(struct kl_rmsnorm_params, field)
+KL_TENSOR_OPS(kl_rmsnorm_ops, struct kl_rmsnorm_params, kl_rmsnorm_launch_fn, .load = load, .make = make,
+              .reference = reference, .free = free_problem, .n_bufs = 5,
+              .buf_field = {B(x), B(weight), B(out), B(residual), B(residual_out)},
+              .out_field = {B(out), B(residual_out)}, .device = device, .outputs = set_outputs);
+#undef B
 
 KL_MODULE(rmsnorm, .summary = "RMSNorm and fused residual add + RMSNorm", .min_cc = 70,
           .semantics = "out[t,i] = x[t,i] / sqrt(mean_j x[t,j]^2 + eps) * weight[i]. Fused form: residual_out = "
                        "x + residual, then out = rmsnorm(residual_out) * weight, both written by one kernel. "
                        "Every transformer layer runs it twice (before attention and before the MLP); it is "
                        "memory-bound: 2 bytes read and 2 written per bf16 element, ~4 FLOPs per element.",
-          .tensor = &ops, .perf = &kl_rmsnorm_perf,
+          .tensor = &kl_rmsnorm_ops, .perf = &kl_rmsnorm_perf,
           .exercises =
               "1. v4_persistent: launch one block per SM slot and loop over rows, issuing the next row's loads before "
               "the current row's reduction, so the two barriers of block_sum overlap with DRAM traffic. It should "

@@ -44,7 +44,7 @@ static void teardown(void *p)
     struct state *s = p;
     if (!s) return;
     for (int i = 0; i < s->sets; i++)
-        if (s->k[i].x) kl_rmsnorm_release(&s->k[i]);
+        if (s->k[i].x) kl_tensor_release(&kl_rmsnorm_ops, &s->k[i]);
     kl_rmsnorm_problem_free(s->host);
     free(s->k);
     free(s);
@@ -60,7 +60,7 @@ static void *setup(const struct kl_workload *w, int sets, uint64_t seed, struct 
     /* Every set holds the same values at different addresses: as cold for the L2 as fresh
      * data, and one host upload instead of `sets`. */
     for (int i = 0; i < sets; i++)
-        if (kl_rmsnorm_upload(s->host, &s->k[i], err)) {
+        if (kl_tensor_upload(&kl_rmsnorm_ops, s->host, &s->k[i], err)) {
             teardown(s);
             return NULL;
         }
@@ -87,7 +87,7 @@ static int check(const struct kl_variant *v, void *p, struct kl_cmp *out, struct
     struct state *s = p;
     const struct kl_tensor_ops *ops = kl_module_find("rmsnorm")->tensor;
     struct kl_outputs got = {0}, want = {0};
-    int rc = kl_rmsnorm_download(s->host, &s->k[0], &got, err);
+    int rc = kl_tensor_download(&kl_rmsnorm_ops, s->host, &s->k[0], &got, err);
     if (!rc) rc = ops->reference(s->host, &want, err);
     for (int i = 0; !rc && i < want.count; i++) {
         struct kl_cmp c;

@@ -21,10 +21,9 @@ struct kl_rmsnorm_problem {
 struct kl_rmsnorm_problem *kl_rmsnorm_problem_random(int64_t num_tokens, int64_t hidden, enum kl_dtype dtype,
                                                      bool residual, double scale, double eps, uint64_t seed);
 void kl_rmsnorm_problem_free(struct kl_rmsnorm_problem *p);
-int kl_rmsnorm_upload(const struct kl_rmsnorm_problem *p, struct kl_rmsnorm_params *k, struct kl_err *err);
-int kl_rmsnorm_download(const struct kl_rmsnorm_problem *p, const struct kl_rmsnorm_params *k,
-                        struct kl_outputs *o, struct kl_err *err);
-void kl_rmsnorm_release(struct kl_rmsnorm_params *k);
+/* The device side, for kl_tensor_upload/download/release (lab/core/registry.h) and the
+ * generic run: its buffers and outputs (module.c). */
+extern const struct kl_tensor_ops kl_rmsnorm_ops;
 
 extern const struct kl_perf_ops kl_rmsnorm_perf;
 

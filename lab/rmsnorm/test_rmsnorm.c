@@ -246,39 +246,10 @@ Test(rmsnorm, the_element_bound_catches_a_wrong_value_and_a_poisoned_element)
 
 /* ---- GPU ---- */
 
-static int indices[64];
+static int producer_order_failures(const struct kl_variant *v, FILE *log);
 
-ParameterizedTestParameters(rmsnorm_gpu, every_variant_matches_the_goldens)
-{
-    int n = kl_variant_count("rmsnorm", false);
-    for (int i = 0; i < n; i++) indices[i] = i;
-    return cr_make_param_array(int, indices, (size_t)n);
-}
-
-ParameterizedTest(int *i, rmsnorm_gpu, every_variant_matches_the_goldens)
-{
-    const struct kl_variant *v = kl_variant_at("rmsnorm", *i, false);
-    cr_log_info("variant %s", v->name);
-    if (kl_test_skip_reason(v)) cr_skip_test("%s: %s", v->name, kl_test_skip_reason(v));
-    int failures = kl_test_goldens("rmsnorm", v, stderr);
-    cr_assert_eq(failures, 0, "%s: %d golden cases failed (lines above)", v->name, failures);
-}
-
-ParameterizedTestParameters(rmsnorm_gpu, every_variant_matches_the_reference_on_fresh_inputs_and_edges)
-{
-    int n = kl_variant_count("rmsnorm", false);
-    for (int i = 0; i < n; i++) indices[i] = i;
-    return cr_make_param_array(int, indices, (size_t)n);
-}
-
-ParameterizedTest(int *i, rmsnorm_gpu, every_variant_matches_the_reference_on_fresh_inputs_and_edges)
-{
-    const struct kl_variant *v = kl_variant_at("rmsnorm", *i, false);
-    cr_log_info("variant %s", v->name);
-    if (kl_test_skip_reason(v)) cr_skip_test("%s: %s", v->name, kl_test_skip_reason(v));
-    int failures = kl_check_module(module(), v, kl_test_seed(stderr), stderr);
-    cr_assert_eq(failures, 0, "%s: %d problems failed (lines above)", v->name, failures);
-}
+/* A mutant is flagged by the goldens, the catalogue or a late producer (the PDL mutants). */
+KL_GPU_TESTS(rmsnorm_gpu, rmsnorm, three, 7, KL_FLAGGED_BY_EITHER, producer_order_failures)
 
 /* A variant after a kernel that writes its input late (lab/rmsnorm/mutants_pdl.cu): x poisoned,
  * the producer copies the real x in after a spin, the variant launched right behind it on the
@@ -296,7 +267,7 @@ static int producer_order_failures(const struct kl_variant *v, FILE *log)
         void *src = NULL;
         cudaStream_t stream = NULL;
         const size_t bytes = kl_nbytes(&p->x);
-        if (kl_rmsnorm_upload(p, &k, &err) == 0) {
+        if (kl_tensor_upload(&kl_rmsnorm_ops, p, &k, &err) == 0) {
             /* x's real values go to src; x itself holds NaN until the producer copies them in. */
             const bool ready = !kl_dev_alloc(&src, bytes) && !kl_dev_upload(src, p->x.data, bytes) &&
                                !kl_dev_fill_bytes((void *)k.x, 0xff, bytes) && !kl_dev_sync();
@@ -305,12 +276,13 @@ static int producer_order_failures(const struct kl_variant *v, FILE *log)
             if (!rc) rc = (int)((kl_rmsnorm_launch_fn)v->launch)(&k, stream);
             if (!rc) rc = (int)cudaStreamSynchronize(stream);
             if (rc) snprintf(vd.why, sizeof vd.why, "%s", ready ? kl_cuda_error_string(rc) : "device set-up failed");
-            else if (kl_rmsnorm_download(p, &k, &got, &err) == 0 && module()->tensor->reference(p, &want, &err) == 0)
+            else if (kl_tensor_download(&kl_rmsnorm_ops, p, &k, &got, &err) == 0 &&
+                     module()->tensor->reference(p, &want, &err) == 0)
                 kl_compare_outputs(&got, &want, false, &vd);
             else snprintf(vd.why, sizeof vd.why, "%s", err.msg);
             if (stream) cudaStreamDestroy(stream);
             kl_dev_free(src);
-            kl_rmsnorm_release(&k);
+            kl_tensor_release(&kl_rmsnorm_ops, &k);
         } else {
             snprintf(vd.why, sizeof vd.why, "%s", err.msg);
         }
@@ -325,9 +297,7 @@ static int producer_order_failures(const struct kl_variant *v, FILE *log)
 
 ParameterizedTestParameters(rmsnorm_gpu, every_variant_reads_its_input_only_after_its_producer_wrote_it)
 {
-    int n = kl_variant_count("rmsnorm", false);
-    for (int i = 0; i < n; i++) indices[i] = i;
-    return cr_make_param_array(int, indices, (size_t)n);
+    return kl_test_variants(false);
 }
 
 ParameterizedTest(int *i, rmsnorm_gpu, every_variant_reads_its_input_only_after_its_producer_wrote_it)
@@ -345,30 +315,6 @@ Test(rmsnorm_gpu, a_consumer_reading_before_griddepcontrol_wait_is_caught)
     cr_assert(v, "the PDL mutant is not linked");
     if (kl_test_skip_reason(v)) cr_skip_test("%s: %s", v->name, kl_test_skip_reason(v));
     cr_assert_gt(producer_order_failures(v, stderr), 0, "x read before the wait, and the output was still right");
-}
-
-/* Mutants are the variants that only the test binary links: indices past the real ones. */
-ParameterizedTestParameters(rmsnorm_gpu, every_mutant_is_flagged)
-{
-    int n = kl_variant_count("rmsnorm", true), m = 0;
-    for (int i = 0; i < n; i++)
-        if (kl_variant_at("rmsnorm", i, true)->mutant) indices[m++] = i;
-    return cr_make_param_array(int, indices, (size_t)m);
-}
-
-ParameterizedTest(int *i, rmsnorm_gpu, every_mutant_is_flagged)
-{
-    const struct kl_variant *v = kl_variant_at("rmsnorm", *i, true);
-    cr_log_info("mutant %s", v->name);
-    if (kl_test_skip_reason(v)) cr_skip_test("%s: %s", v->name, kl_test_skip_reason(v));
-    int flagged = kl_test_goldens("rmsnorm", v, stderr) + kl_check_module(module(), v, kl_test_seed(stderr), stderr) +
-                  producer_order_failures(v, stderr);
-    cr_assert_gt(flagged, 0, "mutant %s passed every golden case and the whole check catalogue", v->name);
-}
-
-Test(rmsnorm_gpu, there_are_at_least_three_mutants)
-{
-    cr_assert_geq(kl_variant_count("rmsnorm", true) - kl_variant_count("rmsnorm", false), 7);
 }
 
 Test(rmsnorm_gpu, launchers_reject_bad_shapes_without_launching)

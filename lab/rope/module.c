@@ -1,6 +1,7 @@
 /* The rope lab module: golden-case loading, the check catalogue, running a variant. Tests,
  * `kernlab verify/check/bench` all come through here; the perf workloads are in perf.c. */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,8 +21,9 @@ void kl_rope_problem_free(struct kl_rope_problem *p)
 static void free_problem(void *p) { kl_rope_problem_free(p); }
 
 
-static void set_outputs(const struct kl_rope_problem *p, struct kl_outputs *o)
+static void set_outputs(const void *prob, struct kl_outputs *o)
 {
+    const struct kl_rope_problem *p = prob;
     kl_outputs_set(o, 0, "q_out", p->dtype, false, kl_numel(&p->q));
     kl_outputs_set(o, 1, "k_out", p->dtype, false, kl_numel(&p->k));
 }
@@ -200,54 +202,24 @@ static int reference(const void *prob, struct kl_outputs *out, struct kl_err *er
     return 0;
 }
 
-int kl_rope_upload(const struct kl_rope_problem *p, struct kl_rope_params *k, struct kl_err *err)
-{
-    memset(k, 0, sizeof *k);
-    const struct kl_tensor *src[4] = {&p->q, &p->k, &p->positions, &p->cos_sin_cache};
-    void *buf[4] = {0};
-    for (int i = 0; i < 4; i++) {
-        size_t n = kl_nbytes(src[i]);
-        if (kl_dev_alloc(&buf[i], n ? n : 16)) {
-            for (int j = 0; j < i; j++) kl_dev_free(buf[j]);
-            return kl_fail(err, "cudaMalloc of %zu bytes failed", n);
-        }
-        kl_dev_upload(buf[i], src[i]->data, n);
-    }
-    *k = (struct kl_rope_params){.q = buf[0], .k = buf[1], .positions = buf[2], .cos_sin_cache = buf[3],
-                                 .num_tokens = p->num_tokens, .num_q_heads = p->num_q_heads,
-                                 .num_kv_heads = p->num_kv_heads, .head_dim = p->head_dim,
-                                 .rotary_dim = p->rotary_dim, .max_pos = p->max_pos, .is_neox = p->is_neox,
-                                 .dtype = p->dtype};
-    return 0;
-}
-
-void kl_rope_release(struct kl_rope_params *k)
-{
-    kl_dev_free(k->q), kl_dev_free(k->k), kl_dev_free((void *)k->positions), kl_dev_free((void *)k->cos_sin_cache);
-    memset(k, 0, sizeof *k);
-}
-
-int kl_rope_download(const struct kl_rope_problem *p, const struct kl_rope_params *k, struct kl_outputs *o,
-                     struct kl_err *err)
-{
-    set_outputs(p, o);
-    return kl_out_download(&o->o[0], k->q, err) || kl_out_download(&o->o[1], k->k, err) ? -1 : 0;
-}
-
-static int run(const struct kl_variant *v, const void *prob, struct kl_outputs *out, struct kl_err *err)
+/* The device side (lab/core/tensor_ops.c does the work): everything uploaded, q and k rotated in
+ * place (nothing to poison); 16 bytes where a tensor is empty. */
+static void device(const void *prob, void *params, struct kl_dev_buf *b)
 {
     const struct kl_rope_problem *p = prob;
-    struct kl_rope_params k;
-    if (kl_rope_upload(p, &k, err)) return -1;
-    int rc = (int)((kl_rope_launch_fn)v->launch)(&k, 0);
-    if (!rc) rc = kl_dev_sync();
-    int ret = rc ? kl_fail(err, "%s: launch failed: %s", v->name, kl_cuda_error_string(rc))
-                 : kl_rope_download(p, &k, out, err);
-    kl_rope_release(&k);
-    return ret;
+    *(struct kl_rope_params *)params = (struct kl_rope_params){
+        .num_tokens = p->num_tokens, .num_q_heads = p->num_q_heads, .num_kv_heads = p->num_kv_heads,
+        .head_dim = p->head_dim, .rotary_dim = p->rotary_dim, .max_pos = p->max_pos, .is_neox = p->is_neox,
+        .dtype = p->dtype};
+    const struct kl_tensor *src[4] = {&p->q, &p->k, &p->positions, &p->cos_sin_cache};
+    for (int i = 0; i < 4; i++) b[i] = kl_buf_tensor(src[i], true);
 }
 
-static const struct kl_tensor_ops ops = {load, make, reference, run, free_problem};
+#define B(field) offsetof(struct kl_rope_params, field)
+KL_TENSOR_OPS(kl_rope_ops, struct kl_rope_params, kl_rope_launch_fn, .load = load, .make = make, .reference = reference,
+              .free = free_problem, .n_bufs = 4, .buf_field = {B(q), B(k), B(positions), B(cos_sin_cache)},
+              .out_field = {B(q), B(k)}, .device = device, .outputs = set_outputs);
+#undef B
 
 KL_MODULE(rope, .summary = "rotary position embedding, in place on Q and K (neox or interleaved, partial)",
           .min_cc = 70, .in_place = "q, k",
@@ -256,7 +228,7 @@ KL_MODULE(rope, .summary = "rotary position embedding, in place on Q and K (neox
                        "pairs dims i and i + rotary_dim/2, interleaved (GPT-J) pairs 2i and 2i+1; dims past "
                        "rotary_dim are untouched. Runs once per layer per step between the QKV GEMM and the KV "
                        "store; memory-bound: q and k read and written once, one cache row read per distinct position.",
-          .tensor = &ops, .perf = &kl_rope_perf,
+          .tensor = &kl_rope_ops, .perf = &kl_rope_perf,
           .exercises = "1. v3_regs_cos_sin holds 4 heads of q/k plus cos/sin in registers, v4_prefetch_cos_sin 2 heads and the next token's cos/sin: compare their registers, local memory and achieved occupancy in the execution models and tables above, then try v4 with kItems = 4 and predict, before measuring, whether the extra bytes in flight pay for the registers.\n"
               "2. Positions are random: cos/sin rows are gathered once per token. Sort tokens by position in the workload and measure whether L2 reuse of cos/sin rows changes the DRAM bytes / model ratio.\n"
               "3. v5_pdl_one_trip loads the position and its cos/sin row before its PDL wait. Move both after the wait and the decode-64 time should grow by two dependent DRAM trips; measure it, then compare with the same-size copy column.");

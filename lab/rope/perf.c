@@ -76,7 +76,7 @@ static void teardown(void *q)
     struct state *s = q;
     if (!s) return;
     for (int i = 1; i < s->sets; i++) kl_dev_free(s->p[i].q), kl_dev_free(s->p[i].k);
-    if (s->p && s->p[0].q) kl_rope_release(&s->p[0]); /* set 0 owns positions and the cache */
+    if (s->p && s->p[0].q) kl_tensor_release(&kl_rope_ops, &s->p[0]); /* set 0 owns positions and the cache */
     kl_dev_free(s->q0), kl_dev_free(s->k0);
     kl_rope_problem_free(s->host);
     free(s->p);
@@ -98,7 +98,7 @@ static void *setup(const struct kl_workload *w, int sets, uint64_t seed, struct 
     kl_tensor_alloc(&h->cos_sin_cache, KL_F32, 2, (int64_t[]){h->max_pos, h->rotary_dim});
     kl_rope_cos_sin_cache(h->cos_sin_cache.data, h->max_pos, h->rotary_dim, KL_ROPE_BASE);
     positions_of(w, h->positions.data);
-    if (kl_rope_upload(h, &s->p[0], err)) {
+    if (kl_tensor_upload(&kl_rope_ops, h, &s->p[0], err)) {
         teardown(s);
         return NULL;
     }
@@ -144,7 +144,7 @@ static int check(const struct kl_variant *v, void *q, struct kl_cmp *out, struct
     struct state *s = q;
     const struct kl_rope_problem *h = s->host;
     struct kl_outputs got = {0}, want = {0};
-    int rc = kl_rope_download(h, &s->p[0], &got, err);
+    int rc = kl_tensor_download(&kl_rope_ops, h, &s->p[0], &got, err);
     if (!rc) {
         kl_rope_expected(h, &want);
         for (int i = 0; i < want.count; i++) {

@@ -25,11 +25,9 @@ struct kl_rope_problem *kl_rope_problem_random(int64_t num_tokens, int64_t num_q
                                                int64_t head_dim, int64_t rotary_dim, int64_t max_pos, bool is_neox,
                                                enum kl_dtype dtype, uint64_t seed);
 void kl_rope_problem_free(struct kl_rope_problem *p);
-/* Device copies of every input (q and k are rotated in place: each upload is a fresh start). */
-int kl_rope_upload(const struct kl_rope_problem *p, struct kl_rope_params *k, struct kl_err *err);
-int kl_rope_download(const struct kl_rope_problem *p, const struct kl_rope_params *k, struct kl_outputs *o,
-                     struct kl_err *err);
-void kl_rope_release(struct kl_rope_params *k);
+/* The device side, for kl_tensor_upload/download/release (lab/core/registry.h) and the
+ * generic run: its buffers and outputs (module.c). */
+extern const struct kl_tensor_ops kl_rope_ops;
 /* The reference outputs q_out, k_out of p. */
 void kl_rope_expected(const struct kl_rope_problem *p, struct kl_outputs *o);
 

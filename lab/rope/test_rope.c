@@ -12,8 +12,6 @@
 #include "lab/rope/rope_module.h"
 #include "reference/rope.h"
 
-static const struct kl_module *module(void) { return kl_module_find("rope"); }
-
 Test(rope, reference_matches_every_golden_case)
 {
     int failures = kl_test_goldens("rope", NULL, stderr);
@@ -130,56 +128,7 @@ Test(rope, a_rotation_the_wrong_way_fails_every_golden)
     cr_assert_eq(kl_test_goldens_with("rope", sin_sign_flipped, "sin_sign_flipped", false, stderr), cases);
 }
 
-static int indices[64];
-
-static struct criterion_test_params variants(bool mutants)
-{
-    int n = kl_variant_count("rope", mutants), m = 0;
-    for (int i = 0; i < n; i++)
-        if (kl_variant_at("rope", i, mutants)->mutant == (int)mutants) indices[m++] = i;
-    return cr_make_param_array(int, indices, (size_t)m);
-}
-
-ParameterizedTestParameters(rope_gpu, every_variant_matches_the_goldens) { return variants(false); }
-
-ParameterizedTest(int *i, rope_gpu, every_variant_matches_the_goldens)
-{
-    const struct kl_variant *v = kl_variant_at("rope", *i, false);
-    cr_log_info("variant %s", v->name);
-    if (kl_test_skip_reason(v)) cr_skip_test("%s: %s", v->name, kl_test_skip_reason(v));
-    int failures = kl_test_goldens("rope", v, stderr);
-    cr_assert_eq(failures, 0, "%s: %d golden cases failed (lines above)", v->name, failures);
-}
-
-ParameterizedTestParameters(rope_gpu, every_variant_matches_the_reference_on_fresh_inputs_and_edges)
-{
-    return variants(false);
-}
-
-ParameterizedTest(int *i, rope_gpu, every_variant_matches_the_reference_on_fresh_inputs_and_edges)
-{
-    const struct kl_variant *v = kl_variant_at("rope", *i, false);
-    cr_log_info("variant %s", v->name);
-    if (kl_test_skip_reason(v)) cr_skip_test("%s: %s", v->name, kl_test_skip_reason(v));
-    int failures = kl_check_module(module(), v, kl_test_seed(stderr), stderr);
-    cr_assert_eq(failures, 0, "%s: %d problems failed (lines above)", v->name, failures);
-}
-
-ParameterizedTestParameters(rope_gpu, every_mutant_is_flagged) { return variants(true); }
-
-ParameterizedTest(int *i, rope_gpu, every_mutant_is_flagged)
-{
-    const struct kl_variant *v = kl_variant_at("rope", *i, true);
-    cr_log_info("mutant %s", v->name);
-    if (kl_test_skip_reason(v)) cr_skip_test("%s: %s", v->name, kl_test_skip_reason(v));
-    int flagged = kl_test_goldens("rope", v, stderr) + kl_check_module(module(), v, kl_test_seed(stderr), stderr);
-    cr_assert_gt(flagged, 0, "mutant %s passed every golden case and the whole check catalogue", v->name);
-}
-
-Test(rope_gpu, there_are_at_least_three_mutants)
-{
-    cr_assert_geq(kl_variant_count("rope", true) - kl_variant_count("rope", false), 3);
-}
+KL_GPU_TESTS(rope_gpu, rope, three, 3, KL_FLAGGED_BY_EITHER, NULL)
 
 Test(rope_gpu, launchers_reject_bad_shapes_without_launching)
 {
@@ -199,7 +148,7 @@ Test(rope_gpu, launchers_reject_bad_shapes_without_launching)
 
 ParameterizedTestParameters(rope_gpu, positions_outside_the_cache_leave_the_token_unrotated)
 {
-    return variants(false);
+    return kl_test_variants(false);
 }
 
 ParameterizedTest(int *i, rope_gpu, positions_outside_the_cache_leave_the_token_unrotated)
@@ -213,10 +162,10 @@ ParameterizedTest(int *i, rope_gpu, positions_outside_the_cache_leave_the_token_
     struct kl_rope_params k;
     struct kl_err err;
     struct kl_outputs got = {0}, want = {0};
-    cr_assert_eq(kl_rope_upload(p, &k, &err), 0, "%s", err.msg);
+    cr_assert_eq(kl_tensor_upload(&kl_rope_ops, p, &k, &err), 0, "%s", err.msg);
     cr_assert_eq(((kl_rope_launch_fn)v->launch)(&k, 0), cudaSuccess);
     cr_assert_eq(kl_dev_sync(), 0, "%s: the device is in error after an out-of-range position", v->name);
-    cr_assert_eq(kl_rope_download(p, &k, &got, &err), 0, "%s", err.msg);
+    cr_assert_eq(kl_tensor_download(&kl_rope_ops, p, &k, &got, &err), 0, "%s", err.msg);
     kl_rope_expected(p, &want); /* the reference leaves those tokens alone too */
     for (int o = 0; o < 2; o++) {
         struct kl_cmp c;
@@ -225,6 +174,6 @@ ParameterizedTest(int *i, rope_gpu, positions_outside_the_cache_leave_the_token_
         cr_expect(c.pass, "%s: %s differs from the reference", v->name, want.o[o].name);
     }
     kl_outputs_free(&got), kl_outputs_free(&want);
-    kl_rope_release(&k);
+    kl_tensor_release(&kl_rope_ops, &k);
     kl_rope_problem_free(p);
 }

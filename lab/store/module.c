@@ -1,6 +1,7 @@
 /* The store lab module: golden-case loading, the check catalogue, running a variant. Tests,
  * `kernlab verify/check/bench` all come through here; the perf workloads are in perf.c. */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,8 +23,9 @@ static void free_problem(void *p) { kl_store_problem_free(p); }
 
 
 /* Data movement: both caches compared bit-exactly, untouched slots included. */
-static void set_outputs(const struct kl_store_problem *p, struct kl_outputs *o)
+static void set_outputs(const void *prob, struct kl_outputs *o)
 {
+    const struct kl_store_problem *p = prob;
     int64_t n = p->num_slots * p->num_kv_heads * p->head_dim;
     kl_outputs_set(o, 0, "k_cache_out", p->dtype, true, n);
     kl_outputs_set(o, 1, "v_cache_out", p->dtype, true, n);
@@ -221,54 +223,25 @@ static int reference(const void *prob, struct kl_outputs *out, struct kl_err *er
     return bad ? kl_fail(err, "%lld slots past the cache", (long long)bad) : 0;
 }
 
-int kl_store_upload(const struct kl_store_problem *p, struct kl_store_params *k, struct kl_err *err)
-{
-    memset(k, 0, sizeof *k);
-    const struct kl_tensor *src[5] = {&p->k, &p->v, &p->slots, &p->k_cache, &p->v_cache};
-    void *buf[5] = {0};
-    for (int i = 0; i < 5; i++) {
-        size_t n = kl_nbytes(src[i]);
-        if (kl_dev_alloc(&buf[i], n ? n : 16)) {
-            for (int j = 0; j < i; j++) kl_dev_free(buf[j]);
-            return kl_fail(err, "cudaMalloc of %zu bytes failed", n);
-        }
-        kl_dev_upload(buf[i], src[i]->data, n);
-    }
-    *k = (struct kl_store_params){.k = buf[0], .v = buf[1], .slots = buf[2], .k_cache = buf[3], .v_cache = buf[4],
-                                  .num_tokens = p->num_tokens, .num_kv_heads = p->num_kv_heads,
-                                  .head_dim = p->head_dim, .num_slots = p->num_slots, .dtype = p->dtype,
-                                  .validate = true};
-    return 0;
-}
-
-void kl_store_release(struct kl_store_params *k)
-{
-    kl_dev_free((void *)k->k), kl_dev_free((void *)k->v), kl_dev_free((void *)k->slots);
-    kl_dev_free(k->k_cache), kl_dev_free(k->v_cache);
-    memset(k, 0, sizeof *k);
-}
-
-int kl_store_download(const struct kl_store_problem *p, const struct kl_store_params *k, struct kl_outputs *o,
-                      struct kl_err *err)
-{
-    set_outputs(p, o);
-    return kl_out_download(&o->o[0], k->k_cache, err) || kl_out_download(&o->o[1], k->v_cache, err) ? -1 : 0;
-}
-
-static int run(const struct kl_variant *v, const void *prob, struct kl_outputs *out, struct kl_err *err)
+/* The device side (lab/core/tensor_ops.c does the work): everything uploaded, the caches with
+ * their contents before the store (nothing to poison: an unwritten slot keeps its old value, which
+ * is what a store must leave everywhere else); 16 bytes where a tensor is empty. validate set. */
+static void device(const void *prob, void *params, struct kl_dev_buf *b)
 {
     const struct kl_store_problem *p = prob;
-    struct kl_store_params k;
-    if (kl_store_upload(p, &k, err)) return -1;
-    int rc = (int)((kl_store_launch_fn)v->launch)(&k, 0);
-    if (!rc) rc = kl_dev_sync();
-    int ret = rc ? kl_fail(err, "%s: launch failed: %s", v->name, kl_cuda_error_string(rc))
-                 : kl_store_download(p, &k, out, err);
-    kl_store_release(&k);
-    return ret;
+    *(struct kl_store_params *)params = (struct kl_store_params){
+        .num_tokens = p->num_tokens, .num_kv_heads = p->num_kv_heads, .head_dim = p->head_dim,
+        .num_slots = p->num_slots, .dtype = p->dtype, .validate = true};
+    const struct kl_tensor *src[5] = {&p->k, &p->v, &p->slots, &p->k_cache, &p->v_cache};
+    for (int i = 0; i < 5; i++) b[i] = kl_buf_tensor(src[i], true);
 }
 
-static const struct kl_tensor_ops ops = {load, make, reference, run, free_problem};
+#define B(field) offsetof(struct kl_store_params, field)
+KL_TENSOR_OPS(kl_store_ops, struct kl_store_params, kl_store_launch_fn, .load = load, .make = make,
+              .reference = reference, .free = free_problem, .n_bufs = 5,
+              .buf_field = {B(k), B(v), B(slots), B(k_cache), B(v_cache)}, .out_field = {B(k_cache), B(v_cache)},
+              .device = device, .outputs = set_outputs);
+#undef B
 
 KL_MODULE(store, .summary = "K/V scatter into a paged KV cache (slot mapping)", .min_cc = 70, .in_place = "k_cache, v_cache",
           .semantics = "k_cache[slots[t]] = k[t] and v_cache[slots[t]] = v[t] for each token t; slot < 0 skips "
@@ -276,7 +249,7 @@ KL_MODULE(store, .summary = "K/V scatter into a paged KV cache (slot mapping)", 
                        "head_dim] in memory, so each token writes one contiguous row of kv_heads * head_dim "
                        "elements into each cache. Runs once per layer per step after RoPE; pure data movement, "
                        "bit-exact: K and V read once, written once, the cache never read.",
-          .tensor = &ops, .perf = &kl_store_perf,
+          .tensor = &kl_store_ops, .perf = &kl_store_perf,
           .exercises = "1. Compare v2_kv_inflight with v1_warp_kv in the tables above: more loads in flight per thread need not help when the stalls are long_scoreboard (loads) and lg_throttle (the load/store queue full). Write a variant that reduces store transactions instead: one warp per token writing K then V rows with 16-byte st.global.cs, and check the counters' DRAM write bytes against the model.\n"
               "2. Sequential and random slots cost the same here (a token's row is 2 KB, whole 128-byte lines either way): make head_dim 80 a workload and see whether partial lines change that.\n"
               "3. v3_pdl_one_trip reads the slots before its PDL wait because the scheduler writes them before the forward pass. Move the slot load after the wait (an engine whose slot mapping comes from the kernel just before) and measure the decode-64 time: the difference is the slot's DRAM trip that PDL hid.");

@@ -25,11 +25,9 @@ struct kl_store_problem *kl_store_problem_random(int64_t num_tokens, int64_t num
                                                  enum kl_store_slot_pattern pattern, int skipped, bool last_slot,
                                                  uint64_t seed);
 void kl_store_problem_free(struct kl_store_problem *p);
-/* Device copies: everything uploaded (the caches with their before contents), validate set. */
-int kl_store_upload(const struct kl_store_problem *p, struct kl_store_params *k, struct kl_err *err);
-int kl_store_download(const struct kl_store_problem *p, const struct kl_store_params *k, struct kl_outputs *o,
-                      struct kl_err *err);
-void kl_store_release(struct kl_store_params *k);
+/* The device side, for kl_tensor_upload/download/release (lab/core/registry.h) and the
+ * generic run: its buffers and outputs (module.c). */
+extern const struct kl_tensor_ops kl_store_ops;
 
 extern const struct kl_perf_ops kl_store_perf;
 

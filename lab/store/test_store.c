@@ -122,44 +122,11 @@ Test(store, catalogue_slots_are_distinct_and_inside_the_cache)
 
 /* ---- GPU ---- */
 
-static int indices[64];
-
-static struct criterion_test_params variants(bool mutants)
-{
-    int n = kl_variant_count("store", mutants), m = 0;
-    for (int i = 0; i < n; i++)
-        if (kl_variant_at("store", i, mutants)->mutant == (int)mutants) indices[m++] = i;
-    return cr_make_param_array(int, indices, (size_t)m);
-}
-
-ParameterizedTestParameters(store_gpu, every_variant_matches_the_goldens) { return variants(false); }
-
-ParameterizedTest(int *i, store_gpu, every_variant_matches_the_goldens)
-{
-    const struct kl_variant *v = kl_variant_at("store", *i, false);
-    cr_log_info("variant %s", v->name);
-    if (kl_test_skip_reason(v)) cr_skip_test("%s: %s", v->name, kl_test_skip_reason(v));
-    int failures = kl_test_goldens("store", v, stderr);
-    cr_assert_eq(failures, 0, "%s: %d golden cases failed (lines above)", v->name, failures);
-}
-
-ParameterizedTestParameters(store_gpu, every_variant_matches_the_reference_on_fresh_inputs_and_edges)
-{
-    return variants(false);
-}
-
-ParameterizedTest(int *i, store_gpu, every_variant_matches_the_reference_on_fresh_inputs_and_edges)
-{
-    const struct kl_variant *v = kl_variant_at("store", *i, false);
-    cr_log_info("variant %s", v->name);
-    if (kl_test_skip_reason(v)) cr_skip_test("%s: %s", v->name, kl_test_skip_reason(v));
-    int failures = kl_check_module(module(), v, kl_test_seed(stderr), stderr);
-    cr_assert_eq(failures, 0, "%s: %d problems failed (lines above)", v->name, failures);
-}
+KL_GPU_TESTS(store_gpu, store, three, 3, KL_FLAGGED_BY_EITHER, NULL)
 
 ParameterizedTestParameters(store_gpu, slots_past_the_cache_are_reported_and_never_written)
 {
-    return variants(false);
+    return kl_test_variants(false);
 }
 
 ParameterizedTest(int *i, store_gpu, slots_past_the_cache_are_reported_and_never_written)
@@ -173,13 +140,13 @@ ParameterizedTest(int *i, store_gpu, slots_past_the_cache_are_reported_and_never
     slots[2] = 16, slots[4] = (int64_t)1 << 40;
     struct kl_store_params k;
     struct kl_err err;
-    cr_assert_eq(kl_store_upload(p, &k, &err), 0, "%s", err.msg);
+    cr_assert_eq(kl_tensor_upload(&kl_store_ops, p, &k, &err), 0, "%s", err.msg);
     cr_expect_eq(((kl_store_launch_fn)v->launch)(&k, 0), cudaErrorInvalidValue, "%s did not report slot 16 of 16",
                  v->name);
     cr_assert_eq(kl_dev_sync(), 0, "%s: the device is in error after an out-of-range slot", v->name);
     /* The valid tokens are stored and nothing else changed: the reference skips bad slots too. */
     struct kl_outputs got = {0}, want = {0};
-    cr_assert_eq(kl_store_download(p, &k, &got, &err), 0, "%s", err.msg);
+    cr_assert_eq(kl_tensor_download(&kl_store_ops, p, &k, &got, &err), 0, "%s", err.msg);
     double *kk = kl_tensor_to_f64(&p->k), *vv = kl_tensor_to_f64(&p->v);
     double *kc = kl_tensor_to_f64(&p->k_cache), *vc = kl_tensor_to_f64(&p->v_cache);
     cr_assert_eq(kl_store_reference(kk, vv, slots, 6, 128, 16, kc, vc), 2);
@@ -193,24 +160,8 @@ ParameterizedTest(int *i, store_gpu, slots_past_the_cache_are_reported_and_never
     cr_assert_eq(kl_dev_sync(), 0);
     free(kk), free(vv), free(kc), free(vc);
     kl_outputs_free(&got), kl_outputs_free(&want);
-    kl_store_release(&k);
+    kl_tensor_release(&kl_store_ops, &k);
     kl_store_problem_free(p);
-}
-
-ParameterizedTestParameters(store_gpu, every_mutant_is_flagged) { return variants(true); }
-
-ParameterizedTest(int *i, store_gpu, every_mutant_is_flagged)
-{
-    const struct kl_variant *v = kl_variant_at("store", *i, true);
-    cr_log_info("mutant %s", v->name);
-    if (kl_test_skip_reason(v)) cr_skip_test("%s: %s", v->name, kl_test_skip_reason(v));
-    int flagged = kl_test_goldens("store", v, stderr) + kl_check_module(module(), v, kl_test_seed(stderr), stderr);
-    cr_assert_gt(flagged, 0, "mutant %s passed every golden case and the whole check catalogue", v->name);
-}
-
-Test(store_gpu, there_are_at_least_three_mutants)
-{
-    cr_assert_geq(kl_variant_count("store", true) - kl_variant_count("store", false), 3);
 }
 
 Test(store_gpu, launchers_reject_bad_shapes_without_launching)

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "lab/core/compare.h"
 #include "lab/core/json_path.h"
 #include "lab/story/story.h"
 #include "perf/figures.h"
@@ -846,11 +847,10 @@ static void section_rest(FILE *f, const struct doc *d)
             "both, and compares the logits of every step. The tolerance is derived, not tuned: every activation the "
             "GPU stores between kernels is rounded to bf16 (variance ulp^2/12), GEMMs accumulate in float32 (and may "
             "round split-K partials once more), attention rounds P to bf16 (the model of lab/core/compare.c); these "
-            "variances are propagated to first order through every op to a sigma per logit. Each logit must be "
-            "within 12 sigma (a Gaussian tail of 6 sigma, times 2 for what the model leaves out) and each step's "
-            "error norm within 3 times the predicted norm. Greedy tokens must agree wherever the float64 top two "
-            "logits are further apart than their bounds, and request 2's logits after the radix hit must equal "
-            "those of prefilling it from scratch within the same bound. ");
+            "variances are propagated to first order through every op to a sigma per logit. %s Greedy tokens must "
+            "agree wherever the float64 top two logits are further apart than their bounds, and request 2's logits "
+            "after the radix hit must equal those of prefilling it from scratch within the same bound. ",
+            kl_story_tolerance_text); /* lab/core/compare.c writes it from the check's constants */
     section_check_figures(f, d);
     const cJSON *r = d->root;
     fprintf(
