@@ -19,6 +19,7 @@
 #include "lab/core/ranks.h"
 #include "lab/core/registry.h"
 #include "lab/kernlab.h"
+#include "lab/report/report.h"
 
 static const char *cc_str(int cc, char *buf, size_t len)
 {

@@ -6,13 +6,11 @@
 
 extern const struct kl_command kl_ceilings_command;    /* perf/bench.c */
 extern const struct kl_command kl_bench_command;       /* perf/bench.c */
-extern const struct kl_command kl_report_command;      /* perf/report.c */
 extern const struct kl_command kl_story_command;       /* lab/story/command.c */
 extern const struct kl_command kl_new_variant_command; /* lab/core/scaffold.c */
 
 int kl_cmd_ceilings(int argc, char **argv);
 int kl_cmd_bench(int argc, char **argv);
-int kl_cmd_report(int argc, char **argv);
 int kl_cmd_new_variant(int argc, char **argv);
 int kl_cmd_story(int argc, char **argv);
 #endif
