@@ -6,8 +6,10 @@
  *   svg.c       the roofline / bandwidth picture
  *   guide.c     one module's guide, section by section, or its module's own (struct kl_guide_hooks)
  *   index.c     README.md (the way in) and environment.md
- *   story.c, story_trace.c  the story's guide and trace
- *   report.c    the command */
+ *   story.c, story_trace.c, story_doc.c  the story's guide and trace (story_doc.h)
+ *   report.c    the command
+ *   embed.cmake, tools/variant_notes.c  build time: the prose (lab/<module>/guide/<section>.md) and
+ *               what the guides quote of each variant file, compiled into the binary */
 #ifndef KL_REPORT_INTERNAL_H
 #define KL_REPORT_INTERNAL_H
 
@@ -21,11 +23,21 @@ struct kl_targets;
 /* perf/targets/cpu.csv: the targets of modules whose work runs on the CPU (cc 0). */
 extern struct kl_targets kl_rep_cpu_targets;
 
+/* What the guide quotes of a variant's file (lab/report/tools/variant_notes.c writes them at build
+ * time): the path under the source tree, the line of its first __global__ function (0: none, a
+ * host-side variant), its opening comment without the comment markers. */
+struct kl_variant_note {
+    const char *file;
+    int kernel_line;
+    const char *comment;
+};
+
 /* load.c */
 int kl_rep_load(const char *results, struct kl_guide *mods, int *nm);
 void kl_rep_prepare(struct kl_guide *mods, int nm); /* sorted by name, repeats dropped, ordered */
 const struct kl_targets *kl_rep_targets_of(const cJSON *r, const struct kl_targets *gpu);
 const char *kl_rep_rel_path(const char *file);
+/* A variant file's kernel line (0: none, or a file the build did not see), its opening comment. */
 int kl_rep_read_source(const char *file, char *comment, size_t len);
 int kl_rep_variant_count(const char *module);
 const struct kl_variant *kl_rep_variant_at(const char *module, int i);

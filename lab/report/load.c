@@ -1,6 +1,6 @@
 /* The report's inputs: results rows read from the results folder into one struct kl_guide per
- * module, the registry as the report sees it (hidden variants left out), the variant files'
- * header comments, and which workload and variant a guide follows. */
+ * module, the registry as the report sees it (hidden variants left out), what the guides quote of
+ * the variant files (taken at build time), and which workload and variant a guide follows. */
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
@@ -30,42 +30,21 @@ const char *kl_rep_rel_path(const char *file)
     return strncmp(file, KL_SOURCE_DIR, n) == 0 && file[n] == '/' ? file + n + 1 : file;
 }
 
-/* The line of the variant's first __global__ function (its kernel), and the file's opening
- * comment (what changed, work mapping, bound) with the comment markers removed. */
+/* What the guide quotes of a variant's file, as lab/report/tools/variant_notes.c wrote it at build
+ * time (the binary reads no source): its kernel's line and its opening comment. */
+extern const struct kl_variant_note *__start_kl_variant_notes[] __attribute__((weak));
+extern const struct kl_variant_note *__stop_kl_variant_notes[] __attribute__((weak));
+
 int kl_rep_read_source(const char *file, char *comment, size_t len)
 {
-    char path[1200];
-    snprintf(path, sizeof path, KL_SOURCE_DIR "/%s", kl_rep_rel_path(file));
-    FILE *f = fopen(path, "r");
+    const char *rel = kl_rep_rel_path(file);
     comment[0] = 0;
-    if (!f) return 0;
-    char line[1024];
-    int lineno = 0, kernel_line = 0;
-    bool in_comment = false, first_done = false;
-    size_t off = 0;
-    while (fgets(line, sizeof line, f)) {
-        lineno++;
-        if (!first_done) {
-            char *s = line;
-            if (!in_comment && strncmp(s, "/*", 2) == 0) in_comment = true, s += 2;
-            if (in_comment) {
-                char *end = strstr(s, "*/");
-                if (end) *end = 0, in_comment = false, first_done = true;
-                while (*s == ' ') s++;
-                if (*s == '*' && s[1] != '/') s++;
-                if (*s == ' ') s++;
-                off += (size_t)snprintf(comment + off, off < len ? len - off : 0, "%s", s);
-                if (first_done && off < len && (off == 0 || comment[off - 1] != '\n'))
-                    off += (size_t)snprintf(comment + off, len - off, "\n");
-            } else {
-                first_done = true;
-            }
+    for (const struct kl_variant_note **p = __start_kl_variant_notes; p < __stop_kl_variant_notes; p++)
+        if (strcmp((*p)->file, rel) == 0) {
+            snprintf(comment, len, "%s", (*p)->comment);
+            return (*p)->kernel_line;
         }
-        if (!kernel_line && strstr(line, "__global__")) kernel_line = lineno;
-    }
-    fclose(f);
-    while (off > 0 && off <= len && (comment[off - 1] == '\n' || comment[off - 1] == ' ')) comment[--off] = 0;
-    return kernel_line;
+    return 0;
 }
 
 /* ---- the registry, as the report sees it ---- */
