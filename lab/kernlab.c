@@ -18,7 +18,8 @@
 #include "lab/core/device.h"
 #include "lab/core/ranks.h"
 #include "lab/core/registry.h"
-#include "lab/kernlab.h"
+#include "lab/core/scaffold.h"
+#include "lab/report/report.h"
 #include "lab/story/story.h"
 #include "perf/bench.h"
 

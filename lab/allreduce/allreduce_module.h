@@ -198,4 +198,7 @@ uint64_t kl_ar_hash(const void *p, size_t bytes);
 
 int kl_ar_bench(const struct kl_bench_args *args);
 
+/* The module's guide, written whole (lab/allreduce/guide.c). */
+extern const struct kl_guide_hooks kl_allreduce_guide;
+
 #endif

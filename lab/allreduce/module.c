@@ -437,27 +437,6 @@ static int run_one(const struct kl_variant *v, const void *prob, struct kl_outpu
 static const struct kl_tensor_ops ops = {.load = load, .make = make, .reference = reference, .run = run_one,
                                         .free = free_problem};
 
-static const char ksemantics[] =
-    "x [world, n] -> out [n] = x[0] + x[1] + ... + x[world-1] on every rank: rank r is one process driving GPU r "
-    "and holding x[r]; after the call every rank holds the sum. fp32, fp16, bf16, any n >= 1. Every rank ends with "
-    "the same bits (our kernels sum in rank order in float32 and round once; NCCL rounds its ring's partial sums). "
-    "In tensor-parallel serving every layer ends with one (the attention and MLP outputs of each rank's shard): at "
-    "decode sizes (8-512 KB) it is pure latency, so the figure to beat is NCCL's time in the same run "
-    "(latency_vs_nccl); at large sizes it is bandwidth, judged like nccl-tests: algbw = bytes of one rank's buffer / "
-    "time of the slowest rank, busbw = algbw x 2(world-1)/world (busbw_frac of NCCL's). For this module, gbs is "
-    "algbw and bw_frac is busbw over the measured peer copy bandwidth per direction (the NVLink ceiling).";
-
-static const char kexercises[] =
-    "1. v7_lamport: TensorRT-LLM's one-shot without any barrier: each rank pushes its x into every peer's buffer, "
-    "and the reader spins on the data itself, which starts as a sentinel (-0.0 in every element) and is reset "
-    "after use, in three rotating buffers. Beware the bug the engines shipped: a sentinel compared with == is also "
-    "true for a real +0.0 (compare the bits). The catalogue's signed-zero case is ready for it. It should save the "
-    "barrier's round trip at 8-64 KB; check with build/kernlab check allreduce --variant v7_lamport.\n"
-    "2. Fuse the all-reduce with the residual add and RMSNorm that follow it in every layer (SGLang and vLLM do): "
-    "the output is read once instead of three times.\n"
-    "3. The switch's thresholds (v6) are constants: read the size-switch table above and set them from the "
-    "measured crossovers for each world (KL_AR_ONESHOT_MAX and KL_AR_TWOSHOT_MAX override them for an experiment).";
-
 KL_MODULE(allreduce, .summary = "sum across GPUs (tensor-parallel all-reduce): NCCL, one-shot and two-shot over NVLink",
-          .min_cc = 70, .semantics = ksemantics, .tensor = &ops, .verify = ar_verify, .check = ar_check,
-          .bench = kl_ar_bench, .exercises = kexercises);
+          .learning_step = 8, .min_cc = 70, .tensor = &ops, .verify = ar_verify, .check = ar_check,
+          .bench = kl_ar_bench, .guide = &kl_allreduce_guide);

@@ -341,47 +341,5 @@ KL_TENSOR_OPS(kl_attention_decode_ops, struct kl_attention_decode_params, kl_att
 #undef B
 
 KL_MODULE(attention_decode, .summary = "paged GQA decode attention (one query token per request)", .min_cc = 70,
-          .semantics = "For each request b and qo head h: out = softmax(sm_scale * q[b, h] . K^T) V over the request's "
-                       "kv_len keys and values, read from a paged cache [num_pages, page_size, kv_heads, head_dim] "
-                       "through kv_indptr / kv_indices / kv_last_page_len (FlashInfer's layout), with kv head "
-                       "h / (qo_heads / kv_heads) (GQA); lse = log(sum exp(scores)), natural log. A request with "
-                       "kv_len 0 gets out = 0 and lse = -inf. Runs once per layer per generated token: it reads the "
-                       "whole KV of every request (about a thousand times the bytes it writes), so its bound is the "
-                       "device's read bandwidth.",
-          .tensor = &kl_attention_decode_ops, .perf = &kl_attention_decode_perf, .tolerance = kl_attention_tolerance_text,
-          .analysis =
-              "How the best variant, v4_tensor_cores, runs. The grid is (request, kv head x head block of up to 8 qo "
-              "heads, split): block (b, g, s) owns tokens [s chunk, (s+1) chunk) of request b for kv head g. Its warps "
-              "(4, or 2 for page sizes under 8) each take 16 tokens of every stage; thread i copies 16-byte chunk i % 16 "
-              "of every eighth row of the stage, K and V from the same slot, with cp.async into a swizzled shared tile, "
-              "and loads the page numbers of the NEXT stage while this one computes. Per stage a warp does 8 ldmatrix + "
-              "8 mma for S^T = K Q^T (tokens x the group's heads), a column max over the 8 lanes sharing a head, exp2, "
-              "the rescale of its running output, a movmatrix that turns its probabilities into the B operand, and 8 "
-              "ldmatrix.trans + 8 mma for O^T += V^T P^T. At the end its warps merge through shared memory; a request "
-              "of one chunk writes out and lse directly, otherwise the block writes a partial (acc, max, sum), adds one "
-              "to its (request, kv head) counter, and the block that brings the counter to the number of splits merges "
-              "every partial and resets it.\n\n"
-              "What the counters say: DRAM bytes are the model's (every K/V byte read once, so the 4x of v1 is gone); "
-              "the top stalls are long_scoreboard (a warp waiting for its stage's copies or page numbers) and wait "
-              "(the dependent tensor-core chain of a stage), and the tensor pipe is nearly idle: the kernel is bound by "
-              "how many bytes each SM keeps in flight, not by arithmetic. The block shape favours resident blocks over "
-              "pipeline depth: 4 warps x 2 stages (3 blocks per SM), and for page size 1, where every 256-byte row "
-              "needs its own page number, 2 x 2 (7 blocks per SM); KL_DECODE_V4_SHAPE=warps,stages selects another "
-              "compiled shape, so the choice can be measured again on any GPU (exercise 4). The peers cannot read a "
-              "page table: torch's SDPA "
-              "runs on the same bytes laid out contiguously, and cuDNN's decode reaches the streaming-read ceiling "
-              "there. What stands between v4 and that ceiling is the barrier every stage puts between the last copy "
-              "and the next issue, and the short pipeline that two stages allow: the next variant separates loading "
-              "from computing (a producer warp issuing bulk copies into a ring of stages with mbarriers, consumer warps "
-              "that never wait on a block-wide barrier, persistent blocks that keep the pipeline full across chunks).",
-          .exercises = "1. Compare v1 and v2 on the GQA workloads: v1 loads every K/V byte once per qo head of the "
-                       "group (4 times for Llama-3.1-8B), v2 once. Predict how much of v1's repeats L2 serves before "
-                       "they reach DRAM, then read the DRAM bytes / model column of both.\n"
-                       "2. The split-KV variants choose their chunk from max_kv_len alone. Give a ragged batch's "
-                       "short requests fewer splits (a host-side plan over the real lengths, as FlashInfer's plan() "
-                       "does) and measure ragged-b64-p16.\n"
-                       "3. Replace cp.async with the Hopper bulk copy (cp.async.bulk, one instruction per 256-byte "
-                       "K row, completion on an mbarrier) and see whether issue slots or DRAM bound the result.\n"
-                       "4. Sweep v4's block shape with KL_DECODE_V4_SHAPE=warps,stages (the shapes compiled in "
-                       "kernels/attention_decode/v4_tensor_cores.cu) on b64-kv8k-p16 and b32-kv4k-p1: predict whether "
-                       "more stages or more resident blocks keep more bytes in flight, then measure.");
+          .learning_step = 6, .tensor = &kl_attention_decode_ops, .perf = &kl_attention_decode_perf,
+          .tolerance = kl_attention_tolerance_text);

@@ -52,5 +52,7 @@ int kl_attention_prefill_expected(const struct kl_attention_prefill_problem *p, 
 double kl_attention_prefill_pairs(const struct kl_attention_prefill_problem *p);
 
 extern const struct kl_perf_ops kl_attention_prefill_perf;
+/* Its compute-bound story and table in the guide (lab/attention_prefill/guide.c). */
+extern const struct kl_guide_hooks kl_attention_prefill_guide;
 
 #endif

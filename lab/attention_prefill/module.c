@@ -450,42 +450,6 @@ KL_TENSOR_OPS(kl_attention_prefill_ops, struct kl_attention_prefill_params, kl_a
 
 KL_MODULE(attention_prefill,
           .summary = "prefill attention over a paged K/V cache: ragged batch, causal (bottom-right) or not, GQA",
-          .min_cc = 80,
-          .semantics =
-              "For every request b of a ragged batch (queries qo_indptr[b]..qo_indptr[b+1]-1, keys in the pages "
-              "kv_indices[kv_indptr[b]..kv_indptr[b+1]-1], the last holding kv_last_page_len[b] slots) and every qo "
-              "head h: out = softmax(sm_scale q k^T) v over the keys of kv head h / (qo_heads / kv_heads), and lse = "
-              "log sum exp of the scaled logits (natural log). Causal is bottom-right aligned: query i of a request "
-              "with q_len queries and kv_len keys sees keys j <= kv_len - q_len + i, so an extend after a prefix hit "
-              "(q_len < kv_len) sees the whole cached prefix. The prefill of a prompt is compute-bound: 4 head_dim "
-              "FLOPs per unmasked (query, key) pair and head against 2 bytes per element of q, k, v and out read or "
-              "written once, hundreds of FLOPs per byte for a long prompt; it is the study notes' hotspot (37% of "
-              "layer time).",
-          .tensor = &kl_attention_prefill_ops, .perf = &kl_attention_prefill_perf, .tolerance = kl_attention_tolerance_text,
-          .exercises =
-              "1. Read v10's CTA timeline (the `timeline` of its causal-8k row in reports/data/attention_prefill.jsonl; "
-              "the execution story above prints it, with each phase's average length in clocks). Set the softmax "
-              "phase against what its exponentials need (128 keys x 64 rows a warpgroup at 16 MUFU ops a clock per "
-              "SM), dump the SASS (cuobjdump -sass), count the consumer loop's instructions per tile (FMNMX, FFMA, "
-              "MUFU, FADD, F2FP, the FMULs of the O rescale, the descriptors' uniform arithmetic) and take some "
-              "away. One idea to measure: rescale O only when a row's max moved by more than 8 (in log2), with 4-way "
-              "partial maxima and sums; predict whether the branch costs more than the multiplies it saves.\n"
-              "2. K/V supply: at page 16 a 32 KB tile is 16 TMA boxes of 16 rows x 128 bytes, issued by two "
-              "producer warps (K and V) with the next tile's page numbers loaded under the stage wait "
-              "(kernels/attention_prefill/kv_ring.cuh). Put all the boxes back on one warp and see in the CTA "
-              "timeline whether the consumers now wait for V; then write a micro-benchmark of the copy engine's "
-              "rate against box size (boxes of 32 or 128 rows, wrong pages, for timing only). v9_multicast halves "
-              "both the boxes per SM and the L2 reads per FLOP: compare it with v8 in the tables and measure what "
-              "the pair's lock step costs. Mind the clock: each row records sm_clock_mhz_before and _after, and a "
-              "throttled row is marked; to see what the copies cost, time v10 with the ring's barriers completing "
-              "empty (no copies) at the same clock.\n"
-              "3. Page 1 (causal-8k-p1): the producer warpgroup gathers rows with cp.async (kernels/attention_prefill/"
-              "kv_ring.cuh), looking each row's page up between its copies: a global load the copy right after it "
-              "waits for, eight times per thread for each K or V tile (the copies' asm keeps the compiler from hoisting the next "
-              "lookup), which is why v10 on causal-8k-p1 runs well under its page-16 rate with long_scoreboard its "
-              "top stall (the tables above). Load a whole tile's page numbers into registers before the stage wait, "
-              "then issue the copies; predict the time from the page-16 row, re-measure v8 and v10, then replace the "
-              "per-row copies with one cp.async.bulk (a 1-D bulk copy of a key's 256-byte row) per key, completing "
-              "on the same mbarrier, and compare against page 16.\n"
-              "4. Scheduling: v10 walks its work tiles in a snake over rounds of the grid (heaviest first). Take "
-              "them off an atomic counter in params.workspace instead and compare ragged-b16 and causal-b4x2k.");
+          .learning_step = 7, .min_cc = 80,
+          .tensor = &kl_attention_prefill_ops, .perf = &kl_attention_prefill_perf, .guide = &kl_attention_prefill_guide,
+          .tolerance = kl_attention_tolerance_text);

@@ -210,7 +210,7 @@ static void extra(void *p, cJSON *o)
 {
     struct state *s = p;
     const struct kl_attention_prefill_shape *sh = &s->host->shape;
-    /* The work the FLOP model counts, for the guide's story of one CTA (perf/report.c). */
+    /* The work the FLOP model counts, for the guide's story of one CTA (lab/attention_prefill/guide.c). */
     cJSON *work = cJSON_AddObjectToObject(o, "work");
     cJSON_AddNumberToObject(work, "rows", (double)(sh->total_q * sh->num_qo_heads));
     cJSON_AddNumberToObject(work, "pairs", pairs(s->w) * (double)sh->num_qo_heads);

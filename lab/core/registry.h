@@ -170,12 +170,12 @@ struct kl_verdict {
 
 struct kl_bench_args;  /* perf/bench.h */
 struct kl_perf_ops;    /* perf/bench.h */
+struct kl_guide_hooks; /* lab/core/guide.h */
 
 struct kl_module {
     const char *name;
     const char *summary;
     int min_cc;         /* 0: the module's work runs on the CPU */
-    const char *semantics; /* a paragraph for the guide: what it computes, exactly */
     const struct kl_tensor_ops *tensor;
     /* Modules that are not tensor-shaped (radix) give their own; NULL means the generic one. */
     void (*verify)(const struct kl_case *c, const struct kl_variant *v, struct kl_verdict *out);
@@ -186,15 +186,18 @@ struct kl_module {
     /* Or a module's own bench (radix: CPU): rows run, -1 on a failure, -2 for an unknown
      * --variant or --workload (a usage error). */
     int (*bench)(const struct kl_bench_args *args);
-    const char *exercises; /* for the guide: the next variant to write, what it should gain, how to check */
     const char *tolerance; /* for the guide, where outputs carry a policy of their own (attention) */
     /* for the guide: the outputs the kernel updates in place ("q, k"), which start as inputs and so
      * cannot be poisoned before a run; NULL: every output is poisoned (an unwritten element fails) */
     const char *in_place;
-    /* for the guide, after the targets: what the measurements mean that the tables cannot say (why
-     * a peer wins or loses, what a counter rules out); mechanisms, not figures: every number in a
-     * guide comes from a results file. NULL: no such section. */
-    const char *analysis;
+    /* The guide's prose is text, not C: lab/<module>/guide/<section>.md, embedded at build time
+     * and read with kl_guide_text (lab/core/guide.h): semantics (what it computes, exactly),
+     * exercises (the next variant to write, what it should gain, how to check), analysis (after
+     * the targets: what the measurements mean that the tables cannot say; mechanisms, not
+     * figures), learning (its line on README.md's learning path). */
+    int learning_step;  /* where its guide comes on README.md's learning path (1 first); 0: not on it */
+    /* the module's own guide sections (lab/<module>/guide.c); NULL: the generic guide alone */
+    const struct kl_guide_hooks *guide;
 };
 
 #define KL_MODULE(mod, ...)                                                                   \

@@ -184,40 +184,5 @@ KL_TENSOR_OPS(kl_index_ops, struct kl_index_params, kl_index_launch_fn, .load = 
               .out_field = {B(out)}, .device = device, .outputs = set_outputs);
 #undef B
 
-KL_MODULE(index, .summary = "embedding-row gather from a (sharded) vocabulary table", .min_cc = 70,
-          .semantics = "out[t,:] = table[ids[t] - vocab_start, :] when the id falls inside this GPU's shard "
-                       "[vocab_start, vocab_start + vocab), else a zero row (tensor-parallel vocabulary: the "
-                       "all-reduce after the embedding sums the shards). The first kernel of every forward pass; "
-                       "pure data movement, bit-exact: one id read and one row read and written per token.",
-          .tensor = &kl_index_ops, .perf = &kl_index_perf,
-          .exercises = "1. v4: a persistent grid (one block per SM slot, looping over tokens) that issues the next token's row loads before storing the current one. Compare v3_rows_stream's fraction above with its target: on a kernel of a few tens of microseconds, ramp-up and tail are a visible share, which a persistent loop removes. Predict the time first (the workload's bytes at the copy bandwidth), then measure with `build/kernlab bench index --variant <name> --workload prefill-8k --counters`.\n"
-              "2. v4_pdl_one_trip gains from PDL only where another kernel precedes it on the stream; in a forward pass the embedding is often the first kernel, right after the host's copy of the ids. Add a workload that times it behind a cudaMemcpyAsync of the ids instead of behind itself, predict the time from torch's shape (two dependent trips and a store), and compare.\n"
-              "3. Measure what the streaming hints buy: remove __stcs from v3 and compare the DRAM bytes / model ratio and the time.",
-          .analysis =
-              "**Why torch.embedding beat v3_rows_stream at 64 tokens.** In PyTorch 2.11 `F.embedding` on a 1-D id "
-              "tensor is `index_select` on dim 0; for more than 16 ids that becomes a gather with the ids expanded over "
-              "the row, whose CUDA fast path is `vectorized_gather_kernel<16, int64_t>` "
-              "(aten/src/ATen/native/cuda/IndexKernelUtils.cu): a grid of ids x ceil(row bytes / 4 KB) blocks of up to "
-              "256 threads, where each thread loads the block's id, checks its bounds, then copies exactly one 16-byte "
-              "vector, with no loop. For 64 rows of 8 KB that is 64 x 2 blocks of 256: per thread one id load, one row load, one store. "
-              "v3_rows_stream gives each row one block of 256 threads, so a thread copies two 16-byte units in a loop, "
-              "and the second load issues only after the first store, which waits for the first load: one more "
-              "dependent DRAM trip per thread (cheaper than the first, the row's page being open by then), on 64 SMs "
-              "instead of 128. Both use 16-byte loads and stores and a few tens of instructions before the first "
-              "load, and torch's 8-byte int64 ids are noise at this size: the extra serial trip is the difference. What "
-              "would show it under a profiler (peers are timed, not profiled, here): the same DRAM bytes and "
-              "instruction counts in both, but twice the global loads per thread for v3 and a longer long_scoreboard "
-              "stall per warp.\n\n"
-              "**Why v3 stays ahead at prefill-8k.** There both kernels are thousands of blocks deep, so a thread's "
-              "serial trips overlap other blocks' and the shape matters little; the difference left is the store: v3 "
-              "writes out with the evict-first hint (st.global.cs), so L2 drains the 64 MB of output to DRAM as it goes "
-              "instead of holding it dirty and evicting it under the next reads; torch's plain stores do not (exercise 3 "
-              "measures what the hint alone is worth).\n\n"
-              "**What v4_pdl_one_trip changes.** It takes torch's decode shape (one 16-byte unit a thread, a row split "
-              "over blocks of at most 256, no loop) and adds what a framework op does not do: launched as a "
-              "programmatic dependent of the previous kernel, it reads the id and the row before griddepcontrol.wait "
-              "(the table is weights, the ids the scheduler's), so both dependent trips overlap the kernel before it "
-              "and only the store is left after the wait. For many tokens it is v3, so prefill-8k keeps v3's lead. The "
-              "gain needs a kernel before it on the stream: in the benchmark that is the previous launch; in a forward "
-              "pass whose first kernel is the embedding, behind the host's copy of the ids, only the shape is left, "
-              "which matches torch's.");
+KL_MODULE(index, .summary = "embedding-row gather from a (sharded) vocabulary table", .learning_step = 2, .min_cc = 70,
+          .tensor = &kl_index_ops, .perf = &kl_index_perf);

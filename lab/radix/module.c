@@ -629,29 +629,5 @@ static const char *workload_at(int i)
 }
 KL_BENCH_WORKLOADS(radix, workload_at);
 
-static const char semantics[] =
-    "SGLang's RadixAttention prefix cache: a radix tree of token ids (int32). match(key) returns the "
-    "length of the longest cached prefix, counted in whole pages (keys are cut to len - len % page_size); "
-    "insert(key) caches the key and returns how much of it was cached before; lock/unlock add/remove a "
-    "reference on every node of the key's cached path; evict(N) frees unlocked leaves, least recently "
-    "used first (logical clock: every op ticks once, every node an op walks is stamped; ties go to the "
-    "older node), until N tokens are freed; a parent left childless becomes a leaf. Walks split a node "
-    "where the cached prefix ends inside it; the original node keeps the suffix, both halves are stamped. "
-    "Variants are the key comparison the walk spends its time in; memcmp_frac compares a match with "
-    "memcmp over exactly the bytes it compared.";
-
-static const char exercises[] =
-    "1. v2_avx512: 64-byte compares (_mm512_cmpeq_epi32_mask gives a 16-bit mask directly: no movemask, and a "
-    "masked load handles the tail without the overlapping re-read). It should raise match_hot_p1 toward memcmp "
-    "(memcmp_frac -> 1) and change nothing on match_cold_*, which wait on DRAM, not on compares. Check: "
-    "build/kernlab check radix --variant v2_avx512, then bench both workloads.\n"
-    "2. Hide the dependent miss per node: the next child's address is known only after the parent's compare "
-    "ends (a tree is a pointer chase; memcmp over known segments is not). A batched match that walks 4-8 "
-    "requests in lock step, issuing each one's next-node loads before comparing any, overlaps those misses; "
-    "match_cold_p1's lines_per_node and nodes_per_match say how much there is to hide.\n"
-    "3. Page size 16 pays a 16-token hash per node: compare hashing only the first 4 tokens (collisions are "
-    "settled by the page compare) on match_cold_p16, and build an adversarial trace where it degrades.";
-
 KL_MODULE(radix, .summary = "CPU longest-prefix match in SGLang's radix KV cache (insert, match, lock, evict)",
-          .min_cc = 0, .semantics = semantics, .verify = kl_radix_verify, .check = radix_check, .bench = radix_bench,
-          .exercises = exercises);
+          .learning_step = 5, .min_cc = 0, .verify = kl_radix_verify, .check = radix_check, .bench = radix_bench);

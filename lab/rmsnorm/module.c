@@ -198,23 +198,5 @@ KL_TENSOR_OPS(kl_rmsnorm_ops, struct kl_rmsnorm_params, kl_rmsnorm_launch_fn, .l
               .out_field = {B(out), B(residual_out)}, .device = device, .outputs = set_outputs);
 #undef B
 
-KL_MODULE(rmsnorm, .summary = "RMSNorm and fused residual add + RMSNorm", .min_cc = 70,
-          .semantics = "out[t,i] = x[t,i] / sqrt(mean_j x[t,j]^2 + eps) * weight[i]. Fused form: residual_out = "
-                       "x + residual, then out = rmsnorm(residual_out) * weight, both written by one kernel. "
-                       "Every transformer layer runs it twice (before attention and before the MLP); it is "
-                       "memory-bound: 2 bytes read and 2 written per bf16 element, ~4 FLOPs per element.",
-          .tensor = &kl_rmsnorm_ops, .perf = &kl_rmsnorm_perf,
-          .exercises =
-              "1. v4_persistent: launch one block per SM slot and loop over rows, issuing the next row's loads before "
-              "the current row's reduction, so the two barriers of block_sum overlap with DRAM traffic. It should "
-              "gain most where the reduction is exposed: prefill rows are long enough that v1 is already near the "
-              "copy ceiling, so measure the fused form, which moves twice the bytes per barrier.\n"
-              "2. A warp-per-row variant for hidden <= 2048: no shared memory and no barrier at all (warp shuffles "
-              "only). Check it with `build/kernlab check rmsnorm --variant <name>` and compare its decode-64 "
-              "copy_same_bytes_frac with v2_pdl.\n"
-              "3. Try v2_pdl without its early weight load (move the weight loads after griddepcontrol.wait): the "
-              "difference in decode-64 time is the weight's DRAM round trip that PDL hid.\n"
-              "4. v3_pdl_residual_early still gives a 4096-wide row to one block on one SM, so 64 rows use 64 SMs. "
-              "Split each row over a cluster of 2 blocks (sm_90: the partial sums of squares meet in distributed "
-              "shared memory) and see whether decode-64-add's copy_same_bytes_frac moves; predict first whether the "
-              "cluster barrier costs more than the halved per-SM traffic saves.");
+KL_MODULE(rmsnorm, .summary = "RMSNorm and fused residual add + RMSNorm", .learning_step = 1, .min_cc = 70,
+          .tensor = &kl_rmsnorm_ops, .perf = &kl_rmsnorm_perf);

@@ -222,13 +222,5 @@ KL_TENSOR_OPS(kl_rope_ops, struct kl_rope_params, kl_rope_launch_fn, .load = loa
 #undef B
 
 KL_MODULE(rope, .summary = "rotary position embedding, in place on Q and K (neox or interleaved, partial)",
-          .min_cc = 70, .in_place = "q, k",
-          .semantics = "For each token, each q and k head, and each pair i < rotary_dim/2: (x1, x2) -> (x1 cos - x2 sin, "
-                       "x2 cos + x1 sin) with cos and sin from row positions[t] of a float32 cos/sin cache. is_neox "
-                       "pairs dims i and i + rotary_dim/2, interleaved (GPT-J) pairs 2i and 2i+1; dims past "
-                       "rotary_dim are untouched. Runs once per layer per step between the QKV GEMM and the KV "
-                       "store; memory-bound: q and k read and written once, one cache row read per distinct position.",
-          .tensor = &kl_rope_ops, .perf = &kl_rope_perf,
-          .exercises = "1. v3_regs_cos_sin holds 4 heads of q/k plus cos/sin in registers, v4_prefetch_cos_sin 2 heads and the next token's cos/sin: compare their registers, local memory and achieved occupancy in the execution models and tables above, then try v4 with kItems = 4 and predict, before measuring, whether the extra bytes in flight pay for the registers.\n"
-              "2. Positions are random: cos/sin rows are gathered once per token. Sort tokens by position in the workload and measure whether L2 reuse of cos/sin rows changes the DRAM bytes / model ratio.\n"
-              "3. v5_pdl_one_trip loads the position and its cos/sin row before its PDL wait. Move both after the wait and the decode-64 time should grow by two dependent DRAM trips; measure it, then compare with the same-size copy column.");
+          .learning_step = 4, .min_cc = 70, .in_place = "q, k",
+          .tensor = &kl_rope_ops, .perf = &kl_rope_perf);

@@ -244,12 +244,4 @@ KL_TENSOR_OPS(kl_store_ops, struct kl_store_params, kl_store_launch_fn, .load = 
 #undef B
 
 KL_MODULE(store, .summary = "K/V scatter into a paged KV cache (slot mapping)", .min_cc = 70, .in_place = "k_cache, v_cache",
-          .semantics = "k_cache[slots[t]] = k[t] and v_cache[slots[t]] = v[t] for each token t; slot < 0 skips "
-                       "the token. The cache [num_pages, page_size, kv_heads, head_dim] is [num_slots, kv_heads, "
-                       "head_dim] in memory, so each token writes one contiguous row of kv_heads * head_dim "
-                       "elements into each cache. Runs once per layer per step after RoPE; pure data movement, "
-                       "bit-exact: K and V read once, written once, the cache never read.",
-          .tensor = &kl_store_ops, .perf = &kl_store_perf,
-          .exercises = "1. Compare v2_kv_inflight with v1_warp_kv in the tables above: more loads in flight per thread need not help when the stalls are long_scoreboard (loads) and lg_throttle (the load/store queue full). Write a variant that reduces store transactions instead: one warp per token writing K then V rows with 16-byte st.global.cs, and check the counters' DRAM write bytes against the model.\n"
-              "2. Sequential and random slots cost the same here (a token's row is 2 KB, whole 128-byte lines either way): make head_dim 80 a workload and see whether partial lines change that.\n"
-              "3. v3_pdl_one_trip reads the slots before its PDL wait because the scheduler writes them before the forward pass. Move the slot load after the wait (an engine whose slot mapping comes from the kernel just before) and measure the decode-64 time: the difference is the slot's DRAM trip that PDL hid.");
+          .learning_step = 3, .tensor = &kl_store_ops, .perf = &kl_store_perf);

@@ -5,7 +5,9 @@
  *   lab/story/cache.c      pages: a free-list allocator and the radix tree's prefix -> page map
  *   lab/story/scheduler.c  the requests: miss, hit, decode, CUDA graph, control; the results file
  *   lab/story/timeline.c   CUPTI Activity records -> ops, phases, steps; Range Profiler per op
- *   lab/story/report.c     the results file -> reports/story.md and reports/story-trace.json
+ *   lab/story/document.c   the results file read back and checked
+ *   lab/report/story*.c    (the guide generator) the results file -> reports/story.md and
+ *                          reports/story-trace.json
  *   lab/story/command.c    the command line
  *   reference/story.c      the same decoder in float64, with the tolerance of the end-to-end check
  *
@@ -114,13 +116,17 @@ void kl_story_result_free(struct kl_story_result *r);
 /* Writes the results document: one line per top-level key and per element of its long arrays. */
 int kl_story_write_json(const struct cJSON *doc, const char *path);
 
-/* The results document -> story.md and story-trace.json in out_dir (report.c). ceilings: what
+/* The results document -> story.md and story-trace.json in out_dir (lab/report/story.c: the
+ * guide generator writes them; declared here beside the document they are written from). ceilings: what
  * `kernlab ceilings` measured on the story's device (an object with copy_gbs, as results rows carry
  * it), so that DRAM traffic is told as a share of the copy bandwidth; NULL tells it in GB/s.
  * Returns 0 or -1 with the file at fault on stderr. */
 int kl_story_write(const struct cJSON *doc, const struct cJSON *ceilings, const char *out_dir);
 /* kl_story_write without ceilings. */
 int kl_story_report(const struct cJSON *doc, const char *out_dir);
+/* NULL when doc is a story document its guide can be written from (format kernlab-story-1, with
+ * its ops and phases), else what is wrong with it (lab/story/document.c, as the two below). */
+const char *kl_story_format_error(const struct cJSON *doc);
 /* A JSON file as a document; NULL when it cannot be read or is not JSON. */
 struct cJSON *kl_story_read_json(const char *path);
 /* dir/story.json, checked to be a story document (format kernlab-story-1, with its ops and

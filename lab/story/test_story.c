@@ -18,7 +18,6 @@
 #include "lab/core/compare.h"
 #include "lab/core/device.h"
 #include "lab/core/dtype.h"
-#include "lab/kernlab.h"
 #include "lab/story/kernels.h"
 #include "lab/story/model.h"
 #include "lab/story/scheduler.h"
