@@ -67,3 +67,30 @@ int kl_story_load(const char *results_dir, cJSON **doc)
     return 1;
 }
 
+int kl_story_write_json(const cJSON *doc, const char *path)
+{
+    /* One line per top-level key and per element of the long arrays: readable diffs, modest size. */
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    fprintf(f, "{\n");
+    for (const cJSON *it = doc->child; it; it = it->next) {
+        fprintf(f, "\"%s\": ", it->string);
+        if (cJSON_IsArray(it) && (strcmp(it->string, "events") == 0 || strcmp(it->string, "phases") == 0 ||
+                                  strcmp(it->string, "profiles") == 0 || strcmp(it->string, "kernels") == 0)) {
+            fprintf(f, "[\n");
+            for (const cJSON *e = it->child; e; e = e->next) {
+                char *s = cJSON_PrintUnformatted(e);
+                fprintf(f, "  %s%s\n", s ? s : "null", e->next ? "," : "");
+                cJSON_free(s);
+            }
+            fprintf(f, "]");
+        } else {
+            char *s = cJSON_PrintUnformatted(it);
+            fprintf(f, "%s", s ? s : "null");
+            cJSON_free(s);
+        }
+        fprintf(f, "%s\n", it->next ? "," : "");
+    }
+    fprintf(f, "}\n");
+    return fclose(f);
+}

@@ -7,8 +7,7 @@
  *   lab/story/timeline.c   CUPTI Activity records -> ops, phases, steps; Range Profiler per op
  *   lab/story/document.c   the results file read back and checked
  *   lab/report/story*.c    (the guide generator) the results file -> reports/story.md and
- *                          reports/story-trace.json
- *   lab/story/command.c    the command line
+ *                          reports/story-trace.json; story_command.c there is the command line
  *   reference/story.c      the same decoder in float64, with the tolerance of the end-to-end check
  *
  * The results file, story.json (one JSON document, "format": "kernlab-story-1"):
@@ -51,7 +50,6 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "lab/core/args.h"
 #include "lab/core/check.h"
 
 #ifdef __cplusplus
@@ -60,9 +58,6 @@ extern "C" {
 
 struct cJSON;
 
-/* `kernlab story` (lab/story/command.c). */
-extern const struct kl_command kl_story_command;
-int kl_cmd_story(int argc, char **argv);
 
 /* A decoder's shape. */
 struct kl_story_config {
@@ -116,14 +111,6 @@ void kl_story_result_free(struct kl_story_result *r);
 /* Writes the results document: one line per top-level key and per element of its long arrays. */
 int kl_story_write_json(const struct cJSON *doc, const char *path);
 
-/* The results document -> story.md and story-trace.json in out_dir (lab/report/story.c: the
- * guide generator writes them; declared here beside the document they are written from). ceilings: what
- * `kernlab ceilings` measured on the story's device (an object with copy_gbs, as results rows carry
- * it), so that DRAM traffic is told as a share of the copy bandwidth; NULL tells it in GB/s.
- * Returns 0 or -1 with the file at fault on stderr. */
-int kl_story_write(const struct cJSON *doc, const struct cJSON *ceilings, const char *out_dir);
-/* kl_story_write without ceilings. */
-int kl_story_report(const struct cJSON *doc, const char *out_dir);
 /* NULL when doc is a story document its guide can be written from (format kernlab-story-1, with
  * its ops and phases), else what is wrong with it (lab/story/document.c, as the two below). */
 const char *kl_story_format_error(const struct cJSON *doc);
@@ -133,8 +120,6 @@ struct cJSON *kl_story_read_json(const char *path);
  * phases): 1 with *doc set (the caller deletes it), 0 when there is none, -1 (said on stderr)
  * when it cannot be read or is not one. Nothing is written. */
 int kl_story_load(const char *results_dir, struct cJSON **doc);
-/* Reads dir/story.json when it exists: 1 and the guide written, 0 when there is none, -1 on error. */
-int kl_story_report_dir(const char *results_dir, const char *out_dir);
 
 #ifdef __cplusplus
 }

@@ -19,6 +19,7 @@
 #include "lab/core/device.h"
 #include "lab/core/dtype.h"
 #include "lab/story/kernels.h"
+#include "lab/report/report.h" /* kernlab story and its guide: a test may use every floor but the command */
 #include "lab/story/model.h"
 #include "lab/story/scheduler.h"
 #include "lab/story/story.h"

@@ -8,6 +8,8 @@
      3  lab/<module>/, lab/story/, lab/tests/   modules, the decoder, whole-lab tests
      4  lab/report/                      the guide generator
      5  lab/kernlab.c                    the command
+   Tests (test_*, mutants*) sit beside what they test and may include every floor below the
+   command: a test of the story's guide, say, drives the decoder and the report room together.
 2. No source file is over MAX_LINES lines.
 
   layers.py [ROOT]            checks the tree at ROOT (default: this file's repository)
@@ -70,6 +72,9 @@ def breaches(root):
         if lines > MAX_LINES:
             out.append(f"{rel}: {lines} lines (at most {MAX_LINES})")
         mine = floor_of(rel)
+        name = os.path.basename(rel)
+        if mine is not None and (name.startswith("test_") or name.startswith("mutants")):
+            mine = max(mine, 4)
         if mine is None or not rel.endswith(INCLUDING_EXT):
             continue
         for m in INCLUDE.finditer(text):

@@ -1,5 +1,8 @@
 /* `kernlab story [--layers N] [--prompt N] [--shared N] [--steps N] [--seed N] [--out DIR] [--tiny]`
  *
+ * A command of the report room: it runs the decoder (lab/story/) and writes the story's guide
+ * (story.c here), so it sits above both.
+ *
  * Arguments are checked before anything else (lab/core/args.h) (usage errors exit 2), then the device (none: exit 1
  * and nothing written), then the memory plan; only then is DIR created. */
 #include <cjson/cJSON.h>
@@ -10,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "lab/core/device.h"
+#include "lab/report/report.h"
 #include "lab/story/story.h"
 #include "perf/counters.h"
 
@@ -36,34 +40,6 @@ const struct kl_command kl_story_command = {
     .opts = story_opts,
     .run = kl_cmd_story,
 };
-
-int kl_story_write_json(const cJSON *doc, const char *path)
-{
-    /* One line per top-level key and per element of the long arrays: readable diffs, modest size. */
-    FILE *f = fopen(path, "w");
-    if (!f) return -1;
-    fprintf(f, "{\n");
-    for (const cJSON *it = doc->child; it; it = it->next) {
-        fprintf(f, "\"%s\": ", it->string);
-        if (cJSON_IsArray(it) && (strcmp(it->string, "events") == 0 || strcmp(it->string, "phases") == 0 ||
-                                  strcmp(it->string, "profiles") == 0 || strcmp(it->string, "kernels") == 0)) {
-            fprintf(f, "[\n");
-            for (const cJSON *e = it->child; e; e = e->next) {
-                char *s = cJSON_PrintUnformatted(e);
-                fprintf(f, "  %s%s\n", s ? s : "null", e->next ? "," : "");
-                cJSON_free(s);
-            }
-            fprintf(f, "]");
-        } else {
-            char *s = cJSON_PrintUnformatted(it);
-            fprintf(f, "%s", s ? s : "null");
-            cJSON_free(s);
-        }
-        fprintf(f, "%s\n", it->next ? "," : "");
-    }
-    fprintf(f, "}\n");
-    return fclose(f);
-}
 
 int kl_cmd_story(int argc, char **argv)
 {
