@@ -611,7 +611,7 @@ static int sentinel_inputs(const struct kl_variant *v, char *msg, size_t len)
             for (int64_t i = 0; i < n && !problems; i++) {
                 const bool sentinel = i % 97 == 5;
                 const double want = x[i] + x[n + i], s = fabs(x[i]) + fabs(x[n + i]);
-                if (sentinel ? !isnan(got[i]) : !(fabs(got[i] - want) <= kl_ar_bound(world, types[k], s)))
+                if (sentinel ? !isnan(got[i]) : !(fabs(got[i] - want) <= kl_allreduce_bound(world, types[k], s, 0)))
                     snprintf(msg, len, "%s rank %d: out[%lld] = %.9g, want %s%.9g", kl_dtype_name(types[k]), r,
                              (long long)i, got[i], sentinel ? "NaN, not " : "", want),
                         problems++;
