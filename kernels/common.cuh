@@ -11,7 +11,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "lab/core/dtype.h"
+#include "kernels/dtype.h"
 
 namespace kl {
 

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "lab/core/device.h"
-#include "lab/core/dtype.h"
+#include "kernels/dtype.h"
 #include "lab/kernlab.h"
 #include "lab/story/cache.h"
 #include "lab/story/kernels.h"
