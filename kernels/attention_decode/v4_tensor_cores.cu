@@ -123,7 +123,8 @@ static __global__ void __launch_bounds__(32 * WARPS) decode_v4(const kl_attentio
 #pragma unroll
         for (int kk = 0; kk < S::KSTEPS; kk++) {
             uint32_t a[4];
-            kl::ptx::ldmatrix_x4(a, kl::ptx::smem_addr(ks + swz<HD>(warp * 16 + i8 + 8 * (mat & 1), 2 * kk + (mat >> 1))));
+            kl::ptx::ldmatrix_x4(a,
+                                 kl::ptx::smem_addr(ks + swz<HD>(warp * 16 + i8 + 8 * (mat & 1), 2 * kk + (mat >> 1))));
             kl::ptx::mma_16816<T>(kk % 2 ? s_odd : s, a, qf[kk][0], qf[kk][1]);
         }
 #pragma unroll
@@ -158,7 +159,8 @@ static __global__ void __launch_bounds__(32 * WARPS) decode_v4(const kl_attentio
 #pragma unroll
         for (int mt = 0; mt < S::KSTEPS; mt++) {
             uint32_t a[4];
-            kl::ptx::ldmatrix_x4_trans(a, kl::ptx::smem_addr(vs + swz<HD>(warp * 16 + i8 + 8 * (mat >> 1), 2 * mt + (mat & 1))));
+            kl::ptx::ldmatrix_x4_trans(
+                a, kl::ptx::smem_addr(vs + swz<HD>(warp * 16 + i8 + 8 * (mat >> 1), 2 * mt + (mat & 1))));
             kl::ptx::mma_16816<T>(o[mt], a, pb[0], pb[1]);
         }
     }

@@ -19,7 +19,7 @@
 namespace kl {
 namespace hopper {
 
-/* A CTA of the warp-specialized variants: hopper.cuh's tiles, and the ring's shared memory. Three
+/* A CTA of the warp-specialized variants: mainloop_sm90.cuh's tiles, and the ring's shared memory. Three
  * stages where they fit, two for head_dim 256 (3 x 64 KB would not fit): a tile lands about 3000
  * clocks after its copy is issued on an H100, more than a stage's compute. Measured there on
  * causal-8k, though, two stages ran as fast (v8 1144 against 1152 us, v10 1280 against 1256-1266,

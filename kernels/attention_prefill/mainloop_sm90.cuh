@@ -25,7 +25,7 @@ template <int D> struct wg_tiles {
     using KvTile = swizzled_tile<kBN, D>;
 };
 
-using mma::copy_kv_rows; /* cp.async row copies by a given thread of a group (mma.cuh) */
+using mma::copy_kv_rows; /* cp.async row copies by a given thread of a group (smem_tiles.cuh) */
 using mma::copy_rows;
 
 #if KL_SM90A

@@ -1,9 +1,8 @@
 /* sm_90a PTX, one named inline wrapper per instruction: warpgroup MMA (wgmma) and the shared-memory
  * descriptors of its operands, the 128-byte-swizzled tile those descriptors name, the async-proxy
- * fence, named barriers, mbarriers, bulk tensor copies (TMA), clusters and register reallocation
- * (setmaxnreg). lab/emulate/ shadows each wrapper that holds PTX with an emulated one of the same
- * name and signature. Inline device code only.
- *
+ * fence, named barriers, mbarriers, bulk tensor copies (TMA), clusters, register reallocation
+ * (setmaxnreg) and Programmatic Dependent Launch (griddepcontrol). lab/emulate/ shadows each wrapper
+ * that holds PTX with an emulated one of the same name and signature. Inline device code only.
  *
  * wgmma, in one paragraph (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate"):
  * the 4 warps of a warpgroup (128 consecutive threads, the first warp's index a multiple of 4)
@@ -63,6 +62,22 @@ __device__ __forceinline__ unsigned char *align_1024(unsigned char *p)
 {
     const uint32_t a = smem_addr(p);
     return p + (((a + 1023u) & ~1023u) - a);
+}
+
+/* ---- Programmatic Dependent Launch (griddepcontrol): kernels/common.cuh says how launch_pdl uses
+ * them. Below sm_90 both are no-ops (their kernels launch without PDL there). ---- */
+__device__ __forceinline__ void pdl_release()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+
+__device__ __forceinline__ void pdl_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
 }
 
 #if KL_SM90A

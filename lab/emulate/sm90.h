@@ -72,3 +72,6 @@ __device__ __forceinline__ void tma_load_3d_multicast(uint32_t dst, const CUtens
 }
 template <int R> __device__ __forceinline__ void release_registers_to() {}
 template <int R> __device__ __forceinline__ void claim_registers_to() {}
+/* An emulated launch is the only grid running: nothing to wait for, nobody to release. */
+__device__ __forceinline__ void pdl_release() {}
+__device__ __forceinline__ void pdl_wait() {}
