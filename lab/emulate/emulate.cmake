@@ -29,7 +29,7 @@ function(kl_add_emulator module target driver mutants)
                      COMMAND ${CMAKE_COMMAND} -E touch ${out}/gen.stamp
                      DEPENDS ${deps}
                      COMMENT "Emulation copy of the ${module} tensor-core kernels")
-  file(GLOB runtime ${KL_EMU_SRC}/*.cpp)
+  file(GLOB runtime CONFIGURE_DEPENDS ${KL_EMU_SRC}/*.cpp)
   add_executable(${target} ${driver} ${runtime} ${shards} ${out}/gen.stamp ${ARGN})
   # ${out} first: its kernels/ptx/ shadows the real one
   target_include_directories(${target} PRIVATE ${out} ${KL_EMU_SRC} ${PROJECT_SOURCE_DIR}
