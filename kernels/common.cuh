@@ -11,7 +11,8 @@
 #include <type_traits>
 #include <utility>
 
-#include "lab/core/dtype.h"
+#include "kernels/dtype.h"
+#include "kernels/ptx/sm90.cuh"
 
 namespace kl {
 
@@ -116,19 +117,8 @@ template <typename T> __device__ __forceinline__ uint4 pack(const float (&o)[16 
  * of its outputs and every store (the previous kernel may still read the buffer we overwrite)
  * comes after it. pdl_release() lets the next kernel begin launching; a block that exits counts
  * as released. Below sm_90 both are no-ops and launchers pass pdl = false: plain stream order. */
-__device__ __forceinline__ void pdl_release()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;");
-#endif
-}
-
-__device__ __forceinline__ void pdl_wait()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
+using ptx::pdl_release; /* griddepcontrol.launch_dependents (kernels/ptx/sm90.cuh) */
+using ptx::pdl_wait;    /* griddepcontrol.wait */
 
 /* kernel<<<grid, block, 0, stream>>>(args...), as a programmatic dependent of the previous kernel
  * on the stream when pdl (only where the device is sm_90 or newer). */

@@ -12,7 +12,7 @@
 #include <stdio.h>
 
 #include "kernels/allreduce/allreduce.h"
-#include "lab/core/registry.h"
+#include "kernels/variant.h"
 
 static cudaError_t launch(const struct kl_allreduce_params *p, cudaStream_t stream)
 {

@@ -12,7 +12,7 @@
  * Scalar loads (2-4 bytes): the teaching version; expect it close to v3 at 8 KB, poor at large sizes.
  * Run alone: build/kernlab bench allreduce --variant v1_oneshot */
 #include "kernels/allreduce/peer.cuh"
-#include "lab/core/registry.h"
+#include "kernels/variant.h"
 
 using namespace kl_ar;
 

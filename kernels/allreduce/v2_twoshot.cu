@@ -14,7 +14,7 @@
  * Scalar loads, like v1; expect v1's latency plus one barrier (one NVLink round trip) at decode sizes.
  * Run alone: build/kernlab bench allreduce --variant v2_twoshot */
 #include "kernels/allreduce/peer.cuh"
-#include "lab/core/registry.h"
+#include "kernels/variant.h"
 
 using namespace kl_ar;
 

@@ -12,7 +12,7 @@
  * thread either way) and far better from 1 MB: about the NVLink read rate per direction.
  * Run alone: build/kernlab bench allreduce --variant v3_oneshot_vec16 */
 #include "kernels/allreduce/peer.cuh"
-#include "lab/core/registry.h"
+#include "kernels/variant.h"
 
 using namespace kl_ar;
 

@@ -10,7 +10,7 @@
  * Expect v3 minus one round trip at 8-512 KB; the same as v3 at large sizes (bandwidth-bound).
  * Run alone: build/kernlab bench allreduce --variant v4_oneshot_one_barrier */
 #include "kernels/allreduce/peer.cuh"
-#include "lab/core/registry.h"
+#include "kernels/variant.h"
 
 using namespace kl_ar;
 

@@ -13,7 +13,7 @@
  * at a few MB.
  * Run alone: build/kernlab bench allreduce --variant v5_twoshot_vec16 */
 #include "kernels/allreduce/peer.cuh"
-#include "lab/core/registry.h"
+#include "kernels/variant.h"
 
 using namespace kl_ar;
 

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 
 #include "kernels/allreduce/allreduce.h"
-#include "lab/core/registry.h"
+#include "kernels/variant.h"
 
 static int64_t limit(const char *env, int64_t fallback)
 {

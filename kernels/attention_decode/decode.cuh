@@ -3,6 +3,7 @@
 #pragma once
 
 #include <math.h>
+#include <stdio.h> /* the launchers say which argument is wrong */
 
 #include "kernels/attention_decode/attention_decode.h"
 #include "kernels/common.cuh"

@@ -11,7 +11,7 @@
  * kv head instead of once per qo head, v3 splits long requests over blocks.
  * Run alone: build/kernlab bench attention_decode --variant v0_naive */
 #include "kernels/attention_decode/decode.cuh"
-#include "lab/core/registry.h"
+#include "kernels/variant.h"
 
 template <typename T>
 static __global__ void decode_v0(const kl_attention_decode_params p)

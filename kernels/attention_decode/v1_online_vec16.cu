@@ -12,7 +12,7 @@
  * many); v2 loads each once. Head dims 64, 128, 256.
  * Run alone: build/kernlab bench attention_decode --variant v1_online_vec16 */
 #include "kernels/attention_decode/decode.cuh"
-#include "lab/core/registry.h"
+#include "kernels/variant.h"
 
 template <typename T, int HD>
 static __global__ void __launch_bounds__(128) decode_v1(const kl_attention_decode_params p)

@@ -11,7 +11,7 @@
  * has only num_kv_heads = 8 blocks for 132 SMs. v3 splits the keys.
  * Run alone: build/kernlab bench attention_decode --variant v2_gqa_shared */
 #include "kernels/attention_decode/decode.cuh"
-#include "lab/core/registry.h"
+#include "kernels/variant.h"
 
 template <typename T, int HD, int GMAX>
 static __global__ void __launch_bounds__(128) decode_v2(const kl_attention_decode_params p)

@@ -12,7 +12,7 @@
  * once (under 2% of the keys' bytes at these chunk sizes), and one more launch.
  * Run alone: build/kernlab bench attention_decode --variant v3_split_kv */
 #include "kernels/attention_decode/decode.cuh"
-#include "lab/core/registry.h"
+#include "kernels/variant.h"
 
 template <typename T, int HD, int GMAX>
 static __global__ void __launch_bounds__(128) decode_v3(const kl_attention_decode_params p, int chunk)

@@ -25,8 +25,8 @@
 #include <type_traits>
 
 #include "kernels/attention_decode/decode.cuh"
-#include "kernels/mma.cuh"
-#include "lab/core/registry.h"
+#include "kernels/ptx/sm80.cuh"
+#include "kernels/variant.h"
 
 /* A block of WARPS warps, STAGES stages of 16 tokens per warp (launch_hd picks the shape). */
 template <int HD, int WARPS_, int STAGES_> struct tc_shape {
@@ -97,11 +97,11 @@ static __global__ void __launch_bounds__(32 * WARPS) decode_v4(const kl_attentio
             for (int i = 0; i < RPT; i++) {
                 const int r = r0 + i * (S::THREADS / S::CHUNKS);
                 const int64_t at = slot[i] < 0 ? 0 : ((int64_t)slot[i] * p.num_kv_heads + g) * HD + 8 * c;
-                kl::mma::cp_async_16(ks + swz<HD>(r, c), kc + at, slot[i] < 0 ? 0 : 16);
-                kl::mma::cp_async_16(vs + swz<HD>(r, c), vc + at, slot[i] < 0 ? 0 : 16);
+                kl::ptx::cp_async_16(kl::ptx::smem_addr(ks + swz<HD>(r, c)), kc + at, slot[i] >= 0);
+                kl::ptx::cp_async_16(kl::ptx::smem_addr(vs + swz<HD>(r, c)), vc + at, slot[i] >= 0);
             }
         }
-        kl::mma::cp_async_commit();
+        kl::ptx::cp_async_commit();
     };
 
     float o[S::KSTEPS][4] = {}; /* O^T: m-tile mt holds (d 16 mt + gq (+8), heads 2 tq, 2 tq + 1) */
@@ -110,7 +110,7 @@ static __global__ void __launch_bounds__(32 * WARPS) decode_v4(const kl_attentio
     for (int st = 0; st < S::STAGES - 1; st++) fetch_slots(st, slot), issue_stage(st, slot);
     fetch_slots(S::STAGES - 1, slot);
     for (int st = 0; st < n_stages; st++) {
-        kl::mma::cp_async_wait<S::STAGES - 2>(); /* this thread's copies of stage st have landed */
+        kl::ptx::cp_async_wait<S::STAGES - 2>(); /* this thread's copies of stage st have landed */
         __syncthreads(); /* ...everyone's too; and every warp is done with the buffer refilled next */
         issue_stage(st + S::STAGES - 1, slot);
         fetch_slots(st + S::STAGES, slot); /* lands during this stage's compute */
@@ -123,8 +123,9 @@ static __global__ void __launch_bounds__(32 * WARPS) decode_v4(const kl_attentio
 #pragma unroll
         for (int kk = 0; kk < S::KSTEPS; kk++) {
             uint32_t a[4];
-            kl::mma::ldmatrix_x4(a, ks + swz<HD>(warp * 16 + i8 + 8 * (mat & 1), 2 * kk + (mat >> 1)));
-            kl::mma::mma_16816<T>(kk % 2 ? s_odd : s, a, qf[kk]);
+            kl::ptx::ldmatrix_x4(a,
+                                 kl::ptx::smem_addr(ks + swz<HD>(warp * 16 + i8 + 8 * (mat & 1), 2 * kk + (mat >> 1))));
+            kl::ptx::mma_16816<T>(kk % 2 ? s_odd : s, a, qf[kk][0], qf[kk][1]);
         }
 #pragma unroll
         for (int e = 0; e < 4; e++) s[e] += s_odd[e];
@@ -151,18 +152,19 @@ static __global__ void __launch_bounds__(32 * WARPS) decode_v4(const kl_attentio
 
         /* P^T as the B operand: (p0, p1) is row gq, cols 2tq.. of the 8x8 block [token][head];
          * its transpose is (tokens 2tq.., head gq): b0. (p2, p3) gives b1 (tokens 8 + 2tq..). */
-        const uint32_t pb[2] = {kl::mma::movmatrix_trans(kl::mma::pack2<T>(p0, p1)),
-                                kl::mma::movmatrix_trans(kl::mma::pack2<T>(p2, p3))};
+        const uint32_t pb[2] = {kl::ptx::movmatrix_trans(kl::ptx::pack2<T>(p0, p1)),
+                                kl::ptx::movmatrix_trans(kl::ptx::pack2<T>(p2, p3))};
         /* O^T += V^T P^T: A = V^T (16 dims x 16 tokens) by ldmatrix.trans of V rows (matrices:
          * tokens 0-7 / 8-15 x dims 0-7 / 8-15, in a0..a3 order of the transpose). */
 #pragma unroll
         for (int mt = 0; mt < S::KSTEPS; mt++) {
             uint32_t a[4];
-            kl::mma::ldmatrix_x4_trans(a, vs + swz<HD>(warp * 16 + i8 + 8 * (mat >> 1), 2 * mt + (mat & 1)));
-            kl::mma::mma_16816<T>(o[mt], a, pb);
+            kl::ptx::ldmatrix_x4_trans(
+                a, kl::ptx::smem_addr(vs + swz<HD>(warp * 16 + i8 + 8 * (mat >> 1), 2 * mt + (mat & 1))));
+            kl::ptx::mma_16816<T>(o[mt], a, pb[0], pb[1]);
         }
     }
-    kl::mma::cp_async_wait<0>();
+    kl::ptx::cp_async_wait<0>();
     __syncthreads(); /* the stage buffers become the merge area */
 
     /* Each warp's state to shared memory: l summed over the lanes sharing a head first. */

@@ -26,7 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "lab/core/dtype.h"
+#include "kernels/dtype.h"
 
 #ifdef __cplusplus
 extern "C" {

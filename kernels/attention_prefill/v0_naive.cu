@@ -12,7 +12,7 @@
 #include <math.h>
 
 #include "kernels/attention_prefill/paged.cuh"
-#include "lab/core/registry.h"
+#include "kernels/variant.h"
 
 namespace {
 

@@ -22,7 +22,7 @@
  * still wait for copies and how long the softmax phase takes against its exponentials.
  * Run alone: build/kernlab bench attention_prefill --variant v10_pingpong */
 #include "kernels/attention_prefill/kv_ring.cuh"
-#include "lab/core/registry.h"
+#include "kernels/variant.h"
 
 namespace {
 

@@ -17,7 +17,7 @@
 #include <stdio.h>
 
 #include "kernels/attention_prefill/paged.cuh"
-#include "lab/core/registry.h"
+#include "kernels/variant.h"
 
 namespace {
 

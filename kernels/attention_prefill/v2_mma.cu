@@ -12,8 +12,8 @@
  * Bound: shared-memory bank conflicts (every ldmatrix replayed 8 times: ~1.3 KB of shared traffic per
  * MMA where 160 B suffice); expected ~60-100 TFLOP/s on causal-8k on an H100.
  * Run alone: build/kernlab bench attention_prefill --variant v2_mma */
-#include "kernels/attention_prefill/mma.cuh"
-#include "lab/core/registry.h"
+#include "kernels/attention_prefill/mainloop_sm80.cuh"
+#include "kernels/variant.h"
 
 namespace {
 

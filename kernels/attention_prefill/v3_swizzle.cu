@@ -8,8 +8,8 @@
  * Bound: the copies are still exposed (copy, wait, barrier, compute; the other CTA on the SM covers
  * part of it); expected ~180-250 TFLOP/s on causal-8k on an H100.
  * Run alone: build/kernlab bench attention_prefill --variant v3_swizzle */
-#include "kernels/attention_prefill/mma.cuh"
-#include "lab/core/registry.h"
+#include "kernels/attention_prefill/mainloop_sm80.cuh"
+#include "kernels/variant.h"
 
 namespace {
 

@@ -11,8 +11,8 @@
  * numbers): 2 CTAs per SM on an H100 (228 KB), 1 on an A100 (164 KB).
  * Bound: mma.sync issue and the softmax's exponentials; expected ~280-320 TFLOP/s on causal-8k on
  * an H100. Run alone: build/kernlab bench attention_prefill --variant v4_cp_async */
-#include "kernels/attention_prefill/mma.cuh"
-#include "lab/core/registry.h"
+#include "kernels/attention_prefill/mainloop_sm80.cuh"
+#include "kernels/variant.h"
 
 namespace {
 

@@ -9,8 +9,8 @@
  * Work mapping: as v4 inside a CTA (4 warps, 32 query rows a warp, two cp.async K/V stages).
  * Bound: as v4; expected a few % over v4 on causal-8k and ragged-b16 (the tail), none on noncausal-4k.
  * Run alone: build/kernlab bench attention_prefill --variant v5_longest_first */
-#include "kernels/attention_prefill/mma.cuh"
-#include "lab/core/registry.h"
+#include "kernels/attention_prefill/mainloop_sm80.cuh"
+#include "kernels/variant.h"
 
 namespace {
 

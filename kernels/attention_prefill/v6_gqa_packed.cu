@@ -11,8 +11,8 @@
  * Bound: mma.sync issue and the softmax's exponentials (FlashAttention-2's bound on Hopper);
  * predicted ~300-340 TFLOP/s (0.38-0.43 of an H100's cuBLAS rate) on causal-8k.
  * Run alone: build/kernlab bench attention_prefill --variant v6_gqa_packed */
-#include "kernels/attention_prefill/mma.cuh"
-#include "lab/core/registry.h"
+#include "kernels/attention_prefill/mainloop_sm80.cuh"
+#include "kernels/variant.h"
 
 namespace {
 

@@ -14,8 +14,8 @@
  * Predicted: ~380-450 TFLOP/s (0.48-0.57 of the cuBLAS rate) on causal-8k; bound by the softmax
  * running while the tensor cores idle, and by the copies every thread still issues.
  * Run alone: build/kernlab bench attention_prefill --variant v7_wgmma */
-#include "kernels/attention_prefill/hopper.cuh"
-#include "lab/core/registry.h"
+#include "kernels/attention_prefill/mainloop_sm90.cuh"
+#include "kernels/variant.h"
 
 namespace {
 

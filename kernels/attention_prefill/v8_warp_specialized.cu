@@ -17,7 +17,7 @@
  * on causal-8k; still bound by each warpgroup's softmax running between its own products.
  * Run alone: build/kernlab bench attention_prefill --variant v8_warp_specialized */
 #include "kernels/attention_prefill/kv_ring.cuh"
-#include "lab/core/registry.h"
+#include "kernels/variant.h"
 
 namespace {
 

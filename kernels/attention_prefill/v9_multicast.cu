@@ -21,7 +21,7 @@
  * kv_ring.cuh loads them during it.
  * Run alone: build/kernlab bench attention_prefill --variant v9_multicast */
 #include "kernels/attention_prefill/kv_ring.cuh"
-#include "lab/core/registry.h"
+#include "kernels/variant.h"
 
 namespace {
 

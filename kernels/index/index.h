@@ -12,7 +12,7 @@
 #include <cuda_runtime_api.h>
 #include <stdint.h>
 
-#include "lab/core/dtype.h"
+#include "kernels/dtype.h"
 
 #ifdef __cplusplus
 extern "C" {

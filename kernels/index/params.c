@@ -3,7 +3,7 @@
 
 #include "index.h"
 
-#include "lab/core/dtype.h"
+#include "kernels/dtype.h"
 
 cudaError_t kl_index_check_params(const struct kl_index_params *p, const char *variant)
 {

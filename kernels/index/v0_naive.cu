@@ -8,7 +8,7 @@
  * Run alone: build/kernlab bench index --variant v0_naive */
 #include "kernels/common.cuh"
 #include "kernels/index/index.h"
-#include "lab/core/registry.h"
+#include "kernels/variant.h"
 
 constexpr int kThreads = 256;
 

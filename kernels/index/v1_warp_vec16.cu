@@ -11,7 +11,7 @@
  * Run alone: build/kernlab bench index --variant v1_warp_vec16 */
 #include "kernels/common.cuh"
 #include "kernels/index/index.h"
-#include "lab/core/registry.h"
+#include "kernels/variant.h"
 
 constexpr int kWarps = 8;
 

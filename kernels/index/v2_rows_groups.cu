@@ -13,7 +13,7 @@
  * Run alone: build/kernlab bench index --variant v2_rows_groups */
 #include "kernels/common.cuh"
 #include "kernels/index/index.h"
-#include "lab/core/registry.h"
+#include "kernels/variant.h"
 
 constexpr int kThreads = 256; /* per block; 256 / G rows per block */
 constexpr int kUnroll = 4;    /* units per thread per trip: 4 x 16 B loads in flight */

@@ -12,7 +12,7 @@
  * Run alone: build/kernlab bench index --variant v3_rows_stream */
 #include "kernels/common.cuh"
 #include "kernels/index/index.h"
-#include "lab/core/registry.h"
+#include "kernels/variant.h"
 
 constexpr int kThreads = 256; /* per block; 256 / G rows per block */
 

@@ -11,7 +11,7 @@
 
 #include "kernels/common.cuh"
 #include "kernels/index/index.h"
-#include "lab/core/registry.h"
+#include "kernels/variant.h"
 
 constexpr int kThreads = 256;      /* at most, per block; a row takes ceil(units / 256) blocks */
 constexpr int kThreadsPerSm = 1024; /* few tokens: the grid fits in half the GPU's 2048 threads per SM, so it

@@ -11,7 +11,7 @@
  * Run alone: build/kernlab bench radix --variant v0_scalar */
 #include "radix_compare.h"
 
-#include "../../lab/core/registry.h"
+#include "kernels/variant.h"
 
 size_t kl_radix_cmp_scalar(const int32_t *a, const int32_t *b, size_t n)
 {

@@ -19,7 +19,7 @@
 
 #include "radix_compare.h"
 
-#include "../../lab/core/registry.h"
+#include "kernels/variant.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>

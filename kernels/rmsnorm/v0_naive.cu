@@ -11,7 +11,7 @@
  * Run alone: build/kernlab bench rmsnorm --variant v0_naive */
 #include "kernels/common.cuh"
 #include "kernels/rmsnorm/rmsnorm.h"
-#include "lab/core/registry.h"
+#include "kernels/variant.h"
 
 constexpr int kThreads = 256;
 

@@ -18,7 +18,7 @@
 
 #include "kernels/common.cuh"
 #include "kernels/rmsnorm/rmsnorm.h"
-#include "lab/core/registry.h"
+#include "kernels/variant.h"
 
 template <typename T, int W, int VPT, bool FEW_ROWS>
 static __global__ void __launch_bounds__(1024) rmsnorm_v2(const T *__restrict__ x, const T *__restrict__ residual,

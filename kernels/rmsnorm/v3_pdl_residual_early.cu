@@ -12,7 +12,7 @@
 
 #include "kernels/common.cuh"
 #include "kernels/rmsnorm/rmsnorm.h"
-#include "lab/core/registry.h"
+#include "kernels/variant.h"
 
 constexpr int kMaxThreads = 1024; /* per row: the most threads, the shortest per-thread chain */
 constexpr int kMaxVpt = 2; /* vectors per thread held across the wait: at 4 (bf16) the 64-register cap of

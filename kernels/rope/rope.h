@@ -16,7 +16,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "lab/core/dtype.h"
+#include "kernels/dtype.h"
 
 #ifdef __cplusplus
 extern "C" {

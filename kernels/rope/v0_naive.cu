@@ -10,7 +10,7 @@
  * Run alone: build/kernlab bench rope --variant v0_naive */
 #include "kernels/common.cuh"
 #include "kernels/rope/rope.h"
-#include "lab/core/registry.h"
+#include "kernels/variant.h"
 
 constexpr int kThreads = 256;
 

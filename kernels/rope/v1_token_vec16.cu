@@ -17,7 +17,7 @@
 
 #include "kernels/common.cuh"
 #include "kernels/rope/rope.h"
-#include "lab/core/registry.h"
+#include "kernels/variant.h"
 
 constexpr int kItems = 2;         /* work items a thread loads before computing: 2-4 loads in flight */
 constexpr int kMaxThreads = 256;

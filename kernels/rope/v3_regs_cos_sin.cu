@@ -12,7 +12,7 @@
  * Run alone: build/kernlab bench rope --variant v3_regs_cos_sin */
 #include "kernels/common.cuh"
 #include "kernels/rope/rope.h"
-#include "lab/core/registry.h"
+#include "kernels/variant.h"
 
 constexpr int kMaxThreads = 256;
 constexpr int kItems = 4; /* heads per thread per trip: 8 x 16 B loads in flight (KU) */

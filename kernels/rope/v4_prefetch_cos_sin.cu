@@ -8,7 +8,7 @@
  * Run alone: build/kernlab bench rope --variant v4_prefetch_cos_sin */
 #include "kernels/common.cuh"
 #include "kernels/rope/rope.h"
-#include "lab/core/registry.h"
+#include "kernels/variant.h"
 
 constexpr int kMaxThreads = 256;
 constexpr int kItems = 2; /* heads per thread per trip: 4 x 16 B q/k + 4 x 16 B cos/sin in flight */

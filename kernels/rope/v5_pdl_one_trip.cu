@@ -12,7 +12,7 @@
 
 #include "kernels/common.cuh"
 #include "kernels/rope/rope.h"
-#include "lab/core/registry.h"
+#include "kernels/variant.h"
 
 constexpr int kThreads = 256;       /* at most, per block; a token takes ceil(items / 256) blocks */
 constexpr int kThreadsPerSm = 1024; /* few tokens: the grid fits beside the previous kernel's blocks */

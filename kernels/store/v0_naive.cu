@@ -9,7 +9,7 @@
  * Run alone: build/kernlab bench store --variant v0_naive */
 #include "kernels/common.cuh"
 #include "kernels/store/store.h"
-#include "lab/core/registry.h"
+#include "kernels/variant.h"
 
 constexpr int kThreads = 256;
 

@@ -10,7 +10,7 @@
  * Run alone: build/kernlab bench store --variant v1_warp_kv */
 #include "kernels/common.cuh"
 #include "kernels/store/store.h"
-#include "lab/core/registry.h"
+#include "kernels/variant.h"
 
 constexpr int kWarps = 8;
 

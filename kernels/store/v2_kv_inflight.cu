@@ -15,7 +15,7 @@
  * Run alone: build/kernlab bench store --variant v2_kv_inflight */
 #include "kernels/common.cuh"
 #include "kernels/store/store.h"
-#include "lab/core/registry.h"
+#include "kernels/variant.h"
 
 constexpr int kThreads = 256; /* per block; 256 / G tokens per block */
 constexpr int kUnroll = 4;    /* units of K and of V per thread per trip: 8 loads in flight */

@@ -12,7 +12,7 @@
 
 #include "kernels/common.cuh"
 #include "kernels/store/store.h"
-#include "lab/core/registry.h"
+#include "kernels/variant.h"
 
 constexpr int kThreads = 256;       /* at most, per block; a row (K or V) takes ceil(units / 256) blocks */
 constexpr int kThreadsPerSm = 1024; /* few tokens: the grid fits beside the previous kernel's blocks */

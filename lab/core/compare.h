@@ -22,7 +22,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "dtype.h"
+#include "kernels/dtype.h"
 
 #ifdef __cplusplus
 extern "C" {

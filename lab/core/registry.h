@@ -1,14 +1,6 @@
-/* Modules and variants register themselves; nothing central lists them.
- *
- * A variant file ends with one macro:
- *     KL_VARIANT(rmsnorm, v2_vec16, launch_v2, .min_cc = 80, .summary = "16-byte loads ...")
- * It places a POINTER to a static descriptor in the linker section "kl_variants" (whole structs
- * would be padded by the linker and break the walk). The linker's __start_/__stop_ symbols
- * bound the section. Kernels are built as a CMake OBJECT library, so no registration is dropped
- * the way a static archive drops unreferenced objects.
- *
- * Designated initializers must follow the field order below (nvcc compiles .cu files as C++20,
- * which requires declaration order): .min_cc, .summary, .producer_regs, .consumer_regs, .mutant. */
+/* Modules register themselves; nothing central lists them. Variants register with KL_VARIANT
+ * (kernels/variant.h, at the kernels' floor); a module file ends with KL_MODULE, placed the same way
+ * in the linker section "kl_modules". Below: the walks over both, and the generic checker. */
 #ifndef KL_REGISTRY_H
 #define KL_REGISTRY_H
 
@@ -19,34 +11,12 @@
 
 #include "compare.h"
 #include "golden.h"
+#include "kernels/variant.h"
 #include "tensor.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef void (*kl_fnptr)(void);
-
-struct kl_variant {
-    const char *module;  /* module name, e.g. "rmsnorm" */
-    const char *name;    /* e.g. "v2_vec16" */
-    kl_fnptr launch;     /* the module's launcher type (kernels/<module>/<module>.h), cast */
-    const char *file;    /* __FILE__ of the registration */
-    int line;
-    int min_cc;          /* minimum compute capability x10 (80 = sm_80); 0 = runs on the CPU */
-    const char *summary; /* one line for `kernlab list` */
-    /* a warp-specialized kernel's registers per thread after setmaxnreg (producer, consumer): the
-     * launch record knows only the cap at entry, the guide shows the split; 0 for the others */
-    int producer_regs, consumer_regs;
-    int mutant;          /* deliberately wrong, built into the tests only; never listed or benched */
-};
-
-#define KL_VARIANT(mod, vname, fn, ...)                                                        \
-    static const struct kl_variant kl_variant_desc_##mod##_##vname = {                         \
-        .module = #mod, .name = #vname, .launch = (kl_fnptr)(fn), .file = __FILE__,             \
-        .line = __LINE__, __VA_ARGS__};                                                         \
-    __attribute__((used, section("kl_variants"))) const struct kl_variant                      \
-        *kl_variant_ptr_##mod##_##vname = &kl_variant_desc_##mod##_##vname
 
 /* ---- outputs compared by the generic tensor-module checker ---- */
 
@@ -215,7 +185,7 @@ const struct kl_module *kl_module_find(const char *name);
 /* Variants of a module; mutants only when include_mutants. */
 int kl_variant_count(const char *module, bool include_mutants);
 const struct kl_variant *kl_variant_at(const char *module, int i, bool include_mutants);
-const struct kl_variant *kl_variant_find(const char *module, const char *name);
+/* kl_variant_find(module, name): kernels/variant.h. */
 
 /* Generic verify/check for tensor modules (lab/core/verify.c); modules' own hooks win. */
 void kl_verify_case(const struct kl_module *m, const struct kl_case *c, const struct kl_variant *v,

@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #include "check.h"
-#include "dtype.h"
+#include "kernels/dtype.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -14,7 +14,7 @@ set(KL_RADIX_SAN_SOURCES
     ${PROJECT_SOURCE_DIR}/lab/core/golden.c
     ${PROJECT_SOURCE_DIR}/lab/core/npy.c
     ${PROJECT_SOURCE_DIR}/lab/core/tensor.c
-    ${PROJECT_SOURCE_DIR}/lab/core/dtype.c
+    ${PROJECT_SOURCE_DIR}/kernels/dtype.c
     ${PROJECT_SOURCE_DIR}/lab/core/check.c
     ${PROJECT_SOURCE_DIR}/lab/core/files.c)
 file(GLOB KL_RADIX_GOLDEN_TRACES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/golden/radix/*/trace.jsonl)

@@ -15,9 +15,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kernels/dtype.h"
 #include "lab/core/compare.h"
 #include "lab/core/device.h"
-#include "lab/core/dtype.h"
 #include "lab/story/kernels.h"
 #include "lab/report/report.h" /* kernlab story and its guide: a test may use every floor but the command */
 #include "lab/story/model.h"

@@ -1,5 +1,5 @@
-/* Runs the tensor-core attention_prefill variants (their exact source, gen.py's copy) on the CPU under
- * the emulation of emulator.h, through each variant's own launcher, and judges their outputs against
+/* Runs the tensor-core attention_prefill variants (their exact source, lab/emulate/gen.py's copy) on the CPU under
+ * the emulation of lab/emulate/emulator.h, through each variant's own launcher, and judges their outputs against
  * the float64 reference with the module's own policy (lab/core/compare.c's attention rows, given what
  * lab/attention_prefill/module.c gives them).
  *   prefill_emulator [--full] [--problem N] [NAME...]
@@ -24,7 +24,7 @@
 #include "tc_headers.h"
 extern "C" {
 #include "compare.h"
-#include "dtype.h"
+#include "kernels/dtype.h"
 #include "reference/attention_prefill.h"
 }
 
@@ -48,8 +48,8 @@ problem every_offset(const char *label, enum kl_dtype t, int d, int qo, int kv, 
     return p;
 }
 
-/* Offsets modulo a multiple of every key-tile size the headers give head_dim D (mma.cuh's tile_shape
- * for v2..v6, hopper.cuh's wg_tiles for v7 and up) cover every diagonal position in all of them. */
+/* Offsets modulo a multiple of every key-tile size the headers give head_dim D (smem_tiles.cuh's tile_shape
+ * for v2..v6, mainloop_sm90.cuh's wg_tiles for v7 and up) cover every diagonal position in all of them. */
 template <int D> constexpr int key_tile_lcm() { return std::lcm(kl::mma::tile_shape<D>::kBN, kl::hopper::wg_tiles<D>::kBN); }
 static_assert(key_tile_lcm<64>() == key_tile_lcm<128>(), "one offset case serves head_dim 64 and 128");
 
@@ -174,7 +174,7 @@ verdict check(const problem &pr, const emu::variant &v, std::string &stats)
     p.trace = &trace;
 
     emu::clear_failure();
-    const cudaError_t rc = v.launch(&p, nullptr);
+    const cudaError_t rc = ((kl_attention_prefill_launch_fn)v.launch)(&p, nullptr);
     if (rc != cudaSuccess) {
         const std::string &why = emu::last_failure();
         if (why.empty()) return {false, "the launcher returned " + std::string(cudaGetErrorName(rc)), ""};

@@ -1,7 +1,7 @@
-/* The emulated PTX wrappers of kernels/attention_prefill/mma.cuh: gen.py removes every function of
- * that header whose body holds inline PTX and includes this file in its place (inside namespace
- * kl::mma), so the names and signatures must stay those of mma.cuh. Each takes the caller's source
- * site as a trailing default argument, for the diagnostics (emulator.h). */
+/* The emulated wrappers of kernels/ptx/sm80.cuh: gen.py removes every function of that header whose
+ * body holds inline PTX and includes this file in its place (inside namespace kl::ptx), so the names
+ * and signatures must stay those of sm80.cuh. Each takes the caller's source site as a trailing
+ * default argument, for the diagnostics (emulator.h). */
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr, ::emu::site emu_at = EMU_HERE)
 {
@@ -10,6 +10,11 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr, ::e
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr, ::emu::site emu_at = EMU_HERE)
 {
     ::emu::ldmatrix(r, addr, true, emu_at);
+}
+/* No emulated kernel transposes fragments in registers yet: a kernel that does fails here, by name. */
+__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t)
+{
+    ::emu::fail("movmatrix.trans is not emulated (lab/emulate/sm80.h)");
 }
 template <typename T>
 __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,

@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""gen.py's promises, on a scratch copy of kernels/attention_prefill/:
+"""gen.py's promises, on a scratch copy of kernels/attention_prefill/ and kernels/ptx/:
 - a new vN_*.cu that includes a tensor-core header is an emulated variant with no other edit, and a
   variant without one (v0_naive, v1_tiled) is not;
 - a mutant whose find text no longer matches stops the generator, naming the mutant;
-- a function with inline PTX that the emulation files do not define stops the generator, naming it;
+- a function with inline PTX in kernels/ptx/ that the emulation files do not define stops the generator,
+  naming it; inline PTX in a module's helper header (outside kernels/ptx/) stops it too;
 - the generated text keeps every source line at its number;
 - a mutant's expected message follows its line (`@line{TEXT}`) when code moves, and TEXT must be on one line.
-Usage: test_gen.py SOURCE_DIR"""
+Usage: test_gen.py SOURCE_DIR MUTANTS"""
 import os
 import shutil
 import subprocess
@@ -18,13 +19,14 @@ GEN = os.path.join(HERE, "gen.py")
 
 
 def run(*args):
-    return subprocess.run([sys.executable, GEN, *args], capture_output=True, text=True)
+    return subprocess.run([sys.executable, GEN, *args, MUTANTS], capture_output=True, text=True)
 
 
 def scratch(src):
-    """A copy of the kernels folder (and of the emulate folder, whose mutants.py we may edit)."""
+    """A copy of the module's kernels folder and of kernels/ptx/."""
     tmp = tempfile.mkdtemp()
-    shutil.copytree(os.path.join(src, "kernels", "attention_prefill"), os.path.join(tmp, "kernels", "attention_prefill"))
+    for sub in ("attention_prefill", "ptx"):
+        shutil.copytree(os.path.join(src, "kernels", sub), os.path.join(tmp, "kernels", sub))
     return tmp
 
 
@@ -35,7 +37,8 @@ def check(cond, what):
 
 
 def main():
-    src = sys.argv[1]
+    global MUTANTS
+    src, MUTANTS = sys.argv[1], sys.argv[2]
     tmp = scratch(src)
     try:
         kernels = os.path.join(tmp, "kernels", "attention_prefill")
@@ -49,14 +52,17 @@ def main():
 
         out = os.path.join(tmp, "out")
         check(run(tmp, out).returncode == 0, "gen.py writes the emulation copy")
-        generated = open(os.path.join(out, "tc_headers.h")).read().split("\n")
-        for name in ("mma.cuh", "hopper.cuh", "kv_ring.cuh"):
-            original = open(os.path.join(kernels, name)).read().split("\n")
-            start = generated.index(f'#line 1 "kernels/attention_prefill/{name}"') + 1
+        tc = open(os.path.join(out, "tc_headers.h")).read().split("\n")
+        for name in ("kernels/ptx/sm80.cuh", "kernels/ptx/sm90.cuh", "kernels/attention_prefill/softmax.cuh",
+                     "kernels/attention_prefill/mainloop_sm80.cuh", "kernels/attention_prefill/mainloop_sm90.cuh",
+                     "kernels/attention_prefill/kv_ring.cuh"):
+            original = open(os.path.join(tmp, name)).read().split("\n")
+            generated = open(os.path.join(out, name)).read().split("\n") if "/ptx/" in name else tc
+            start = generated.index(f'#line 1 "{name}"') + 1
             # a line is either kept, emptied (removed PTX), or kept with the emulation's additions
             moved = [i + 1 for i, line in enumerate(original)
                      if generated[start + i].strip() and generated[start + i] != line and "emu" not in generated[start + i]
-                     and "ptx_" not in generated[start + i] and "<<<" not in line and "wgmma_" not in line]
+                     and '#include "sm' not in generated[start + i] and "<<<" not in line and "wgmma_" not in line]
             check(not moved, f"{name} keeps its line numbers")
 
         v10 = os.path.join(kernels, "v10_pingpong.cu")
@@ -73,12 +79,22 @@ def main():
               "an expected line that names text on two lines stops the generator")
         open(v10, "w").write(text)
 
-        hopper = os.path.join(kernels, "hopper.cuh")
-        h = open(hopper).read()
-        open(hopper, "w").write(h.replace("/* ---- ordering ---- */", "/* ---- ordering ---- */\n"
-                                          "__device__ __forceinline__ void new_ptx() { asm volatile(\"trap;\"); }"))
+        sm90 = os.path.join(tmp, "kernels", "ptx", "sm90.cuh")
+        h = open(sm90).read()
+        open(sm90, "w").write(h.replace("/* ---- ordering ---- */", "/* ---- ordering ---- */\n"
+                                        "__device__ __forceinline__ void new_ptx() { asm volatile(\"trap;\"); }"))
         r = run(tmp, out)
         check(r.returncode != 0 and "new_ptx" in r.stderr, "inline PTX the emulation lacks stops the generator, naming it")
+        open(sm90, "w").write(h)
+
+        softmax = os.path.join(kernels, "softmax.cuh")
+        s = open(softmax).read()
+        open(softmax, "w").write(s.replace("/* The running state of a warp's rows", "__device__ __forceinline__ void "
+                                           "helper_ptx() { asm volatile(\"trap;\"); }\n/* The running state of a warp's rows"))
+        r = run(tmp, out)
+        check(r.returncode != 0 and "helper_ptx" in r.stderr and "kernels/ptx/" in r.stderr,
+              "inline PTX in a helper header (outside kernels/ptx/) stops the generator, naming it")
+        open(softmax, "w").write(s)
     finally:
         shutil.rmtree(tmp)
 

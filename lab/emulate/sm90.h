@@ -1,8 +1,8 @@
-/* The emulated PTX wrappers of kernels/attention_prefill/hopper.cuh (wgmma, fences, named barriers,
- * mbarriers, bulk tensor copies, clusters, setmaxnreg): gen.py removes every function of that header
- * whose body holds inline PTX and includes this file in its place (inside namespace kl::hopper), so the
- * names and signatures must stay those of hopper.cuh. Each takes the caller's source site as a
- * trailing default argument; gen.py passes wgmma's operand names (the text of the call's arguments). */
+/* The emulated wrappers of kernels/ptx/sm90.cuh (wgmma, fences, named barriers, mbarriers, bulk tensor
+ * copies, clusters, setmaxnreg): gen.py removes every function of that header whose body holds inline
+ * PTX and includes this file in its place (inside namespace kl::ptx), so the names and signatures must
+ * stay those of sm90.cuh. Each takes the caller's source site as a trailing default argument; gen.py
+ * passes wgmma's operand names (the text of the call's arguments). */
 
 __device__ __forceinline__ void wgmma_fence(::emu::site emu_at = EMU_HERE) { ::emu::wgmma_fence(emu_at); }
 __device__ __forceinline__ void wgmma_commit(::emu::site emu_at = EMU_HERE) { ::emu::wgmma_commit(emu_at); }
@@ -72,3 +72,6 @@ __device__ __forceinline__ void tma_load_3d_multicast(uint32_t dst, const CUtens
 }
 template <int R> __device__ __forceinline__ void release_registers_to() {}
 template <int R> __device__ __forceinline__ void claim_registers_to() {}
+/* An emulated launch is the only grid running: nothing to wait for, nobody to release. */
+__device__ __forceinline__ void pdl_release() {}
+__device__ __forceinline__ void pdl_wait() {}

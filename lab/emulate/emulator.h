@@ -1,4 +1,4 @@
-/* A CPU emulation of the CUDA a tensor-core attention_prefill kernel uses, so that the kernels' exact
+/* A CPU emulation of the CUDA a tensor-core kernel uses (attention_prefill's today), so that the kernels' exact
  * source (gen.py copies it) runs, and is checked, on a machine without a GPU.
  *
  * Execution. Every CUDA thread of a cluster is a fiber (its own stack, switched in user space) on one
@@ -64,7 +64,6 @@ using std::min;
 struct emu_dim3 {
     unsigned x = 0, y = 0, z = 0;
 };
-struct kl_attention_prefill_params;
 
 namespace emu {
 
@@ -336,7 +335,9 @@ template <class... E, class... A> cudaError_t launch_kernel_ex(const cudaLaunchC
 }
 
 /* ---- the variants: KL_VARIANT registers each file's launcher here (gen.py's output) ---- */
-using launch_fn = cudaError_t (*)(const struct kl_attention_prefill_params *, cudaStream_t);
+/* the module's launcher type (kernels/<module>/<module>.h), cast, as kernels/variant.h stores it; the
+ * module's driver casts it back */
+using launch_fn = void (*)(void);
 struct variant {
     std::string name, file;
     launch_fn launch;
@@ -349,7 +350,7 @@ struct registration {
                  bool overlapped, const char *mutant_of, const char *expect);
 };
 
-/* Helper scopes: gen.py gives each helper of mma.cuh, hopper.cuh and kv_ring.cuh that reaches an
+/* Helper scopes: gen.py gives each helper of the module's headers that reaches an
  * emulated instruction a trailing `emu::site emu_at = EMU_HERE` and opens one of these, so that a
  * diagnostic names the kernel's line first. */
 struct site_scope {
@@ -375,7 +376,7 @@ extern emu_dim3 gridDim, blockDim;
 /* The KL_VARIANT line of a variant file registers its launcher with the emulator (gen.py defines
  * EMU_NAME, EMU_TRACED, ... before each file). */
 #define KL_VARIANT(mod, vname, fn, ...)                                                                       \
-    static ::emu::registration emu_registration_##vname(#vname, fn, __FILE__, EMU_NAME, EMU_TRACED, EMU_OVERLAPPED, \
+    static ::emu::registration emu_registration_##vname(#vname, (::emu::launch_fn)(fn), __FILE__, EMU_NAME, EMU_TRACED, EMU_OVERLAPPED, \
                                                         EMU_MUTANT_OF, EMU_EXPECT)
 
 /* ---- the CUDA built-ins the kernels call ---- */

@@ -1,36 +1,42 @@
 #!/usr/bin/env python3
-"""Writes the emulation copy of the attention_prefill tensor-core kernels (emulator.h says what the
-emulation models):
+"""Writes the emulation copy of a module's tensor-core kernels (emulator.h says what the emulation
+models). The module is attention_prefill today; its variants are the files, as the registry's are.
 
-  OUT/tc_headers.h      kernels/attention_prefill/mma.cuh, hopper.cuh and kv_ring.cuh, each function
-                        holding inline PTX removed and ptx_mma.h / ptx_hopper.h included in its place;
-                        the helpers that reach an emulated instruction take their caller's source site
-  OUT/variants_K.cpp    the variants, SHARDS files compiled in parallel: every
-                        kernels/attention_prefill/v*.cu that includes one of those headers, unchanged but
-                        for its launch (<<<>>> and cudaLaunchKernelEx become the emulator's), its
-                        dynamic shared memory and the registry (KL_VARIANT registers with the emulator),
-                        each in a namespace of its own; then the planted bugs of mutants.py, as variants
-                        named mutant_<what>.
+  OUT/kernels/ptx/sm80.cuh, sm90.cuh
+                        kernels/ptx/'s headers with each function holding inline PTX removed and
+                        sm80.h / sm90.h (the emulated wrappers, same names and signatures) included in
+                        its place. OUT comes first on the include path, so every include of
+                        kernels/ptx/ in the emulated build finds these: the emulator shadows kernels/ptx/.
+  OUT/tc_headers.h      the module's helper headers (kernels/<module>/*.cuh that reach kernels/ptx/), in
+                        include order; the helpers that reach an emulated instruction take their
+                        caller's source site. PTX anywhere but kernels/ptx/ stops the generator.
+  OUT/variants_K.cpp    the variants, SHARDS files compiled in parallel: every kernels/<module>/v*.cu that
+                        includes one of those headers, unchanged but for its launch (<<<>>> and
+                        cudaLaunchKernelEx become the emulator's), its dynamic shared memory and the
+                        registry (KL_VARIANT registers with the emulator), each in a namespace of its
+                        own; then the planted bugs of the module's mutants file, as variants named
+                        mutant_<what>.
 
 The text keeps its line numbers (removed code leaves blank lines; #line directives name the original
 files), so the std::source_location defaults of the emulated wrappers (EMU_HERE) name the kernels' own
 files and lines.
 
-Usage: gen.py SOURCE_DIR OUT_DIR        writes the files (only those whose text changed)
-       gen.py --list SOURCE_DIR         prints "variant NAME" and "mutant NAME" lines, for CMake"""
+Usage: gen.py SOURCE_DIR OUT_DIR MUTANTS        writes the files (only those whose text changed)
+       gen.py --list SOURCE_DIR MUTANTS         prints "variant NAME" and "mutant NAME" lines, for CMake
+MUTANTS is the module's list of planted bugs (lab/attention_prefill/emulate/mutants.py)."""
 import glob
+import importlib.util
 import os
 import re
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import mutants  # noqa: E402
 
-KERNELS = "kernels/attention_prefill"
-HEADERS = ["mma.cuh", "hopper.cuh", "kv_ring.cuh"]  # in include order
-PTX = {"mma.cuh": "ptx_mma.h", "hopper.cuh": "ptx_hopper.h"}
-TC_INCLUDE = re.compile(r'^#include "kernels/attention_prefill/(mma|hopper|kv_ring)\.cuh"[ \t]*$', re.M)
+MODULE = "attention_prefill"
+KERNELS = "kernels/" + MODULE
+# kernels/ptx/'s headers and the files of emulated wrappers that shadow their PTX, in include order
+PTX = {"kernels/ptx/sm80.cuh": "sm80.h", "kernels/ptx/sm90.cuh": "sm90.h"}
+INCLUDE = re.compile(r'^#include "(kernels/[\w/]+\.cuh)"[ \t]*$', re.M)
 SHARDS = 6  # extra.cmake compiles variants_0.cpp .. variants_5.cpp
 # the CUDA built-ins of emulator.h that take their caller's site
 SITED_BUILTINS = {"__syncthreads", "__syncwarp", "__shfl_xor_sync"}
@@ -39,7 +45,7 @@ NAMED_OPERANDS = {"wgmma_ss": 1, "wgmma_rs": 2}
 
 
 def die(msg):
-    sys.exit(f"gen.py: {msg} (lab/attention_prefill/emulate/gen.py)")
+    sys.exit(f"gen.py: {msg} (lab/emulate/gen.py)")
 
 
 def read(path):
@@ -115,12 +121,40 @@ def splice(text, edits):
     return text
 
 
-def emulated_header(src, name, sited):
-    """kernels/attention_prefill/<name> for the emulation. `sited` (in/out): the names of the functions
-    taking a caller's site, to which this header's instrumented helpers are added."""
-    path = os.path.join(src, KERNELS, name)
-    text = read(path)
-    text = TC_INCLUDE.sub("", text)
+def helper_headers(src):
+    """The module's helper headers that reach kernels/ptx/ (directly or through another helper), in an
+    order where each comes after the helpers it includes: (path, text, included paths)."""
+    found = {}
+    for path in sorted(glob.glob(os.path.join(src, KERNELS, "*.cuh"))):
+        text = read(path)
+        found[f"{KERNELS}/{os.path.basename(path)}"] = (text, INCLUDE.findall(text))
+    reaches = set(PTX)
+    grew = True
+    while grew:
+        grew = False
+        for name, (_, incs) in found.items():
+            if name not in reaches and any(i in reaches for i in incs):
+                reaches.add(name)
+                grew = True
+    order, seen = [], set()
+    def visit(name):
+        if name in seen or name not in found or name not in reaches:
+            return
+        seen.add(name)
+        for i in found[name][1]:
+            visit(i)
+        order.append(name)
+    for name in found:
+        visit(name)
+    return order
+
+
+def emulated_header(src, name, sited, helpers):
+    """The header `name` (a path from SOURCE_DIR) for the emulation. `sited` (in/out): the names of the
+    functions taking a caller's site, to which this header's instrumented helpers are added. Includes of
+    `helpers` go (tc_headers.h holds them all, in order); those of kernels/ptx/ stay and find the shadows."""
+    text = read(os.path.join(src, name))
+    text = INCLUDE.sub(lambda m: "" if m.group(1) in helpers else m.group(0), text)
     text = re.sub(r"^#pragma once[ \t]*$", "", text, flags=re.M)
     macro_names, macro_spans = asm_macros(text)
     text = splice(text, [(s, e, blank(text[s:e])) for s, e in macro_spans])
@@ -131,7 +165,8 @@ def emulated_header(src, name, sited):
     if removed:
         ptx_file = PTX.get(name)
         if not ptx_file:
-            die(f"{name} has inline PTX in {', '.join(f.name for f in removed)} and no emulation file")
+            die(f"{name} has inline PTX in {', '.join(f.name for f in removed)}: PTX lives in kernels/ptx/ "
+                "(one wrapper per instruction, shadowed by lab/emulate/)")
         ptx = read(os.path.join(HERE, ptx_file))
         for f in removed:
             if not re.search(r"__forceinline__[^;{(]*\b%s\s*\(" % f.name, ptx):
@@ -165,7 +200,7 @@ def emulated_header(src, name, sited):
     text = splice(text, edits)
     if re.search(r"\basm\s*(volatile\s*)?\(", text):
         die(f"{name} has inline PTX outside a function gen.py can replace")
-    return f'#line 1 "{KERNELS}/{name}"\n' + text
+    return f'#line 1 "{name}"\n' + text
 
 
 def name_operands(text):
@@ -200,14 +235,14 @@ def emulated_launches(text):
     return re.sub(r"\bcudaLaunchKernelEx\s*\(", "::emu::launch_kernel_ex(", text)
 
 
-def tensor_core_variants(src):
-    """(name, path) of the variant files that include a tensor-core header, in number order."""
+def tensor_core_variants(src, helpers):
+    """(name, path) of the variant files that include a helper header or kernels/ptx/, in number order."""
     def number(path):
         m = re.match(r"v(\d+)_", os.path.basename(path))
         return int(m.group(1)) if m else 1 << 30
     out = []
     for path in sorted(glob.glob(os.path.join(src, KERNELS, "v*_*.cu")), key=number):
-        if TC_INCLUDE.search(read(path)):
+        if any(i in helpers or i in PTX for i in INCLUDE.findall(read(path))):
             out.append((os.path.basename(path)[:-3], path))
     return out
 
@@ -220,7 +255,7 @@ def apply_mutant(m, text, path):
         count = text.count(find)
         if count != 1:
             die(f"mutant {m['name']}: its find text occurs {count} times in {os.path.basename(path)}, not once: "
-                f"update lab/attention_prefill/emulate/mutants.py\n  find: {find!r}")
+                f"update the mutants file\n  find: {find!r}")
         s = text.index(find)
         e = s + len(find)
         line_end = text.find("\n", e)
@@ -248,12 +283,13 @@ def c_string(s):
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def variant_unit(name, path, text, mutant=None):
+def variant_unit(name, path, text, helpers, mutant=None):
     """A variant file as a namespace of the emulation; returns (hoisted includes, text)."""
     includes = []
     lines = text.split("\n")
     for i, line in enumerate(lines):
-        if TC_INCLUDE.match(line) or line.strip() == '#include "lab/core/registry.h"':
+        inc = INCLUDE.match(line)
+        if (inc and inc.group(1) in helpers) or line.strip() == '#include "kernels/variant.h"':
             lines[i] = ""
         elif line.startswith("#include"):
             includes.append(line)
@@ -279,20 +315,30 @@ def variant_unit(name, path, text, mutant=None):
     return includes, "\n".join(out)
 
 
-def units(src):
+def load_mutants(path):
+    """The MUTANTS list of a module's mutants file."""
+    spec = importlib.util.spec_from_file_location("mutants", path)
+    if not spec:
+        die(f"no mutants file {path}")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.MUTANTS
+
+
+def units(src, mutants, helpers):
     """Every variant, then every mutant: (name, kind, includes, text)."""
-    found = tensor_core_variants(src)
+    found = tensor_core_variants(src, helpers)
     out = []
     texts = {}
     for name, path in found:
         texts[name] = (path, read(path))
-        inc, body = variant_unit(name, path, texts[name][1])
+        inc, body = variant_unit(name, path, texts[name][1], helpers)
         out.append((name, "variant", inc, body))
-    for m in mutants.MUTANTS:
+    for m in mutants:
         if m["variant"] not in texts:
             die(f"mutant {m['name']}: no tensor-core variant {m['variant']} in {KERNELS}")
         path, text = texts[m["variant"]]
-        inc, body = variant_unit(m["variant"], path, apply_mutant(m, text, path), m)
+        inc, body = variant_unit(m["variant"], path, apply_mutant(m, text, path), helpers, m)
         out.append((m["name"], "mutant", inc, body))
     return out
 
@@ -304,30 +350,38 @@ def write_if_changed(path, text):
         f.write(text)
 
 
+GENERATED = "// Generated by lab/emulate/gen.py: do not edit."
+
+
 def main():
-    if len(sys.argv) == 3 and sys.argv[1] == "--list":
-        for name, kind, _, _ in units(sys.argv[2]):
+    if len(sys.argv) == 4 and sys.argv[1] == "--list":
+        src = sys.argv[2]
+        for name, kind, _, _ in units(src, load_mutants(sys.argv[3]), helper_headers(src)):
             print(kind, name)
         return
-    if len(sys.argv) != 3:
+    if len(sys.argv) != 4:
         sys.exit(__doc__)
-    src, out = sys.argv[1], sys.argv[2]
-    os.makedirs(out, exist_ok=True)
+    src, out, mutants = sys.argv[1], sys.argv[2], load_mutants(sys.argv[3])
+    helpers = helper_headers(src)
     sited = set(SITED_BUILTINS)
-    headers = [emulated_header(src, h, sited) for h in HEADERS]
-    header = "\n".join(["// Generated by lab/attention_prefill/emulate/gen.py: do not edit.", "#pragma once",
-                        '#include "emulator.h"'] + [name_operands(emulated_launches(h)) for h in headers]) + "\n"
+    # kernels/ptx/ first: the helpers' instrumentation follows the wrappers the shadows take a site in
+    os.makedirs(os.path.join(out, "kernels", "ptx"), exist_ok=True)
+    for name in PTX:
+        text = emulated_header(src, name, sited, helpers)
+        write_if_changed(os.path.join(out, name), "\n".join([GENERATED, "#pragma once", '#include "emulator.h"', text]) + "\n")
+    headers = [emulated_header(src, h, sited, helpers) for h in helpers]
+    header = "\n".join([GENERATED, "#pragma once", '#include "emulator.h"']
+                       + [name_operands(emulated_launches(h)) for h in headers]) + "\n"
     write_if_changed(os.path.join(out, "tc_headers.h"), header)
     shards = [[] for _ in range(SHARDS)]
     # mutants first, then the variants in number order: a learner's new (highest-numbered) variant
     # lands in one shard and leaves the others' text, and their objects, as they were
-    every = units(src)
+    every = units(src, mutants, helpers)
     for i, unit in enumerate([u for u in every if u[1] == "mutant"] + [u for u in every if u[1] == "variant"]):
         shards[i % SHARDS].append(unit)
     for k, shard in enumerate(shards):
         includes = sorted({inc for _, _, incs, _ in shard for inc in incs})
-        text = "\n".join(["// Generated by lab/attention_prefill/emulate/gen.py: do not edit.", '#include "tc_headers.h"']
-                         + includes + [body for _, _, _, body in shard]) + "\n"
+        text = "\n".join([GENERATED, '#include "tc_headers.h"'] + includes + [body for _, _, _, body in shard]) + "\n"
         write_if_changed(os.path.join(out, f"variants_{k}.cpp"), text)
 
 

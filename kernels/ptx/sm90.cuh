@@ -1,15 +1,15 @@
-/* Hopper (sm_90a) building blocks of the attention_prefill variants v7 and up: warpgroup MMA
- * (wgmma), the 128-byte-swizzled shared-memory tiles it reads, shared-memory descriptors, mbarriers,
- * bulk tensor copies (TMA) and their tensor maps, register reallocation (setmaxnreg), named
- * barriers. The FlashAttention-2 steps that do not change on Hopper (mask, online softmax, epilogue)
- * come from mma.cuh: a wgmma accumulator holds, per warp, the same m16n8 fragments as mma.sync.
+/* sm_90a PTX, one named inline wrapper per instruction: warpgroup MMA (wgmma) and the shared-memory
+ * descriptors of its operands, the 128-byte-swizzled tile those descriptors name, the async-proxy
+ * fence, named barriers, mbarriers, bulk tensor copies (TMA), clusters, register reallocation
+ * (setmaxnreg) and Programmatic Dependent Launch (griddepcontrol). lab/emulate/ shadows each wrapper
+ * that holds PTX with an emulated one of the same name and signature. Inline device code only.
  *
  * wgmma, in one paragraph (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate"):
  * the 4 warps of a warpgroup (128 consecutive threads, the first warp's index a multiple of 4)
  * issue one m64nNk16 product together: D (64 x N, float32, in registers) += A (64 x 16) B (16 x N).
  * B is read from shared memory through a 64-bit descriptor; A from shared memory too, or from
  * registers. Warp w of the group owns rows 16w .. 16w + 15 of A and D; its D registers are N / 8
- * m16n8 C fragments (mma.cuh's layout), its A registers one m16n8k16 A fragment. The product is
+ * m16n8 C fragments (sm80.cuh's layout), its A registers one m16n8k16 A fragment. The product is
  * asynchronous: wgmma.fence before the first one (the registers it reads were written by ordinary
  * code), commit_group after a batch, wait_group N before the accumulators are read again.
  *
@@ -27,9 +27,10 @@
 #pragma once
 
 #include <cuda.h> /* CUtensorMap and the driver's enums: types only, nothing links libcuda */
-#include <cudaTypedefs.h>
+#include <stdint.h>
+#include <type_traits>
 
-#include "kernels/attention_prefill/mma.cuh"
+#include "kernels/ptx/sm80.cuh"
 
 /* The device pass for another architecture (sm_80 of the default build) compiles the Hopper
  * kernels empty: their launchers are never reached there (min_cc 90), and wgmma, setmaxnreg and
@@ -41,9 +42,7 @@
 #endif
 
 namespace kl {
-namespace hopper {
-
-using mma::smem_addr;
+namespace ptx {
 
 /* ---- the swizzled tile ---- */
 
@@ -58,15 +57,6 @@ template <int ROWS, int D> struct swizzled_tile {
     }
 };
 
-/* The tiles of a Hopper variant's CTA: 128 packed rows, 64 per (consumer) warpgroup, and key tiles
- * of kBN (64 for head_dim 256, where O alone takes 128 registers a thread). */
-template <int D> struct wg_tiles {
-    static constexpr int kBM = 128;
-    static constexpr int kBN = D <= 128 ? 128 : 64;
-    using QTile = swizzled_tile<kBM, D>;
-    using KvTile = swizzled_tile<kBN, D>;
-};
-
 /* The first 1024-byte aligned address at or after p (the 128-byte swizzle's atom). */
 __device__ __forceinline__ unsigned char *align_1024(unsigned char *p)
 {
@@ -74,75 +64,20 @@ __device__ __forceinline__ unsigned char *align_1024(unsigned char *p)
     return p + (((a + 1023u) & ~1023u) - a);
 }
 
-using mma::copy_kv_rows; /* cp.async row copies by a given thread of a group (mma.cuh) */
-using mma::copy_rows;
-
-/* ---- the work of a CTA: v6's packed rows ----
- * kv head `kv_head` of request r and its packed rows row0 .. row0 + 127, packed row pr being query
- * pr / g and qo head kv_head g + pr % g (the g heads that share the kv head: one contiguous row of q). */
-struct packed_tile {
-    prefill::request r;
-    int kv_head, g, rows, row0; /* rows = q_len g: packed rows past it are zeros, never written */
-    prefill::fast_div group;
-    __device__ int query_of(int pr) const { return (int)group.div((uint32_t)pr); }
-    /* The global row of packed row pr in q and out (token r.q0 + query, head kv_head g + pr % g). */
-    __device__ int64_t row_offset(const kl_attention_prefill_params &p, int pr) const
-    {
-        const int i = query_of(pr);
-        return ((int64_t)(r.q0 + i) * p.num_qo_heads + (int64_t)kv_head * g + (pr - i * g)) * p.head_dim;
-    }
-    /* How many keys packed row pr sees (a prefix). */
-    __device__ int keys_of(const kl_attention_prefill_params &p, int pr) const
-    {
-        return prefill::visible_keys(p.causal, r.q_len, r.kv_len, query_of(min(pr, rows - 1)));
-    }
-};
-/* The tile of the grid's block (x, y, z) = (kv head, request, packed tiles with the last first): the
- * first tiles to start are the longest under a causal mask (v5). */
-__device__ __forceinline__ packed_tile packed_tile_at(const kl_attention_prefill_params &p, prefill::fast_div group,
-                                                      int kv_head, int b, int reversed_tile, int tiles, int bm)
+/* ---- Programmatic Dependent Launch (griddepcontrol): kernels/common.cuh says how launch_pdl uses
+ * them. Below sm_90 both are no-ops (their kernels launch without PDL there). ---- */
+__device__ __forceinline__ void pdl_release()
 {
-    packed_tile t;
-    t.r = prefill::load_request(p, b);
-    t.kv_head = kv_head, t.g = (int)group.d, t.rows = t.r.q_len * t.g, t.group = group;
-    t.row0 = (tiles - 1 - reversed_tile) * bm;
-    return t;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
 }
 
-/* An event of the traced CTA (attention_prefill.h's kl_prefill_trace): `at` is the event's slot, or
- * nullptr where this launch, CTA, thread or tile is not traced. */
-__device__ __forceinline__ void mark(unsigned long long *at)
+__device__ __forceinline__ void pdl_wait()
 {
-    if (at) *at = (unsigned long long)clock64();
-}
-/* A consumer warpgroup's events of key tile j: its slot in trace t for warpgroup c, or nullptr. */
-enum trace_event { kKReady, kSDone, kSoftmaxDone, kPvDone };
-__device__ __forceinline__ unsigned long long *trace_slot(kl_prefill_trace *t, trace_event e, int c, int j)
-{
-    if (!t || j >= KL_PREFILL_TRACE_TILES) return nullptr;
-    return e == kKReady ? &t->k_ready[c][j] : e == kSDone ? &t->s_done[c][j]
-                      : e == kSoftmaxDone ? &t->softmax_done[c][j] : &t->pv_done[c][j];
-}
-/* The trace of this CTA: block 0 of a launch that asked for one. */
-__device__ __forceinline__ kl_prefill_trace *traced_cta(const kl_attention_prefill_params &p)
-{
-    return p.trace && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 ? p.trace : nullptr;
-}
-
-/* The epilogue of a warpgroup's rows (mma.cuh's store_rows): this thread's rows row + 8h, h = 0, 1. */
-template <typename T, int DT>
-__device__ __forceinline__ void store_packed_rows(const float (&o)[1][DT][4], const float (&m)[1][2],
-                                                  const float (&l)[1][2], float scale_log2, int lane,
-                                                  const kl_attention_prefill_params &p, const packed_tile &t, int row)
-{
-    mma::store_rows<T, 1, DT>(o, m, l, scale_log2, lane, [&](int, int h, T *&out, float *&lse) {
-        const int pr = row + 8 * h;
-        if (pr >= t.rows) return false;
-        const int64_t at = t.row_offset(p, pr);
-        out = (T *)p.out + at;
-        lse = p.lse + at / p.head_dim;
-        return true;
-    });
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
 }
 
 #if KL_SM90A
@@ -271,40 +206,6 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&
     }
 }
 
-/* P (the probabilities in S's accumulators, NT n-tiles of 8 keys) rounded to T as the A fragments of
- * O += P V: k-step kk (keys 16kk ..) takes n-tiles 2kk and 2kk + 1, whose C fragments hold exactly
- * the elements an A fragment wants (mma.cuh's tables), so P never leaves the registers. */
-template <typename T, int NT> __device__ __forceinline__ void pack_p(uint32_t (&a)[NT / 2][4], const float (&s)[NT][4])
-{
-#pragma unroll
-    for (int kk = 0; kk < NT / 2; kk++) {
-        a[kk][0] = mma::pack2<T>(s[2 * kk][0], s[2 * kk][1]);         /* row g,     keys 2t, 2t+1 */
-        a[kk][1] = mma::pack2<T>(s[2 * kk][2], s[2 * kk][3]);         /* row g + 8, keys 2t, 2t+1 */
-        a[kk][2] = mma::pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]); /* row g,     keys 2t+8, 2t+9 */
-        a[kk][3] = mma::pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]); /* row g + 8, keys 2t+8, 2t+9 */
-    }
-}
-
-/* The two products of a key tile for a warpgroup's 64 rows, each committed as one group (the caller
- * opens with wgmma_begin and waits). S = Q K^T: D / 16 products of 64 x 8NT x 16 from the Q rows' and
- * the K tile's descriptors, the first overwriting s. */
-template <typename T, int D, class QL, class KL, int NT>
-__device__ __forceinline__ void issue_qk(float (&s)[NT][4], uint32_t q_rows, uint32_t k_tile)
-{
-#pragma unroll
-    for (int kk = 0; kk < D / 16; kk++)
-        wgmma_ss<T, 8 * NT>(s, kmajor_desc<QL>(q_rows, kk), kmajor_desc<KL>(k_tile, kk), kk > 0);
-    wgmma_commit();
-}
-/* O += P V: one product of 64 x 8DT x 16 per 16 keys, P's A fragments from registers (pack_p). */
-template <typename T, class KL, int DT, int KS>
-__device__ __forceinline__ void issue_pv(float (&o)[DT][4], const uint32_t (&a)[KS][4], uint32_t v_tile)
-{
-#pragma unroll
-    for (int kk = 0; kk < KS; kk++) wgmma_rs<T, 8 * DT>(o, a[kk], mnmajor_desc<KL>(v_tile, kk), 1);
-    wgmma_commit();
-}
-
 /* ---- ordering ---- */
 
 /* Shared memory written by ordinary stores or cp.async and read next by the tensor cores or the
@@ -414,60 +315,5 @@ template <int R> __device__ __forceinline__ void claim_registers_to()
 
 #endif /* KL_SM90A */
 
-/* ---- host: the tensor map of a K or V cache ----
- * The cache [pages, page_size, kv_heads, head_dim] seen as a 3-D tensor (head_dim, kv_heads, slots),
- * slot = page * page_size + position in the page, and a box of 64 columns x 1 head x box_rows slots:
- * one page's rows of one 64-column block (or box_rows rows of a longer page), written into shared
- * memory 128-byte swizzled, a block of a swizzled_tile. cuTensorMapEncodeTiled comes through the
- * runtime's driver entry point, so nothing links libcuda. cudaErrorNotSupported where the driver
- * lacks it. */
-inline cudaError_t make_cache_map(CUtensorMap *map, const void *cache, bool bf16, int64_t head_dim,
-                                  int64_t kv_heads, int64_t slots, int box_rows)
-{
-    static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
-    if (!encode) {
-        void *fn = nullptr;
-        cudaDriverEntryPointQueryResult found;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
-                cudaSuccess ||
-            found != cudaDriverEntryPointSuccess || !fn)
-            return cudaErrorNotSupported;
-        encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
-    }
-    const cuuint64_t dims[3] = {(cuuint64_t)head_dim, (cuuint64_t)kv_heads, (cuuint64_t)slots};
-    const cuuint64_t strides[2] = {(cuuint64_t)(head_dim * 2), (cuuint64_t)(kv_heads * head_dim * 2)}; /* bytes */
-    const cuuint32_t box[3] = {64, 1, (cuuint32_t)box_rows}, unit[3] = {1, 1, 1};
-    const CUresult rc =
-        encode(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3, (void *)cache, dims,
-               strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (rc != CUDA_SUCCESS) {
-        fprintf(stderr, "attention_prefill: cuTensorMapEncodeTiled failed (%d) for a %lld x %lld x %lld cache\n",
-                (int)rc, (long long)head_dim, (long long)kv_heads, (long long)slots);
-        return cudaErrorInvalidValue;
-    }
-    return cudaSuccess;
-}
-
-/* Kernel<<<grid, threads, smem>>>(args...) launched in clusters of cluster_z CTAs along z (grid.z a
- * multiple of it), with its shared-memory limit raised first. */
-template <auto Kernel, class... Args>
-cudaError_t launch_cluster_kernel_with(dim3 grid, unsigned cluster_z, int threads, size_t smem, cudaStream_t stream,
-                                       Args... args)
-{
-    cudaError_t rc = mma::allow_smem<Kernel>(smem);
-    if (rc != cudaSuccess) return rc;
-    cudaLaunchAttribute cluster = {};
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = 1, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = cluster_z;
-    cudaLaunchConfig_t config = {};
-    config.gridDim = grid, config.blockDim = dim3((unsigned)threads), config.dynamicSmemBytes = smem;
-    config.stream = stream, config.attrs = &cluster, config.numAttrs = 1;
-    return cudaLaunchKernelEx(&config, Kernel, args...);
-}
-
-/* The SMs of the current device: a persistent grid's size. */
-inline int sm_count() { return this_device().sms; }
-
-} // namespace hopper
+} // namespace ptx
 } // namespace kl
