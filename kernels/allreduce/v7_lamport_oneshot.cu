@@ -13,7 +13,7 @@
  * hands large sizes to another variant.
  * Run alone: build/kernlab bench allreduce --variant v7_lamport_oneshot */
 #include "kernels/allreduce/lamport.cuh"
-#include "lab/core/registry.h"
+#include "kernels/variant.h"
 
 using namespace kl_ar;
 

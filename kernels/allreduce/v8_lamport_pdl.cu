@@ -11,7 +11,7 @@
  * Work mapping: v7's. Expect v7 minus the launch gap at small sizes; v7 at large ones.
  * Run alone: build/kernlab bench allreduce --variant v8_lamport_pdl */
 #include "kernels/allreduce/lamport.cuh"
-#include "lab/core/registry.h"
+#include "kernels/variant.h"
 
 using namespace kl_ar;
 

@@ -24,7 +24,7 @@ using namespace kl::hopper;
 
 constexpr int kThreads = 256; /* 2 warpgroups */
 
-/* hopper.cuh's tiles; shared memory: Q, two stages of K and V, two slots of page numbers. */
+/* mainloop_sm90.cuh's tiles; shared memory: Q, two stages of K and V, two slots of page numbers. */
 template <int D> struct shape : wg_tiles<D> {
     using QTile = typename wg_tiles<D>::QTile;
     using KvTile = typename wg_tiles<D>::KvTile;
@@ -48,7 +48,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     auto v_stage = [&](int st) { return stages + st * 2 * BN * D + BN * D; };
     int32_t *page_slots = reinterpret_cast<int32_t *>(stages + 4 * BN * D);
 
-    /* The work of a CTA is v6's: kv head blockIdx.x of request blockIdx.y, 128 packed rows (hopper.cuh). */
+    /* The work of a CTA is v6's: kv head blockIdx.x of request blockIdx.y, 128 packed rows (tile_scheduler.cuh). */
     const packed_tile w = packed_tile_at(p, group, blockIdx.x, blockIdx.y, blockIdx.z, gridDim.z, BM);
     if (w.row0 >= w.rows) return; /* the grid covers the longest request */
     const kl::prefill::request &r = w.r;

@@ -44,7 +44,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     extern __shared__ unsigned char smem_raw[];
     const kv_ring<T, D> sm(smem_raw);
 
-    /* The work of a CTA is v6's: kv head blockIdx.x of request blockIdx.y, 128 packed rows (hopper.cuh). */
+    /* The work of a CTA is v6's: kv head blockIdx.x of request blockIdx.y, 128 packed rows (tile_scheduler.cuh). */
     const packed_tile w = packed_tile_at(p, group, blockIdx.x, blockIdx.y, blockIdx.z, gridDim.z, BM);
     if (w.row0 >= w.rows) return; /* the grid covers the longest request */
     const int wg = threadIdx.x / 128, lane = threadIdx.x % 32;

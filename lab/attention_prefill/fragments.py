@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Emulates one warp of kernels/attention_prefill/mma.cuh on the CPU: ldmatrix (plain and .trans) and
+"""Emulates one warp of kernels/ptx/sm80.cuh (and the tiles of kernels/attention_prefill/smem_tiles.cuh) on the CPU: ldmatrix (plain and .trans) and
 mma.sync m16n8k16 as the PTX ISA defines their fragments, fed the same lane -> shared-memory address
 formulas as qk_tile and pv_tile, for every tile shape (head_dim 64/128/256) and both layouts; checks
 S = Q K^T and O = P V against numpy, then counts the bank groups each ldmatrix phase and cp.async
 phase touches (8-way conflicts in plain rows, none with the XOR swizzle).
 It checks how the index formulas compose, not the PTX definitions themselves (those come from the
-ISA's fragment tables, copied into ldmatrix_x4 and mma below). Keep it in step with mma.cuh.
+ISA's fragment tables, copied into ldmatrix_x4 and mma below). Keep it in step with them.
 Run: python3 lab/attention_prefill/fragments.py   (needs numpy; not part of ctest)
 """
 import numpy as np

@@ -283,7 +283,7 @@ struct kl_attention_prefill_problem *kl_attention_prefill_problem_random(const s
  * q_len runs 0, 1, ..., batch - 1: the causal diagonal of a query tile's first row lands on every
  * key of a key tile of up to `batch` keys. Tiled kernels skip the mask on the key tiles that row
  * sees whole, so a mistake there shows at one offset per tile size only. The variants' key tiles:
- * 32 (v1; mma.cuh at head_dim 256), 64 (mma.cuh; hopper.cuh at head_dim 256), 128 (hopper.cuh,
+ * 32 (v1; mainloop_sm80.cuh at head_dim 256), 64 (mainloop_sm80.cuh; mainloop_sm90.cuh at head_dim 256), 128 (mainloop_sm90.cuh,
  * head_dim <= 128). */
 #define MAXB 5
 static const struct edge {

@@ -8,7 +8,7 @@
  *   last_page_dropped   kv_len = (pages - 1) * page_size: the partly full last page is never read
  *   wrong_kv_head       qo head h reads kv head h % num_kv_heads instead of h / group
  *   lse_base2           lse returned in base 2 (FlashInfer's convention) instead of natural log
- *   mask_row_late       the mask decision of a tiled kernel (128 query rows x 64 keys, as mma.cuh's at
+ *   mask_row_late       the mask decision of a tiled kernel (128 query rows x 64 keys, as mainloop_sm80.cuh's at
  *                       head_dim <= 128) made from the tile's second row: its first row sees one key
  *                       past the diagonal where kv_len - q_len + tile_q0 + 2 is a multiple of 64
  *   kv_head_zero        every qo head reads kv head 0

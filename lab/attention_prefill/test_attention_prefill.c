@@ -152,7 +152,7 @@ static void view(const void *problem, struct kl_attention_view *v)
 #define SEVERAL_KV_HEADS "gqa8_extend_kv520_bf16", "gqa4_noncausal_kv600_fp16", "gqa8_ragged_page7_bf16"
 #define MASK_ROW_LATE(tq, tk) KL_ATTN_TILED(MASK_FROM_NEXT_ROW, "mask test one row late " #tq "x" #tk, tq, tk)
 
-/* The query x key tiles whose first row the variants' mask test is made from: v1 32x32; mma.cuh
+/* The query x key tiles whose first row the variants' mask test is made from: v1 32x32; mainloop_sm80.cuh
  * 128x64 (64x32 at head_dim 256); the wgmma variants decide per warpgroup, 64 rows, over key
  * tiles of 128 (64 at head_dim 256). */
 static const struct kl_attention_mutant mask_late[] = {MASK_ROW_LATE(32, 32), MASK_ROW_LATE(128, 64),
