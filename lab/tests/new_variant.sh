@@ -18,7 +18,8 @@ bad() { echo "FAIL $*" >&2; fails=$((fails + 1)); }
 # variants stay out, so the numbers below hold beside them), the rest of the sources linked.
 src=$tmp/src
 mkdir -p "$src"
-if git rev-parse --git-dir > /dev/null 2>&1; then
+# A copy of the tree whose git index does not describe it (a file listed is missing) is copied whole.
+if git rev-parse --git-dir > /dev/null 2>&1 && git ls-files -z kernels | xargs -0 -n1 test -e 2> /dev/null; then
   git ls-files -z kernels | xargs -0 -I{} cp --parents {} "$src/"
 else
   cp -r kernels "$src/"
