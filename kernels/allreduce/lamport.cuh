@@ -49,15 +49,7 @@ template <typename U> __device__ __forceinline__ U *lamport_slot(const lamport_b
     return (U *)(L.base[owner] + ((size_t)set * P.world + from) * P.capacity);
 }
 
-__device__ __forceinline__ uint4 ld_volatile_unit(const uint4 *p)
-{
-    uint4 v;
-    asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p)
-                 : "memory");
-    return v;
-}
+using kl::ptx::ld_volatile_v4;
 
 /* One 32-bit word: whether any element of type T in it is the sentinel, and the word as sent. */
 template <typename T> __device__ __forceinline__ bool word_empty(uint32_t w)
@@ -123,11 +115,11 @@ template <typename T> __device__ __forceinline__ float elem_value(uint32_t b)
  * diagnosis of a data wait (call e, rank s). */
 template <typename T> __device__ __forceinline__ uint4 wait_unit(const peers &P, const uint4 *p, uint32_t e, int s)
 {
-    uint4 u = ld_volatile_unit(p);
+    uint4 u = ld_volatile_v4(p);
     if (!unit_empty<T>(u)) return u;
     const unsigned long long t0 = globaltimer();
     do {
-        u = ld_volatile_unit(p);
+        u = ld_volatile_v4(p);
         if (!unit_empty<T>(u)) return u;
     } while (globaltimer() - t0 < P.spin_timeout_ns);
     barrier_timed_out(P, KL_AR_DATA, s, e, 0);

@@ -32,6 +32,7 @@
 
 #include "kernels/allreduce/allreduce.h"
 #include "kernels/common.cuh"
+#include "kernels/ptx/sys_scope.cuh"
 
 namespace kl_ar {
 
@@ -74,26 +75,11 @@ inline int64_t units_of(const kl_allreduce_params *p) { return p->n * (int64_t)k
  * never which block owns which unit: the grid and the mapping come from n alone. */
 inline bool aligned16(const kl_allreduce_params *p) { return ((uintptr_t)p->x | (uintptr_t)p->out) % 16 == 0; }
 
-/* ---- memory-order primitives (sm_70+) ---- */
+/* ---- memory order and time: kernels/ptx/sys_scope.cuh ---- */
 
-__device__ __forceinline__ void st_release_sys(uint32_t *p, uint32_t v)
-{
-    asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-
-__device__ __forceinline__ uint32_t ld_acquire_sys(const uint32_t *p)
-{
-    uint32_t v;
-    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-
-__device__ __forceinline__ unsigned long long globaltimer()
-{
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
+using kl::ptx::globaltimer;
+using kl::ptx::ld_acquire_sys;
+using kl::ptx::st_release_sys;
 
 /* Peer data bypasses L1 (ld.global.cg, cached in L2 only): L1 is not coherent, and a line of a
  * peer's staging read in an earlier call must never answer for this call's data. Never the

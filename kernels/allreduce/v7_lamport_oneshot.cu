@@ -51,7 +51,7 @@ static __global__ void __launch_bounds__(kThreads) lamport_v7(const T *x, T *out
         uint4 w[KL_AR_MAX_RANKS];
 #pragma unroll
         for (int s = 0; s < KL_AR_MAX_RANKS; s++)
-            if (s < P.world && s != P.rank) w[s] = ld_volatile_unit(lamport_slot<uint4>(L, P, P.rank, set, s) + j);
+            if (s < P.world && s != P.rank) w[s] = ld_volatile_v4(lamport_slot<uint4>(L, P, P.rank, set, s) + j);
 #pragma unroll
         for (int s = 0; s < KL_AR_MAX_RANKS; s++)
             if (s < P.world && s != P.rank && unit_empty<T>(w[s]))

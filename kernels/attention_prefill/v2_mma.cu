@@ -1,7 +1,7 @@
 /* v2_mma: the FlashAttention-2 structure on tensor cores. What changed from v1: both products run
  * as mma.sync m16n8k16 (16-bit inputs, float32 accumulators) with operands loaded from shared
  * memory by ldmatrix; the scores S and the probabilities P never leave the registers (S's
- * accumulator fragment is P's A fragment, mma.cuh), and each warp owns whole query rows, so the
+ * accumulator fragment is P's A fragment, mainloop_sm80.cuh), and each warp owns whole query rows, so the
  * online softmax needs no shared memory and no barrier.
  * Work mapping: grid (query tiles, qo heads, requests); 4 warps; a CTA owns 128 query rows (64 for
  * head_dim 256), a warp 32 of them (16), and streams the request's keys 64 (32) at a time: one K

@@ -1,5 +1,5 @@
 /* v3_swizzle: v2 with its shared-memory tiles XOR-swizzled. What changed: chunk c (16 bytes) of
- * tile row r is stored at chunk c ^ (r % 8) of that row (mma.cuh, xor_rows). Why faster: every
+ * tile row r is stored at chunk c ^ (r % 8) of that row (smem_tiles.cuh, xor_rows). Why faster: every
  * ldmatrix phase reads one 16-byte chunk from each of 8 consecutive rows; with 128- to 512-byte rows
  * those 8 chunks all sat in the same 4 banks (an 8-way conflict: 8 shared-memory wavefronts where 1
  * suffices), and with the XOR they land on 8 different bank groups (lab/attention_prefill/fragments.py

@@ -40,8 +40,8 @@ static __global__ void __launch_bounds__(1024) rmsnorm_v2(const T *__restrict__ 
             for (int k = 0; k < W; k++) w[i][k] = kl::to_f32(a.v[k]);
         }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-        asm volatile("griddepcontrol.launch_dependents;"); /* the next kernel may launch now... */
-        asm volatile("griddepcontrol.wait;" ::: "memory"); /* ...and this one reads x only now */
+        kl::pdl_release(); /* griddepcontrol.launch_dependents: the next kernel may launch now... */
+        kl::pdl_wait();    /* griddepcontrol.wait: ...and this one reads x only now */
 #endif
     }
 

@@ -3,6 +3,7 @@
  * kernel launched with programmatic dependent launch. All of it is stream-ordered and graph-safe:
  * the call number can come from a device counter that the graph itself advances. */
 #include "kernels/common.cuh"
+#include "kernels/ptx/sys_scope.cuh"
 #include "lab/allreduce/gen.h"
 
 template <typename T>
@@ -29,12 +30,10 @@ static __global__ void delay(uint32_t call, const uint32_t *call_dev)
 {
     const uint32_t c = call_dev ? *call_dev : call;
     const unsigned long long ns = 5000ull + (c * 7919u) % 35000u;
-    unsigned long long t0, t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    const unsigned long long t0 = kl::ptx::globaltimer();
     do {
         __nanosleep(1000);
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    } while (t - t0 < ns);
+    } while (kl::ptx::globaltimer() - t0 < ns);
 }
 
 extern "C" int kl_ar_dev_delay(uint32_t call, const uint32_t *call_dev, cudaStream_t s)
@@ -87,9 +86,7 @@ extern "C" int kl_ar_dev_record(const void *out, void *history, enum kl_dtype t,
  * safe for this consumer; one that returned before its output was written would not be. */
 static __global__ void pdl_copy(const uint8_t *src, uint8_t *dst, size_t bytes)
 {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
+    kl::pdl_wait(); /* griddepcontrol.wait; nothing below sm_90 */
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < bytes; i += (size_t)gridDim.x * blockDim.x)
         dst[i] = src[i];
 }

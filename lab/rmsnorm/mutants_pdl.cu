@@ -12,6 +12,7 @@
  * mutant_pdl_reads_before_wait is v2_pdl's few-rows form with x loaded above the wait (the weight
  * load's place), a mistake the goldens and the catalogue cannot see: nothing runs before it there. */
 #include "kernels/common.cuh"
+#include "kernels/ptx/sys_scope.cuh"
 #include "kernels/rmsnorm/rmsnorm.h"
 #include "lab/core/registry.h"
 #include "lab/rmsnorm/rmsnorm_module.h"
@@ -19,10 +20,9 @@
 static __global__ void late_write(uint4 *dst, const uint4 *src, size_t words, unsigned long long spin_ns)
 {
     kl::pdl_release();
-    unsigned long long start, now;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-    do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-    while (now - start < spin_ns);
+    const unsigned long long start = kl::ptx::globaltimer();
+    while (kl::ptx::globaltimer() - start < spin_ns) {
+    }
     for (size_t i = threadIdx.x; i < words; i += blockDim.x) dst[i] = src[i];
 }
 

@@ -11,6 +11,8 @@
    Tests (test_*, mutants*) sit beside what they test and may include every floor below the
    command: a test of the story's guide, say, drives the decoder and the report room together.
 2. No source file is over MAX_LINES lines.
+3. Inline PTX (asm) only in kernels/ptx/, one wrapper per instruction (the emulator, which
+   shadows those headers, is the one other place that names instructions).
 
   layers.py [ROOT]            checks the tree at ROOT (default: this file's repository)
   layers.py --self-test       plants an upward include and a long file in a scratch tree; both
@@ -28,6 +30,7 @@ SOURCE_EXT = (".c", ".h", ".cu", ".cuh", ".cpp", ".py", ".sh", ".cmake")
 INCLUDING_EXT = (".c", ".h", ".cu", ".cuh", ".cpp")
 SKIP_DIRS = {".git", ".gpu-deps", ".whl", "__pycache__", "dev", "story-out"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+INLINE_PTX = re.compile(r'\basm\s*(volatile\s*)?\(')
 FLOOR_NAMES = {1: "kernels/reference", 2: "core/perf/emulate", 3: "modules", 4: "report", 5: "command"}
 
 
@@ -71,6 +74,10 @@ def breaches(root):
         lines = text.count("\n")
         if lines > MAX_LINES:
             out.append(f"{rel}: {lines} lines (at most {MAX_LINES})")
+        if (rel.endswith(INCLUDING_EXT) and not rel.startswith(("kernels/ptx/", "lab/emulate/"))
+                and INLINE_PTX.search(text)):
+            line = text.count("\n", 0, INLINE_PTX.search(text).start()) + 1
+            out.append(f"{rel}:{line}: inline PTX outside kernels/ptx/")
         mine = floor_of(rel)
         name = os.path.basename(rel)
         if mine is not None and (name.startswith("test_") or name.startswith("mutants")):
@@ -103,6 +110,7 @@ def self_test(root):
             "lab/rmsnorm/module.c": ('#include "lab/report/report.h"\n', "a floor up"),
             "lab/core/tensor.c": ('#include "rmsnorm/rmsnorm_module.h"\n', None),
             "perf/bench.c": ("/* x */\n" * (MAX_LINES + 1), "lines (at most"),
+            "kernels/rope/v0_naive.cu": ('static __device__ void f() { asm volatile("trap;"); }\n', "inline PTX"),
         }
         failed = 0
         for rel, (text, expect) in planted.items():
@@ -136,8 +144,8 @@ def main(argv):
     found = breaches(root)
     for b in found:
         print(b)
-    print(f"{len(found)} breach(es) of the floors and the {MAX_LINES}-line limit" if found
-          else f"the floors hold; no source file over {MAX_LINES} lines")
+    print(f"{len(found)} breach(es) of the floors, the {MAX_LINES}-line limit or the PTX rule" if found
+          else f"the floors hold; no source file over {MAX_LINES} lines; no inline PTX outside kernels/ptx/")
     return 1 if found else 0
 
 
