@@ -6,6 +6,11 @@ Row r is rank r's contribution. The sum is taken in float64 in rank order, start
 Integer cases keep every partial sum within the dtype's exact integers (|sum| <= 2^8 bf16,
 2^11 fp16, 2^24 fp32): any correct all-reduce reproduces them bit for bit; their signed-zero
 columns check the sign of zero (all -0 gives -0; -0 and +0 give +0; v and -v give +0).
+Fused cases ("op": "add_rmsnorm", the all-reduce a tensor-parallel decoder runs before each norm):
+x [world, tokens, hidden], residual [tokens, hidden], weight [hidden] ->
+    residual_out = (x[0] + ... + x[world-1]) + residual      (rank order, float64)
+    out = residual_out / sqrt(mean(residual_out^2) + eps) * weight
+both stored <f4; every rank ends with the same two tensors.
 Run: python3 golden/gen/allreduce.py && bash golden/gen/manifest.sh
 """
 import numpy as np
@@ -26,6 +31,16 @@ CASES = [
     ("rand_bf16_world3_odd_1031", "bf16", 3, 1031, "random"),
     ("rand_fp16_world4_odd_2047", "fp16", 4, 2047, "random"),
     ("rand_fp32_world8_n7", "fp32", 8, 7, "random"),
+]
+
+FUSED = [
+    # name, dtype, world, tokens, hidden, eps: 4096 (a model's hidden), 4100 (a tail after the last
+    # 16-byte unit), 64 (small, many tokens)
+    ("add_rmsnorm_bf16_world2_t4_h4096", "bf16", 2, 4, 4096, 1e-6),
+    ("add_rmsnorm_fp16_world4_t3_odd_h4100", "fp16", 4, 3, 4100, 1e-5),
+    ("add_rmsnorm_fp32_world8_t1_h4096", "fp32", 8, 1, 4096, 1e-6),
+    ("add_rmsnorm_bf16_world8_t64_h64", "bf16", 8, 64, 64, 1e-6),
+    ("add_rmsnorm_fp16_world2_t17_h256", "fp16", 2, 17, 256, 1e-6),
 ]
 
 
@@ -58,6 +73,22 @@ def main():
             assert np.array_equal(out.astype(np.float32).astype(np.float64), out)
         write_case("allreduce", name, dtype, {"world": world}, seed, GEN,
                    {"x": x.astype(np.float32), "out": out.astype(np.float32)})
+    for i, (name, dtype, world, tokens, hidden, eps) in enumerate(FUSED):
+        seed = 1300 + i
+        rng = np.random.default_rng(seed)
+        x = round_to(dtype, rng.standard_normal((world, tokens, hidden)))
+        residual = round_to(dtype, rng.standard_normal((tokens, hidden)))
+        weight = round_to(dtype, 1.0 + 0.5 * rng.standard_normal(hidden))
+        s = x[0].astype(np.float64)
+        for r in range(1, world):
+            s = s + x[r].astype(np.float64)
+        r = s + residual.astype(np.float64)
+        inv_rms = 1.0 / np.sqrt(np.mean(r * r, axis=1, keepdims=True) + eps)
+        out = r * inv_rms * weight.astype(np.float64)
+        write_case("allreduce", name, dtype,
+                   {"op": "add_rmsnorm", "world": world, "tokens": tokens, "hidden": hidden, "eps": eps}, seed, GEN,
+                   {"x": x, "residual": residual, "weight": weight, "out": out.astype(np.float32),
+                    "residual_out": r.astype(np.float32)})
 
 
 if __name__ == "__main__":

@@ -27,7 +27,24 @@ struct kl_ar_problem {
     int misaligned;     /* x and out start one element past a 16-byte boundary: 1 on every rank,
                          * 2 on the last rank only (ranks must agree on the work split anyway) */
     struct kl_tensor x; /* host [world, n] in dtype: rank r's contribution is row r */
+    /* The fused all-reduce + residual add + RMSNorm (golden "op": "add_rmsnorm"): n = num_tokens
+     * * hidden, outputs out and residual_out. No variant runs it yet: variants SKIP these. */
+    bool add_rmsnorm;
+    int64_t num_tokens, hidden;
+    double eps;
+    struct kl_tensor residual; /* host [num_tokens, hidden] in dtype */
+    struct kl_tensor weight;   /* host [hidden] in dtype */
 };
+
+/* Why a variant cannot run a fused add+RMSNorm case (every variant, for now). */
+#define KL_AR_NO_FUSED_VARIANT "no fused all-reduce + add + RMSNorm variant yet"
+
+/* The float64 reference of problem p into out (out, and residual_out when p->add_rmsnorm). */
+void kl_ar_reference(const struct kl_ar_problem *p, struct kl_outputs *out);
+/* A fused case's outputs (got: out, residual_out) against want, under compare.c's fused bounds
+ * (want_is_golden: want is a golden's <f4 file, whose own rounding is allowed). */
+void kl_ar_fused_compare(const struct kl_ar_problem *p, const struct kl_outputs *got, const struct kl_outputs *want,
+                         bool want_is_golden, struct kl_cmp *out, struct kl_cmp *residual_out);
 
 struct kl_ar_problem *kl_ar_problem_new(int world, int64_t n, enum kl_dtype dtype);
 void kl_ar_problem_free(struct kl_ar_problem *p);

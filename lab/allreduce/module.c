@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "lab/allreduce/allreduce_module.h"
 #include "reference/allreduce.h"
 
@@ -59,6 +61,49 @@ void kl_ar_compare(const double *got, const double *want, const double *x, int w
     }
 }
 
+/* The fused case: per token, b_i bounds residual_out's error and b_rms = sqrt(mean b^2) carries
+ * it into out (compare.c: kl_allreduce_residual_bound, kl_allreduce_rmsnorm_bound). */
+void kl_ar_fused_compare(const struct kl_ar_problem *p, const struct kl_outputs *got, const struct kl_outputs *want,
+                         bool want_is_golden, struct kl_cmp *out, struct kl_cmp *residual_out)
+{
+    const int64_t H = p->hidden, n = p->n;
+    double *x = kl_tensor_to_f64(&p->x), *w = kl_tensor_to_f64(&p->weight), *b = malloc(sizeof(double) * (size_t)(H ? H : 1));
+    struct kl_cmp *c[2] = {out, residual_out};
+    double err2[2] = {0}, ref2[2] = {0};
+    memset(out, 0, sizeof *out), memset(residual_out, 0, sizeof *residual_out);
+    for (int64_t t = 0; t < p->num_tokens; t++) {
+        double b2 = 0, r2 = 0, omax = 0;
+        for (int64_t i = 0; i < H; i++) {
+            const int64_t e = t * H + i;
+            double s = 0;
+            for (int r = 0; r < p->world; r++) s += fabs(x[r * n + e]);
+            const double ro = want->o[1].v[e];
+            b[i] = kl_allreduce_residual_bound(p->world, p->dtype, s, fabs(ro), want_is_golden ? fabs(ro) : 0);
+            b2 += b[i] * b[i], r2 += ro * ro, omax = fmax(omax, fabs(want->o[0].v[e]));
+        }
+        const double b_rms = H ? sqrt(b2 / (double)H) : 0, rho = sqrt((H ? r2 / (double)H : 0) + p->eps);
+        for (int64_t i = 0; i < H; i++) {
+            const int64_t e = t * H + i;
+            for (int k = 0; k < 2; k++) {
+                const double g = got->o[k].v[e], want_e = want->o[k].v[e];
+                const double bound = k ? b[i] : kl_allreduce_rmsnorm_bound(p->dtype, fabs(want_e), omax, fabs(w[i]), b[i], b_rms, rho);
+                double d = isfinite(g) ? fabs(g - want_e) : INFINITY;
+                if (isfinite(d)) err2[k] += d * d, ref2[k] += want_e * want_e;
+                if (d > c[k]->max_abs) c[k]->max_abs = d;
+                if (!(d <= bound)) {
+                    if (c[k]->n_reported < KL_MAX_REPORTED) c[k]->first[c[k]->n_reported++] = (struct kl_mismatch){e, g, want_e};
+                    c[k]->n_bad++;
+                }
+            }
+        }
+    }
+    for (int k = 0; k < 2; k++) {
+        c[k]->rel_l2 = isinf(c[k]->max_abs) ? INFINITY : ref2[k] > 0 ? sqrt(err2[k] / ref2[k]) : sqrt(err2[k]);
+        c[k]->pass = c[k]->n_bad == 0;
+    }
+    free(x), free(w), free(b);
+}
+
 /* ---- problems and the catalogue ---- */
 
 struct kl_ar_problem *kl_ar_problem_new(int world, int64_t n, enum kl_dtype dtype)
@@ -72,7 +117,7 @@ struct kl_ar_problem *kl_ar_problem_new(int world, int64_t n, enum kl_dtype dtyp
 void kl_ar_problem_free(struct kl_ar_problem *p)
 {
     if (!p) return;
-    kl_tensor_free(&p->x);
+    kl_tensor_free(&p->x), kl_tensor_free(&p->residual), kl_tensor_free(&p->weight);
     free(p);
 }
 
@@ -155,6 +200,58 @@ struct kl_ar_problem *kl_ar_catalogue(int world, int i, uint64_t seed, char *lab
 
 /* ---- golden cases (tensor ops) ---- */
 
+/* A fused case: x [world, tokens, hidden], residual [tokens, hidden], weight [hidden] -> out,
+ * residual_out [tokens, hidden]. */
+static void *load_add_rmsnorm(const struct kl_case *c, struct kl_outputs *expected, struct kl_err *err)
+{
+    static const char *const names[5] = {"x", "residual", "weight", "out", "residual_out"};
+    struct kl_tensor a[5] = {{0}};
+    char path[1200];
+    struct kl_ar_problem *p = NULL;
+    long long world = 0, tokens = 0, hidden = 0;
+    double eps = 0;
+    for (int k = 0; k < 5; k++)
+        if (kl_case_array(c, names[k], &a[k], false, err)) goto fail;
+    if (kl_tensor_expect(&a[0], kl_case_path(c, "x.npy", path, sizeof path), 3, (int64_t[]){-1, -1, -1}, err)) goto fail;
+    if (kl_case_param_int(c, "world", a[0].dims[0], &world, err) || kl_case_param_int(c, "tokens", a[0].dims[1], &tokens, err) ||
+        kl_case_param_int(c, "hidden", a[0].dims[2], &hidden, err) || kl_case_param_double(c, "eps", 1e-6, &eps, err))
+        goto fail;
+    if (world < 1 || world > KL_AR_MAX_RANKS || world != a[0].dims[0] || tokens != a[0].dims[1] || hidden != a[0].dims[2]) {
+        kl_fail(err, "%s: shape [%lld, %lld, %lld], but params say world %lld (1..%d), tokens %lld, hidden %lld", path,
+                (long long)a[0].dims[0], (long long)a[0].dims[1], (long long)a[0].dims[2], world, KL_AR_MAX_RANKS, tokens, hidden);
+        goto fail;
+    }
+    if (!(eps >= 0)) {
+        kl_fail(err, "%s/meta.json: params.eps must be >= 0", c->dir);
+        goto fail;
+    }
+    for (int k = 1; k < 5; k++) {
+        char file[32];
+        snprintf(file, sizeof file, "%s.npy", names[k]);
+        if (kl_tensor_expect(&a[k], kl_case_path(c, file, path, sizeof path), k == 2 ? 1 : 2,
+                             k == 2 ? (int64_t[]){hidden} : (int64_t[]){tokens, hidden}, err))
+            goto fail;
+    }
+    p = calloc(1, sizeof *p);
+    p->world = (int)world, p->n = tokens * hidden, p->dtype = c->dtype;
+    p->add_rmsnorm = true, p->num_tokens = tokens, p->hidden = hidden, p->eps = eps;
+    struct kl_tensor *dst[3] = {&p->x, &p->residual, &p->weight};
+    for (int k = 0; k < 3; k++)
+        if (kl_tensor_convert_exact(dst[k], &a[k], c->dtype, kl_case_path(c, k ? (k == 1 ? "residual.npy" : "weight.npy") : "x.npy", path, sizeof path), err))
+            goto fail;
+    for (int k = 0; k < 2; k++) {
+        kl_outputs_set(expected, k, names[3 + k], c->dtype, false, p->n);
+        for (int64_t i = 0; i < p->n; i++) expected->o[k].v[i] = kl_load_elem(a[3 + k].dtype, a[3 + k].data, (size_t)i);
+    }
+    for (int k = 0; k < 5; k++) kl_tensor_free(&a[k]);
+    return p;
+fail:
+    for (int k = 0; k < 5; k++) kl_tensor_free(&a[k]);
+    kl_outputs_free(expected);
+    kl_ar_problem_free(p);
+    return NULL;
+}
+
 static void *load(const struct kl_case *c, struct kl_outputs *expected, struct kl_err *err)
 {
     struct kl_tensor x = {0}, out = {0};
@@ -165,6 +262,12 @@ static void *load(const struct kl_case *c, struct kl_outputs *expected, struct k
         kl_fail(err, "%s/meta.json: allreduce needs dtype fp32, fp16 or bf16", c->dir);
         goto fail;
     }
+    const cJSON *op = c->params ? cJSON_GetObjectItemCaseSensitive(c->params, "op") : NULL;
+    if (op && !(cJSON_IsString(op) && !strcmp(op->valuestring, "add_rmsnorm"))) {
+        kl_fail(err, "%s/meta.json: params.op must be \"add_rmsnorm\" (or absent: the plain all-reduce)", c->dir);
+        goto fail;
+    }
+    if (op) return load_add_rmsnorm(c, expected, err);
     if (kl_case_array(c, "x", &x, false, err) || kl_case_array(c, "out", &out, false, err)) goto fail;
     if (kl_tensor_expect(&x, kl_case_path(c, "x.npy", path, sizeof path), 2, (int64_t[]){-1, -1}, err)) goto fail;
     if (kl_case_param_int(c, "world", x.dims[0], &world, err)) goto fail;
@@ -197,13 +300,26 @@ static void *make(int i, uint64_t seed, char *label, size_t len)
     return kl_ar_catalogue(kl_ar_catalogue_worlds[i / per], i % per, seed, label, len);
 }
 
-static int reference(const void *prob, struct kl_outputs *out, struct kl_err *err)
+void kl_ar_reference(const struct kl_ar_problem *p, struct kl_outputs *out)
 {
-    const struct kl_ar_problem *p = prob;
     double *x = kl_tensor_to_f64(&p->x);
     kl_outputs_set(out, 0, "out", p->dtype, false, p->n);
-    kl_allreduce_reference(x, p->world, p->n, out->o[0].v);
+    if (p->add_rmsnorm) {
+        double *res = kl_tensor_to_f64(&p->residual), *w = kl_tensor_to_f64(&p->weight);
+        kl_outputs_set(out, 1, "residual_out", p->dtype, false, p->n);
+        kl_allreduce_add_rmsnorm_reference(x, p->world, res, w, p->num_tokens, p->hidden, p->eps, out->o[0].v,
+                                           out->o[1].v);
+        free(res), free(w);
+    } else {
+        kl_allreduce_reference(x, p->world, p->n, out->o[0].v);
+    }
     free(x);
+}
+
+static int reference(const void *prob, struct kl_outputs *out, struct kl_err *err)
+{
+    (void)err;
+    kl_ar_reference(prob, out);
     return 0;
 }
 
@@ -296,7 +412,15 @@ static void ar_verify(const struct kl_case *c, const struct kl_variant *v, struc
         return;
     }
     char why[256];
-    if (!v) { /* the reference, against the stored float32 outputs */
+    if (p->add_rmsnorm && !v) { /* both outputs, under the reference's policy */
+        struct kl_outputs got = {0};
+        kl_ar_reference(p, &got);
+        kl_compare_outputs(&got, &want, true, out);
+        kl_outputs_free(&got);
+    } else if (p->add_rmsnorm) {
+        out->status = KL_SKIP, out->rel_l2 = out->max_abs = NAN;
+        snprintf(out->why, sizeof out->why, "%s", KL_AR_NO_FUSED_VARIANT);
+    } else if (!v) { /* the reference, against the stored float32 outputs */
         struct kl_outputs got = {0};
         reference(p, &got, &err);
         struct kl_cmp cmp;
@@ -380,7 +504,10 @@ int kl_ar_goldens(const struct kl_variant *v, FILE *log, int *skipped)
                 kl_case_close(&c);
             }
             snprintf(case_names[cases], sizeof case_names[0], "%.127s", names[i]->d_name);
-            if (!probs[cases]) fprintf(log, "FAIL %s %s %s\n", names[i]->d_name, v->name, err.msg), failures++;
+            if (probs[cases] && probs[cases]->add_rmsnorm) {
+                fprintf(log, "SKIP %s %s %s\n", names[i]->d_name, v->name, KL_AR_NO_FUSED_VARIANT), (*skipped)++;
+                kl_ar_problem_free(probs[cases]), kl_outputs_free(&wants[cases]), probs[cases] = NULL;
+            } else if (!probs[cases]) fprintf(log, "FAIL %s %s %s\n", names[i]->d_name, v->name, err.msg), failures++;
             cases++;
         }
         free(names[i]);
@@ -418,6 +545,7 @@ static int run_one(const struct kl_variant *v, const void *prob, struct kl_outpu
 {
     const struct kl_ar_problem *p = prob;
     char why[768];
+    if (p->add_rmsnorm) return kl_fail(err, "%s: %s", v->name, KL_AR_NO_FUSED_VARIANT);
     if (kl_ar_skip_reason(v, p->world, why, sizeof why)) return kl_fail(err, "%s", why);
     struct kl_ar_run run;
     struct kl_ar_job job = {.scenario = KL_AR_ONCE, .dtype = p->dtype, .n = p->n, .in_place = p->in_place,

@@ -47,6 +47,18 @@ Test(allreduce, reference_sums_rows_in_rank_order_and_keeps_negative_zero)
     cr_assert(out[2] == 0 && !signbit(out[2]), "0.5 - 0.5 + 0 gave -0");
 }
 
+/* Golden case `name` of golden/allreduce through the module's loader (c stays open: close it). */
+static struct kl_ar_problem *load_golden(const char *name, struct kl_case *c, struct kl_outputs *want)
+{
+    char dir[1024];
+    snprintf(dir, sizeof dir, KL_SOURCE_DIR "/golden/allreduce/%s", name);
+    struct kl_err err = {{0}};
+    cr_assert_eq(kl_case_open(c, dir, &err), 0, "%s", err.msg);
+    struct kl_ar_problem *p = kl_module_find("allreduce")->tensor->load(c, want, &err);
+    cr_assert(p, "%s: %s", name, err.msg);
+    return p;
+}
+
 Test(allreduce, goldens_cover_the_worlds_dtypes_and_sizes_the_issue_asks_for)
 {
     const struct kl_module *m = kl_module_find("allreduce");
@@ -55,14 +67,9 @@ Test(allreduce, goldens_cover_the_worlds_dtypes_and_sizes_the_issue_asks_for)
                            "rand_bf16_world2_20000", "rand_fp16_world4_odd_2047", "int_fp32_world4_odd_777",
                            "rand_bf16_world3_odd_1031", "int_bf16_world8_odd_33"};
     for (size_t k = 0; k < sizeof names / sizeof *names; k++) {
-        char dir[1024];
-        snprintf(dir, sizeof dir, KL_SOURCE_DIR "/golden/allreduce/%s", names[k]);
         struct kl_case c;
-        struct kl_err err = {{0}};
-        cr_assert_eq(kl_case_open(&c, dir, &err), 0, "%s", err.msg);
         struct kl_outputs want = {0};
-        struct kl_ar_problem *p = m->tensor->load(&c, &want, &err);
-        cr_assert(p, "%s", err.msg);
+        struct kl_ar_problem *p = load_golden(names[k], &c, &want);
         worlds |= 1 << p->world, dtypes |= 1 << p->dtype;
         one += p->n == 1, odd += p->n % 2 == 1, large += p->n >= 10000;
         exact += want.o[0].exact, random += !want.o[0].exact, cases++;
@@ -73,6 +80,101 @@ Test(allreduce, goldens_cover_the_worlds_dtypes_and_sizes_the_issue_asks_for)
     cr_assert_eq(worlds, (1 << 2) | (1 << 3) | (1 << 4) | (1 << 8), "worlds 2, 3, 4 and 8 (got mask %#x)", worlds);
     cr_assert_eq(dtypes, (1 << KL_F32) | (1 << KL_F16) | (1 << KL_BF16));
     cr_assert(one && odd >= 3 && large && exact >= 2 && random >= 2 && cases >= 6);
+}
+
+/* ---- the fused all-reduce + residual add + RMSNorm ---- */
+
+/* Reference mutants, each a mistake a fused kernel could make, planted in a copy of the
+ * reference (the rank sum, then reference/rmsnorm's math with the mistake). */
+enum fused_mutant { F_NONE, F_NO_RESIDUAL, F_NO_WEIGHT, F_EPS_OUTSIDE_SQRT, F_SUM_IN_DTYPE, F_LAST_RANK_DROPPED, F_COUNT };
+static const char *const kfused_mutant[F_COUNT] = {"none", "residual not added", "weight not applied",
+                                                   "eps added outside the sqrt", "rank sum accumulated in the dtype",
+                                                   "last rank dropped"};
+
+static void fused_mutant(enum fused_mutant m, const struct kl_ar_problem *p, struct kl_outputs *got)
+{
+    kl_ar_reference(p, got); /* shapes and names; the values are recomputed below */
+    const int64_t H = p->hidden, n = p->n;
+    double *x = kl_tensor_to_f64(&p->x), *res = kl_tensor_to_f64(&p->residual), *w = kl_tensor_to_f64(&p->weight);
+    double *out = got->o[0].v, *ro = got->o[1].v;
+    for (int64_t t = 0; t < p->num_tokens; t++) {
+        double sum_sq = 0;
+        for (int64_t i = 0; i < H; i++) {
+            const int64_t e = t * H + i;
+            double s = x[e];
+            for (int r = 1; r < p->world - (m == F_LAST_RANK_DROPPED); r++)
+                s = m == F_SUM_IN_DTYPE ? kl_round_to(p->dtype, s + x[r * n + e]) : s + x[r * n + e];
+            ro[e] = m == F_NO_RESIDUAL ? s : s + res[e];
+            sum_sq += ro[e] * ro[e];
+        }
+        const double ms = sum_sq / (double)H;
+        const double inv = m == F_EPS_OUTSIDE_SQRT ? 1 / (sqrt(ms) + p->eps) : 1 / sqrt(ms + p->eps);
+        for (int64_t i = 0; i < H; i++) out[t * H + i] = ro[t * H + i] * inv * (m == F_NO_WEIGHT ? 1 : w[i]);
+    }
+    free(x), free(res), free(w);
+}
+
+/* Every fused golden through mutant m: how many cases it fails, under the reference's policy
+ * (as `kernlab verify --reference` judges) or under the fused bound a variant gets. */
+static int fused_failures(enum fused_mutant m, bool variant_bound, int *cases, int *worlds, int *dtypes, int *odd)
+{
+    const char *names[] = {"add_rmsnorm_bf16_world2_t4_h4096", "add_rmsnorm_fp16_world4_t3_odd_h4100",
+                           "add_rmsnorm_fp32_world8_t1_h4096", "add_rmsnorm_bf16_world8_t64_h64",
+                           "add_rmsnorm_fp16_world2_t17_h256"};
+    int failed = 0;
+    *cases = *worlds = *dtypes = *odd = 0;
+    for (size_t k = 0; k < sizeof names / sizeof *names; k++) {
+        struct kl_case c;
+        struct kl_outputs want = {0}, got = {0};
+        struct kl_ar_problem *p = load_golden(names[k], &c, &want);
+        cr_assert(p->add_rmsnorm && want.count == 2, "%s: not a fused case with out and residual_out", names[k]);
+        fused_mutant(m, p, &got);
+        struct kl_verdict vd;
+        struct kl_cmp co, cr;
+        if (variant_bound) kl_ar_fused_compare(p, &got, &want, true, &co, &cr);
+        else kl_compare_outputs(&got, &want, true, &vd);
+        const bool pass = variant_bound ? co.pass && cr.pass : vd.status == KL_PASS;
+        if (!pass && m != F_NONE && k == 0)
+            cr_log_info("%s on %s: %s", kfused_mutant[m], names[k], variant_bound ? "out of the fused bound" : vd.why);
+        if (!pass && m == F_NONE) fprintf(stderr, "%s: %s\n", names[k], variant_bound ? "fused bound" : vd.why);
+        failed += !pass, (*cases)++;
+        *worlds |= 1 << p->world, *dtypes |= 1 << p->dtype, *odd += p->hidden % 8 != 0;
+        kl_outputs_free(&got), kl_outputs_free(&want), kl_ar_problem_free(p);
+        kl_case_close(&c);
+    }
+    return failed;
+}
+
+Test(allreduce, fused_goldens_cover_worlds_2_4_8_every_dtype_and_an_odd_hidden)
+{
+    int cases, worlds, dtypes, odd;
+    cr_assert_eq(fused_failures(F_NONE, false, &cases, &worlds, &dtypes, &odd), 0, "the reference fails (lines above)");
+    cr_assert_eq(worlds, (1 << 2) | (1 << 4) | (1 << 8), "worlds 2, 4 and 8 (got mask %#x)", worlds);
+    cr_assert_eq(dtypes, (1 << KL_F32) | (1 << KL_F16) | (1 << KL_BF16));
+    cr_assert(odd >= 1 && cases >= 5);
+}
+
+Test(allreduce, fused_reference_matches_its_goldens_and_every_reference_mutant_fails_them)
+{
+    int cases, worlds, dtypes, odd;
+    cr_assert_eq(fused_failures(F_NONE, false, &cases, &worlds, &dtypes, &odd), 0, "the reference fails (lines above)");
+    for (int m = 1; m < F_COUNT; m++) {
+        const int failed = fused_failures(m, false, &cases, &worlds, &dtypes, &odd);
+        cr_assert_eq(failed, cases, "mutant '%s' passes %d of %d fused goldens", kfused_mutant[m], cases - failed, cases);
+    }
+}
+
+/* The fused bound a variant will get: it admits the reference and a sum rounded to the dtype at
+ * every step (NCCL's way, legal as for the plain all-reduce) and rejects the gross mistakes. */
+Test(allreduce, fused_bound_admits_a_sum_kept_in_the_dtype_and_rejects_lost_terms)
+{
+    int cases, worlds, dtypes, odd;
+    cr_assert_eq(fused_failures(F_NONE, true, &cases, &worlds, &dtypes, &odd), 0);
+    cr_assert_eq(fused_failures(F_SUM_IN_DTYPE, true, &cases, &worlds, &dtypes, &odd), 0);
+    const enum fused_mutant gross[] = {F_NO_RESIDUAL, F_NO_WEIGHT, F_LAST_RANK_DROPPED};
+    for (int k = 0; k < 3; k++)
+        cr_assert_eq(fused_failures(gross[k], true, &cases, &worlds, &dtypes, &odd), cases, "mutant '%s'",
+                     kfused_mutant[gross[k]]);
 }
 
 /* ---- the tolerance ---- */

@@ -422,6 +422,46 @@ static void write_allreduce_text(void)
         100 * kl_allreduce_bound(2, KL_BF16, 1, 0));
 }
 
+/* The fused all-reduce + residual add + RMSNorm. residual_out = sum + residual: the sum's error
+ * (kl_allreduce_bound) plus one rounding of the add, u' |residual_out| (float32, then the dtype).
+ * out = r w / rho, rho = sqrt(mean r^2 + eps): an input error |d_i| <= b_i moves rho by at most
+ * b_rms = sqrt(mean b^2) (Minkowski; eps only shrinks it), so out moves by at most
+ * (|w_i| b_i + |out_i| b_rms) / (rho - b_rms), on top of rmsnorm's own row for the dtype. */
+double kl_allreduce_residual_bound(int world, enum kl_dtype t, double s, double ro_abs, double golden_ref)
+{
+    return kl_allreduce_bound(world, t, s, golden_ref) + ar_unit(t) * ro_abs;
+}
+
+double kl_allreduce_rmsnorm_bound(enum kl_dtype t, double ref_abs, double ref_max, double w_abs, double b_i,
+                                  double b_rms, double rho)
+{
+    const struct kl_policy p = kl_policy_for(t, false);
+    const double lo = rho - b_rms;
+    if (lo <= 0) return INFINITY; /* the input error could be the whole row: no bound */
+    return p.rtol * ref_abs + p.atol_frac * ref_max + (w_abs * b_i + ref_abs * b_rms) / lo;
+}
+
+char kl_allreduce_rmsnorm_tolerance_text[1024];
+
+static void write_allreduce_rmsnorm_text(void)
+{
+    char *b = kl_allreduce_rmsnorm_tolerance_text;
+    const size_t len = sizeof kl_allreduce_rmsnorm_tolerance_text;
+    size_t off = 0;
+    const struct row *bf16 = row_of(KL_BF16);
+    put(b, len, &off,
+        "Fused all-reduce + residual add + RMSNorm. residual_out = sum + residual may differ from the float64 value "
+        "by the all-reduce's bound (above) plus one rounding of the add, u' |residual_out| (u' = u + %s for fp16 and "
+        "bf16, %s for fp32): b_i per element. ",
+        P2(KAR_DOUBLE_ROUNDING), P2(ar_unit(KL_F32)));
+    put(b, len, &off,
+        "out = r w / rho with rho = sqrt(mean r^2 + eps); an input error within b moves rho by at most "
+        "b_rms = sqrt(mean b_i^2), so out may differ by rmsnorm's row for the dtype (bf16: rtol %s, atol %s x max "
+        "abs(ref)) plus (|w_i| b_i + |out_i| b_rms) / (rho - b_rms). Every element is checked; the bias check of "
+        "the plain all-reduce is not applied to the fused outputs.",
+        U(bf16->rtol), U(bf16->atol));
+}
+
 /* ---- the story: the tiny decoder's logits against its float64 forward pass ---- */
 
 /* reference/story.c propagates the variance of every bf16 rounding to a sigma per logit; the
@@ -458,6 +498,7 @@ __attribute__((constructor)) static void write_texts(void)
     write_reference_text();
     write_attention_text();
     write_allreduce_text();
+    write_allreduce_rmsnorm_text();
     write_story_text();
 }
 

@@ -74,6 +74,15 @@ double kl_allreduce_bias_limit(int world, enum kl_dtype t, bool golden, double s
 int kl_allreduce_exact_bits(enum kl_dtype t);
 extern char kl_allreduce_tolerance_text[];
 
+/* The fused all-reduce + residual add + RMSNorm (compare.c derives both):
+ * residual_out: kl_allreduce_bound for the sum plus one rounding of the add (ro_abs = |ref|);
+ * out: rmsnorm's row for t applied to an input error of b_i per element (b_rms = sqrt(mean b^2)
+ * over the token's row, rho = the token's sqrt(mean r^2 + eps), ref_max = max |out| of the row). */
+double kl_allreduce_residual_bound(int world, enum kl_dtype t, double s, double ro_abs, double golden_ref);
+double kl_allreduce_rmsnorm_bound(enum kl_dtype t, double ref_abs, double ref_max, double w_abs, double b_i,
+                                  double b_rms, double rho);
+extern char kl_allreduce_rmsnorm_tolerance_text[];
+
 /* The story's end-to-end check (sigma per logit: reference/story.c): |gpu - ref| <= this x sigma
  * per logit; ||gpu - ref|| <= kl_story_norm_ratio x ||sigma|| per step. */
 extern const double kl_story_logit_sigmas;
