@@ -164,6 +164,34 @@ Test(allreduce, fused_reference_matches_its_goldens_and_every_reference_mutant_f
     }
 }
 
+/* A fused case whose params disagree with its arrays, or name an unknown op, fails to load with a
+ * message naming what is wrong (kernlab verify prints it as one FAIL line). */
+Test(allreduce, a_malformed_fused_case_is_refused_with_the_reason)
+{
+    static const char *const metas[2][2] = {
+        {"\"op\": \"add_rmsnorm\", \"world\": 2, \"tokens\": 5, \"hidden\": 4096", "tokens 5"},
+        {"\"op\": \"add_layernorm\", \"world\": 2", "params.op"}};
+    for (int k = 0; k < 2; k++) {
+        char dir[] = "/tmp/kl_fused_XXXXXX", cmd[2048], path[64];
+        cr_assert(mkdtemp(dir));
+        snprintf(cmd, sizeof cmd, "cp %s/golden/allreduce/add_rmsnorm_bf16_world2_t4_h4096/*.npy %s", KL_SOURCE_DIR, dir);
+        cr_assert_eq(system(cmd), 0);
+        snprintf(path, sizeof path, "%s/meta.json", dir);
+        FILE *f = fopen(path, "w");
+        fprintf(f, "{\"module\": \"allreduce\", \"dtype\": \"bf16\", \"params\": {%s}}\n", metas[k][0]);
+        fclose(f);
+        struct kl_case c;
+        struct kl_err err = {{0}};
+        struct kl_outputs want = {0};
+        cr_assert_eq(kl_case_open(&c, dir, &err), 0, "%s", err.msg);
+        cr_assert_null(kl_module_find("allreduce")->tensor->load(&c, &want, &err), "%s loaded", metas[k][0]);
+        cr_assert(strstr(err.msg, metas[k][1]), "the message '%s' does not name '%s'", err.msg, metas[k][1]);
+        kl_case_close(&c);
+        snprintf(cmd, sizeof cmd, "rm -r %s", dir);
+        cr_assert_eq(system(cmd), 0);
+    }
+}
+
 /* The fused bound a variant will get: it admits the reference and a sum rounded to the dtype at
  * every step (NCCL's way, legal as for the plain all-reduce) and rejects the gross mistakes. */
 Test(allreduce, fused_bound_admits_a_sum_kept_in_the_dtype_and_rejects_lost_terms)
