@@ -12,7 +12,7 @@
 #include <utility>
 
 #include "kernels/dtype.h"
-#include "kernels/ptx/sm90.cuh"
+#include "kernels/ptx_sm90.cuh"
 
 namespace kl {
 
@@ -117,7 +117,7 @@ template <typename T> __device__ __forceinline__ uint4 pack(const float (&o)[16 
  * of its outputs and every store (the previous kernel may still read the buffer we overwrite)
  * comes after it. pdl_release() lets the next kernel begin launching; a block that exits counts
  * as released. Below sm_90 both are no-ops and launchers pass pdl = false: plain stream order. */
-using ptx::pdl_release; /* griddepcontrol.launch_dependents (kernels/ptx/sm90.cuh) */
+using ptx::pdl_release; /* griddepcontrol.launch_dependents (kernels/ptx_sm90.cuh) */
 using ptx::pdl_wait;    /* griddepcontrol.wait */
 
 /* kernel<<<grid, block, 0, stream>>>(args...), as a programmatic dependent of the previous kernel

@@ -32,7 +32,7 @@
 
 #include "kernels/allreduce/allreduce.h"
 #include "kernels/common.cuh"
-#include "kernels/ptx/sys_scope.cuh"
+#include "kernels/ptx_sys_scope.cuh"
 
 namespace kl_ar {
 
@@ -75,7 +75,7 @@ inline int64_t units_of(const kl_allreduce_params *p) { return p->n * (int64_t)k
  * never which block owns which unit: the grid and the mapping come from n alone. */
 inline bool aligned16(const kl_allreduce_params *p) { return ((uintptr_t)p->x | (uintptr_t)p->out) % 16 == 0; }
 
-/* ---- memory order and time: kernels/ptx/sys_scope.cuh ---- */
+/* ---- memory order and time: kernels/ptx_sys_scope.cuh ---- */
 
 using kl::ptx::globaltimer;
 using kl::ptx::ld_acquire_sys;

@@ -25,7 +25,7 @@
 #include <type_traits>
 
 #include "kernels/attention_decode/decode.cuh"
-#include "kernels/ptx/sm80.cuh"
+#include "kernels/ptx_sm80.cuh"
 #include "kernels/variant.h"
 
 /* A block of WARPS warps, STAGES stages of 16 tokens per warp (launch_hd picks the shape). */

@@ -7,12 +7,12 @@
 
 #include "kernels/attention_prefill/paged.cuh"
 #include "kernels/attention_prefill/tile_scheduler.cuh"
-#include "kernels/ptx/sm80.cuh"
+#include "kernels/ptx_sm80.cuh"
 
 namespace kl {
 namespace mma {
 
-using namespace ::kl::ptx; /* the sm_80 PTX wrappers (kernels/ptx/sm80.cuh) */
+using namespace ::kl::ptx; /* the sm_80 PTX wrappers (kernels/ptx_sm80.cuh) */
 
 /* The epilogue: the row sums are completed over the 4 threads of each group, out = o / l rounded
  * to T (a 4-byte store of 2 elements per n-tile: columns 8 dt + 2t, +1), lse = (m c + log2 l) ln 2.

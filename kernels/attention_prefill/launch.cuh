@@ -14,7 +14,7 @@
 namespace kl {
 namespace mma {
 
-using namespace ::kl::ptx; /* the sm_80 PTX wrappers (kernels/ptx/sm80.cuh) */
+using namespace ::kl::ptx; /* the sm_80 PTX wrappers (kernels/ptx_sm80.cuh) */
 
 /* Whether a variant can take these params: 16-bit inputs, head_dim 64/128/256, and 16-byte aligned
  * rows (every copy is 16 bytes). cudaErrorNotSupported otherwise (the module's SKIP). */

@@ -1,7 +1,7 @@
 /* The mainloop of the FlashAttention-2 variants of attention_prefill (v2 and up), by warp and key
  * tile on mma.sync: S = Q K^T from the tiles in shared memory, the mask and online softmax
  * (softmax.cuh), O += P V. The C fragment of S for keys 16kk..16kk+15 (n-tiles 2kk, 2kk+1) has
- * exactly the elements the A fragment of P needs for the k-step kk of P V (kernels/ptx/sm80.cuh has
+ * exactly the elements the A fragment of P needs for the k-step kk of P V (kernels/ptx_sm80.cuh has
  * the layouts): P never leaves the registers. A variant includes this file and composes these steps
  * with its own loads, pipeline and schedule; the tiles, the epilogue and the launch come with it. */
 #pragma once
@@ -10,12 +10,12 @@
 #include "kernels/attention_prefill/launch.cuh"
 #include "kernels/attention_prefill/smem_tiles.cuh"
 #include "kernels/attention_prefill/softmax.cuh"
-#include "kernels/ptx/sm80.cuh"
+#include "kernels/ptx_sm80.cuh"
 
 namespace kl {
 namespace mma {
 
-using namespace ::kl::ptx; /* the sm_80 PTX wrappers (kernels/ptx/sm80.cuh) */
+using namespace ::kl::ptx; /* the sm_80 PTX wrappers (kernels/ptx_sm80.cuh) */
 
 /* ---- warp-level steps of one key tile ---- */
 

@@ -1,5 +1,5 @@
 /* The mainloop of the Hopper (sm_90a) variants of attention_prefill (v7 and up), by warpgroup and key
- * tile on wgmma (kernels/ptx/sm90.cuh): the CTA's tiles, P packed from S's accumulators into A
+ * tile on wgmma (kernels/ptx_sm90.cuh): the CTA's tiles, P packed from S's accumulators into A
  * fragments, and the two products of a key tile. The FlashAttention-2 steps that do not change on
  * Hopper (mask, online softmax, epilogue) come from mainloop_sm80.cuh: a wgmma accumulator holds, per
  * warp, the same m16n8 fragments as mma.sync. A variant includes this file (or kv_ring.cuh); the tile
@@ -9,12 +9,12 @@
 #include "kernels/attention_prefill/mainloop_sm80.cuh"
 #include "kernels/attention_prefill/tile_scheduler.cuh"
 #include "kernels/attention_prefill/trace.cuh"
-#include "kernels/ptx/sm90.cuh"
+#include "kernels/ptx_sm90.cuh"
 
 namespace kl {
 namespace hopper {
 
-using namespace ::kl::ptx; /* the sm_80 and sm_90 PTX wrappers (kernels/ptx/) */
+using namespace ::kl::ptx; /* the sm_80 and sm_90 PTX wrappers (kernels/ptx_*.cuh) */
 
 /* The tiles of a Hopper variant's CTA: 128 packed rows, 64 per (consumer) warpgroup, and key tiles
  * of kBN (64 for head_dim 256, where O alone takes 128 registers a thread). */
@@ -32,7 +32,7 @@ using mma::copy_rows;
 
 /* P (the probabilities in S's accumulators, NT n-tiles of 8 keys) rounded to T as the A fragments of
  * O += P V: k-step kk (keys 16kk ..) takes n-tiles 2kk and 2kk + 1, whose C fragments hold exactly
- * the elements an A fragment wants (kernels/ptx/sm80.cuh's tables), so P never leaves the registers. */
+ * the elements an A fragment wants (kernels/ptx_sm80.cuh's tables), so P never leaves the registers. */
 template <typename T, int NT> __device__ __forceinline__ void pack_p(uint32_t (&a)[NT / 2][4], const float (&s)[NT][4])
 {
 #pragma unroll

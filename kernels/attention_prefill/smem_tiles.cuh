@@ -6,12 +6,12 @@
 #include <stdint.h>
 
 #include "kernels/attention_prefill/paged.cuh"
-#include "kernels/ptx/sm80.cuh"
+#include "kernels/ptx_sm80.cuh"
 
 namespace kl {
 namespace mma {
 
-using namespace ::kl::ptx; /* the sm_80 PTX wrappers (kernels/ptx/sm80.cuh) */
+using namespace ::kl::ptx; /* the sm_80 PTX wrappers (kernels/ptx_sm80.cuh) */
 
 /* ---- shared-memory tile layouts: element offset of 16-byte chunk `chunk` of row `row` ---- */
 

@@ -1,16 +1,16 @@
 /* The row state of the FlashAttention-2 loop (attention_prefill v2 and up), on the m16n8 C fragments of
- * S and O (kernels/ptx/sm80.cuh has the layout): the causal mask of a key tile, the online softmax in
+ * S and O (kernels/ptx_sm80.cuh has the layout): the causal mask of a key tile, the online softmax in
  * base 2 (the running max m, the running sum l, the rescaling of O) and the initial state of the rows.
  * A wgmma accumulator holds, per warp, the same fragments, so the Hopper variants use these too.
  * Inline device code only. */
 #pragma once
 
-#include "kernels/ptx/sm80.cuh"
+#include "kernels/ptx_sm80.cuh"
 
 namespace kl {
 namespace mma {
 
-using namespace ::kl::ptx; /* the sm_80 PTX wrappers (kernels/ptx/sm80.cuh) */
+using namespace ::kl::ptx; /* the sm_80 PTX wrappers (kernels/ptx_sm80.cuh) */
 
 /* Keys a row does not see become -inf. Element e of n-tile nt of row block mt is row
  * 16 mt + g + 8 (e / 2) of the warp, key k0 + 8 nt + 2 t + e % 2; limit(mt, h) is how many keys (a

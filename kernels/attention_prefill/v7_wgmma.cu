@@ -3,7 +3,7 @@
  * m64n128k16 per warpgroup reading Q and K straight from shared memory (no ldmatrix, no fragments in
  * registers), and O += P V another chain with P from the registers S was computed in (its m16n8 C
  * fragments are the A fragments wgmma takes, as with mma.sync) and V from shared memory, read
- * transposed by the tensor cores. Tiles are 128-byte swizzled (kernels/ptx/sm90.cuh) so the tensor cores read
+ * transposed by the tensor cores. Tiles are 128-byte swizzled (kernels/ptx_sm90.cuh) so the tensor cores read
  * them without bank conflicts; keys go 128 at a time (64 for head_dim 256).
  * Unchanged from v6, on purpose, to measure what wgmma alone gives: the GQA packing, the cp.async
  * copies by every thread into two stages, __syncthreads between tiles, and each warpgroup waiting

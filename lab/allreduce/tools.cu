@@ -3,7 +3,7 @@
  * kernel launched with programmatic dependent launch. All of it is stream-ordered and graph-safe:
  * the call number can come from a device counter that the graph itself advances. */
 #include "kernels/common.cuh"
-#include "kernels/ptx/sys_scope.cuh"
+#include "kernels/ptx_sys_scope.cuh"
 #include "lab/allreduce/gen.h"
 
 template <typename T>

@@ -7,7 +7,7 @@ set_tests_properties(attention_prefill_sanitizer PROPERTIES LABELS "gpu;sanitize
                      RESOURCE_LOCK gpu TIMEOUT 1800 WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 
 # The tensor-core kernels (v2 and up: every kernels/attention_prefill/v*.cu that includes a helper
-# header reaching kernels/ptx/) run on the CPU under the lab's emulation (lab/emulate/), which checks
+# header reaching kernels/ptx_*.cuh) run on the CPU under the lab's emulation (lab/emulate/), which checks
 # their asynchrony, fences, barrier protocol and layouts; emulate/driver.cpp judges them against the
 # float64 reference by the module's policy, and emulate/mutants.py plants the bugs it must catch.
 find_package(Python3 COMPONENTS Interpreter QUIET)

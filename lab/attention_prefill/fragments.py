@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Emulates one warp of kernels/ptx/sm80.cuh (and the tiles of kernels/attention_prefill/smem_tiles.cuh) on the CPU: ldmatrix (plain and .trans) and
+"""Emulates one warp of kernels/ptx_sm80.cuh (and the tiles of kernels/attention_prefill/smem_tiles.cuh) on the CPU: ldmatrix (plain and .trans) and
 mma.sync m16n8k16 as the PTX ISA defines their fragments, fed the same lane -> shared-memory address
 formulas as qk_tile and pv_tile, for every tile shape (head_dim 64/128/256) and both layouts; checks
 S = Q K^T and O = P V against numpy, then counts the bank groups each ldmatrix phase and cp.async

@@ -1,6 +1,6 @@
 # The lab-wide emulator (lab/emulate/): kl_add_emulator(module driver mutants) builds <short>_emulator,
 # the CPU emulation of kernels/<module>/'s tensor-core variants (gen.py: the kernels' exact source with
-# kernels/ptx/ shadowed by the emulated wrappers of sm80.h / sm90.h), and registers one ctest per
+# kernels/ptx_*.cuh shadowed by the emulated wrappers of sm80.h / sm90.h), and registers one ctest per
 # variant, <module>_emulated_<variant>, one for the planted bugs of the module's mutants file,
 # <module>_emulator_mutants, and one for gen.py itself, <module>_emulator_gen. `driver` is the module's
 # main (problems, reference, verdicts); `sources` the other sources it needs. Included by a module's
@@ -11,7 +11,7 @@ function(kl_add_emulator module target driver mutants)
   set(out ${CMAKE_BINARY_DIR}/${target}_gen)
   # A new variant or helper file re-runs the configuration (the glob), which lists the variants again.
   file(GLOB deps CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/kernels/${module}/*.cu
-       ${PROJECT_SOURCE_DIR}/kernels/${module}/*.cuh ${PROJECT_SOURCE_DIR}/kernels/ptx/*.cuh ${KL_EMU_SRC}/*.py
+       ${PROJECT_SOURCE_DIR}/kernels/${module}/*.cuh ${PROJECT_SOURCE_DIR}/kernels/ptx_*.cuh ${KL_EMU_SRC}/*.py
        ${KL_EMU_SRC}/sm*.h ${mutants})
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${mutants} ${KL_EMU_SRC}/gen.py)
   execute_process(COMMAND ${Python3_EXECUTABLE} ${KL_EMU_SRC}/gen.py --list ${PROJECT_SOURCE_DIR} ${mutants}
@@ -24,14 +24,14 @@ function(kl_add_emulator module target driver mutants)
     list(APPEND shards ${out}/variants_${k}.cpp)
   endforeach()
   add_custom_command(OUTPUT ${out}/gen.stamp
-                     BYPRODUCTS ${out}/tc_headers.h ${out}/kernels/ptx/sm80.cuh ${out}/kernels/ptx/sm90.cuh ${shards}
+                     BYPRODUCTS ${out}/tc_headers.h ${out}/kernels/ptx_sm80.cuh ${out}/kernels/ptx_sm90.cuh ${shards}
                      COMMAND ${Python3_EXECUTABLE} ${KL_EMU_SRC}/gen.py ${PROJECT_SOURCE_DIR} ${out} ${mutants}
                      COMMAND ${CMAKE_COMMAND} -E touch ${out}/gen.stamp
                      DEPENDS ${deps}
                      COMMENT "Emulation copy of the ${module} tensor-core kernels")
   file(GLOB runtime CONFIGURE_DEPENDS ${KL_EMU_SRC}/*.cpp)
   add_executable(${target} ${driver} ${runtime} ${shards} ${out}/gen.stamp ${ARGN})
-  # ${out} first: its kernels/ptx/ shadows the real one
+  # ${out} first: its kernels/ptx_*.cuh shadow the real ones
   target_include_directories(${target} PRIVATE ${out} ${KL_EMU_SRC} ${PROJECT_SOURCE_DIR}
                              ${PROJECT_SOURCE_DIR}/lab/core ${CUDAToolkit_INCLUDE_DIRS})
   target_link_libraries(${target} PRIVATE PkgConfig::OPENBLAS m)

@@ -2,14 +2,14 @@
 """Writes the emulation copy of a module's tensor-core kernels (emulator.h says what the emulation
 models). The module is attention_prefill today; its variants are the files, as the registry's are.
 
-  OUT/kernels/ptx/sm80.cuh, sm90.cuh
-                        kernels/ptx/'s headers with each function holding inline PTX removed and
+  OUT/kernels/ptx_sm80.cuh, ptx_sm90.cuh
+                        kernels/ptx_*.cuh with each function holding inline PTX removed and
                         sm80.h / sm90.h (the emulated wrappers, same names and signatures) included in
                         its place. OUT comes first on the include path, so every include of
-                        kernels/ptx/ in the emulated build finds these: the emulator shadows kernels/ptx/.
-  OUT/tc_headers.h      the module's helper headers (kernels/<module>/*.cuh that reach kernels/ptx/), in
+                        kernels/ptx_*.cuh in the emulated build finds these: the emulator shadows kernels/ptx_*.cuh.
+  OUT/tc_headers.h      the module's helper headers (kernels/<module>/*.cuh that reach kernels/ptx_*.cuh), in
                         include order; the helpers that reach an emulated instruction take their
-                        caller's source site. PTX anywhere but kernels/ptx/ stops the generator.
+                        caller's source site. PTX anywhere but kernels/ptx_*.cuh stops the generator.
   OUT/variants_K.cpp    the variants, SHARDS files compiled in parallel: every kernels/<module>/v*.cu that
                         includes one of those headers, unchanged but for its launch (<<<>>> and
                         cudaLaunchKernelEx become the emulator's), its dynamic shared memory and the
@@ -34,8 +34,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 MODULE = "attention_prefill"
 KERNELS = "kernels/" + MODULE
-# kernels/ptx/'s headers and the files of emulated wrappers that shadow their PTX, in include order
-PTX = {"kernels/ptx/sm80.cuh": "sm80.h", "kernels/ptx/sm90.cuh": "sm90.h"}
+# kernels/ptx_*.cuh and the files of emulated wrappers that shadow their PTX, in include order
+PTX = {"kernels/ptx_sm80.cuh": "sm80.h", "kernels/ptx_sm90.cuh": "sm90.h"}
 INCLUDE = re.compile(r'^#include "(kernels/[\w/]+\.cuh)"[ \t]*$', re.M)
 SHARDS = 6  # extra.cmake compiles variants_0.cpp .. variants_5.cpp
 # the CUDA built-ins of emulator.h that take their caller's site
@@ -122,7 +122,7 @@ def splice(text, edits):
 
 
 def helper_headers(src):
-    """The module's helper headers that reach kernels/ptx/ (directly or through another helper), in an
+    """The module's helper headers that reach kernels/ptx_*.cuh (directly or through another helper), in an
     order where each comes after the helpers it includes: (path, text, included paths)."""
     found = {}
     for path in sorted(glob.glob(os.path.join(src, KERNELS, "*.cuh"))):
@@ -152,7 +152,7 @@ def helper_headers(src):
 def emulated_header(src, name, sited, helpers):
     """The header `name` (a path from SOURCE_DIR) for the emulation. `sited` (in/out): the names of the
     functions taking a caller's site, to which this header's instrumented helpers are added. Includes of
-    `helpers` go (tc_headers.h holds them all, in order); those of kernels/ptx/ stay and find the shadows."""
+    `helpers` go (tc_headers.h holds them all, in order); those of kernels/ptx_*.cuh stay and find the shadows."""
     text = read(os.path.join(src, name))
     text = INCLUDE.sub(lambda m: "" if m.group(1) in helpers else m.group(0), text)
     text = re.sub(r"^#pragma once[ \t]*$", "", text, flags=re.M)
@@ -165,7 +165,7 @@ def emulated_header(src, name, sited, helpers):
     if removed:
         ptx_file = PTX.get(name)
         if not ptx_file:
-            die(f"{name} has inline PTX in {', '.join(f.name for f in removed)}: PTX lives in kernels/ptx/ "
+            die(f"{name} has inline PTX in {', '.join(f.name for f in removed)}: PTX lives in kernels/ptx_*.cuh "
                 "(one wrapper per instruction, shadowed by lab/emulate/)")
         ptx = read(os.path.join(HERE, ptx_file))
         for f in removed:
@@ -236,7 +236,7 @@ def emulated_launches(text):
 
 
 def tensor_core_variants(src, helpers):
-    """(name, path) of the variant files that include a helper header or kernels/ptx/, in number order."""
+    """(name, path) of the variant files that include a helper header or kernels/ptx_*.cuh, in number order."""
     def number(path):
         m = re.match(r"v(\d+)_", os.path.basename(path))
         return int(m.group(1)) if m else 1 << 30
@@ -364,8 +364,8 @@ def main():
     src, out, mutants = sys.argv[1], sys.argv[2], load_mutants(sys.argv[3])
     helpers = helper_headers(src)
     sited = set(SITED_BUILTINS)
-    # kernels/ptx/ first: the helpers' instrumentation follows the wrappers the shadows take a site in
-    os.makedirs(os.path.join(out, "kernels", "ptx"), exist_ok=True)
+    # kernels/ptx_*.cuh first: the helpers' instrumentation follows the wrappers the shadows take a site in
+    os.makedirs(os.path.join(out, "kernels"), exist_ok=True)
     for name in PTX:
         text = emulated_header(src, name, sited, helpers)
         write_if_changed(os.path.join(out, name), "\n".join([GENERATED, "#pragma once", '#include "emulator.h"', text]) + "\n")

@@ -1,4 +1,4 @@
-/* The emulated wrappers of kernels/ptx/sm80.cuh: gen.py removes every function of that header whose
+/* The emulated wrappers of kernels/ptx_sm80.cuh: gen.py removes every function of that header whose
  * body holds inline PTX and includes this file in its place (inside namespace kl::ptx), so the names
  * and signatures must stay those of sm80.cuh. Each takes the caller's source site as a trailing
  * default argument, for the diagnostics (emulator.h). */

@@ -1,4 +1,4 @@
-/* The emulated wrappers of kernels/ptx/sm90.cuh (wgmma, fences, named barriers, mbarriers, bulk tensor
+/* The emulated wrappers of kernels/ptx_sm90.cuh (wgmma, fences, named barriers, mbarriers, bulk tensor
  * copies, clusters, setmaxnreg): gen.py removes every function of that header whose body holds inline
  * PTX and includes this file in its place (inside namespace kl::ptx), so the names and signatures must
  * stay those of sm90.cuh. Each takes the caller's source site as a trailing default argument; gen.py

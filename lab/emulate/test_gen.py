@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""gen.py's promises, on a scratch copy of kernels/attention_prefill/ and kernels/ptx/:
+"""gen.py's promises, on a scratch copy of kernels/attention_prefill/ and kernels/ptx_*.cuh:
 - a new vN_*.cu that includes a tensor-core header is an emulated variant with no other edit, and a
   variant without one (v0_naive, v1_tiled) is not;
 - a mutant whose find text no longer matches stops the generator, naming the mutant;
-- a function with inline PTX in kernels/ptx/ that the emulation files do not define stops the generator,
-  naming it; inline PTX in a module's helper header (outside kernels/ptx/) stops it too;
+- a function with inline PTX in kernels/ptx_*.cuh that the emulation files do not define stops the generator,
+  naming it; inline PTX in a module's helper header (outside kernels/ptx_*.cuh) stops it too;
 - the generated text keeps every source line at its number;
 - a mutant's expected message follows its line (`@line{TEXT}`) when code moves, and TEXT must be on one line.
 Usage: test_gen.py SOURCE_DIR MUTANTS"""
@@ -23,10 +23,11 @@ def run(*args):
 
 
 def scratch(src):
-    """A copy of the module's kernels folder and of kernels/ptx/."""
+    """A copy of the module's kernels folder and of the PTX layer (kernels/ptx_*.cuh)."""
     tmp = tempfile.mkdtemp()
-    for sub in ("attention_prefill", "ptx"):
-        shutil.copytree(os.path.join(src, "kernels", sub), os.path.join(tmp, "kernels", sub))
+    shutil.copytree(os.path.join(src, "kernels", "attention_prefill"), os.path.join(tmp, "kernels", "attention_prefill"))
+    for name in ("ptx_sm80.cuh", "ptx_sm90.cuh"):
+        shutil.copy(os.path.join(src, "kernels", name), os.path.join(tmp, "kernels", name))
     return tmp
 
 
@@ -53,7 +54,7 @@ def main():
         out = os.path.join(tmp, "out")
         check(run(tmp, out).returncode == 0, "gen.py writes the emulation copy")
         tc = open(os.path.join(out, "tc_headers.h")).read().split("\n")
-        for name in ("kernels/ptx/sm80.cuh", "kernels/ptx/sm90.cuh", "kernels/attention_prefill/softmax.cuh",
+        for name in ("kernels/ptx_sm80.cuh", "kernels/ptx_sm90.cuh", "kernels/attention_prefill/softmax.cuh",
                      "kernels/attention_prefill/mainloop_sm80.cuh", "kernels/attention_prefill/mainloop_sm90.cuh",
                      "kernels/attention_prefill/kv_ring.cuh"):
             original = open(os.path.join(tmp, name)).read().split("\n")
@@ -79,7 +80,7 @@ def main():
               "an expected line that names text on two lines stops the generator")
         open(v10, "w").write(text)
 
-        sm90 = os.path.join(tmp, "kernels", "ptx", "sm90.cuh")
+        sm90 = os.path.join(tmp, "kernels", "ptx_sm90.cuh")
         h = open(sm90).read()
         open(sm90, "w").write(h.replace("/* ---- ordering ---- */", "/* ---- ordering ---- */\n"
                                         "__device__ __forceinline__ void new_ptx() { asm volatile(\"trap;\"); }"))
@@ -92,8 +93,8 @@ def main():
         open(softmax, "w").write(s.replace("/* The running state of a warp's rows", "__device__ __forceinline__ void "
                                            "helper_ptx() { asm volatile(\"trap;\"); }\n/* The running state of a warp's rows"))
         r = run(tmp, out)
-        check(r.returncode != 0 and "helper_ptx" in r.stderr and "kernels/ptx/" in r.stderr,
-              "inline PTX in a helper header (outside kernels/ptx/) stops the generator, naming it")
+        check(r.returncode != 0 and "helper_ptx" in r.stderr and "kernels/ptx_" in r.stderr,
+              "inline PTX in a helper header (outside kernels/ptx_*.cuh) stops the generator, naming it")
         open(softmax, "w").write(s)
     finally:
         shutil.rmtree(tmp)

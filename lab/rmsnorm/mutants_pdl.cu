@@ -12,7 +12,7 @@
  * mutant_pdl_reads_before_wait is v2_pdl's few-rows form with x loaded above the wait (the weight
  * load's place), a mistake the goldens and the catalogue cannot see: nothing runs before it there. */
 #include "kernels/common.cuh"
-#include "kernels/ptx/sys_scope.cuh"
+#include "kernels/ptx_sys_scope.cuh"
 #include "kernels/rmsnorm/rmsnorm.h"
 #include "lab/core/registry.h"
 #include "lab/rmsnorm/rmsnorm_module.h"

@@ -11,8 +11,9 @@
    Tests (test_*, mutants*) sit beside what they test and may include every floor below the
    command: a test of the story's guide, say, drives the decoder and the report room together.
 2. No source file is over MAX_LINES lines.
-3. Inline PTX (asm) only in kernels/ptx/, one wrapper per instruction (the emulator, which
+3. Inline PTX (asm) only in kernels/ptx_*.cuh, one wrapper per instruction (the emulator, which
    shadows those headers, is the one other place that names instructions).
+4. Every folder of kernels/ is a module's (lab/<name>/ exists).
 
   layers.py [ROOT]            checks the tree at ROOT (default: this file's repository)
   layers.py --self-test       plants an upward include and a long file in a scratch tree; both
@@ -68,16 +69,22 @@ def resolve(root, rel, name):
 
 def breaches(root):
     out = []
+    # kernels/<name>/ is the module <name>'s: a folder there that no module owns reads as a module
+    # without its tests, guide and results
+    kdir = os.path.join(root, "kernels")
+    for d in sorted(os.listdir(kdir)) if os.path.isdir(kdir) else []:
+        if os.path.isdir(os.path.join(kdir, d)) and not os.path.isdir(os.path.join(root, "lab", d)):
+            out.append(f"kernels/{d}/: a folder of kernels/ with no module lab/{d}/ (shared headers sit in kernels/ itself)")
     for rel in sorted(sources(root)):
         with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as fh:
             text = fh.read()
         lines = text.count("\n")
         if lines > MAX_LINES:
             out.append(f"{rel}: {lines} lines (at most {MAX_LINES})")
-        if (rel.endswith(INCLUDING_EXT) and not rel.startswith(("kernels/ptx/", "lab/emulate/"))
+        if (rel.endswith(INCLUDING_EXT) and not rel.startswith(("kernels/ptx_", "lab/emulate/"))
                 and INLINE_PTX.search(text)):
             line = text.count("\n", 0, INLINE_PTX.search(text).start()) + 1
-            out.append(f"{rel}:{line}: inline PTX outside kernels/ptx/")
+            out.append(f"{rel}:{line}: inline PTX outside kernels/ptx_*.cuh")
         mine = floor_of(rel)
         name = os.path.basename(rel)
         if mine is not None and (name.startswith("test_") or name.startswith("mutants")):
@@ -113,6 +120,11 @@ def self_test(root):
             "kernels/rope/v0_naive.cu": ('static __device__ void f() { asm volatile("trap;"); }\n', "inline PTX"),
         }
         failed = 0
+        os.makedirs(os.path.join(tmp, "kernels", "ptx"))
+        got = [b for b in breaches(tmp) if b.startswith("kernels/ptx/")]
+        print(f"self-test: kernels/ptx/: {'caught' if got else 'MISSED'}" + (f" ({got[0]})" if got else ""))
+        failed += not got
+        os.rmdir(os.path.join(tmp, "kernels", "ptx"))
         for rel, (text, expect) in planted.items():
             path = os.path.join(tmp, rel)
             saved = open(path).read()
@@ -145,7 +157,7 @@ def main(argv):
     for b in found:
         print(b)
     print(f"{len(found)} breach(es) of the floors, the {MAX_LINES}-line limit or the PTX rule" if found
-          else f"the floors hold; no source file over {MAX_LINES} lines; no inline PTX outside kernels/ptx/")
+          else f"the floors hold; no source file over {MAX_LINES} lines; no inline PTX outside kernels/ptx_*.cuh")
     return 1 if found else 0
 
 

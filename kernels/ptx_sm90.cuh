@@ -30,7 +30,7 @@
 #include <stdint.h>
 #include <type_traits>
 
-#include "kernels/ptx/sm80.cuh"
+#include "kernels/ptx_sm80.cuh"
 
 /* The device pass for another architecture (sm_80 of the default build) compiles the Hopper
  * kernels empty: their launchers are never reached there (min_cc 90), and wgmma, setmaxnreg and
