@@ -58,7 +58,7 @@ def main():
                      "kernels/attention_prefill/mainloop_sm80.cuh", "kernels/attention_prefill/mainloop_sm90.cuh",
                      "kernels/attention_prefill/kv_ring.cuh"):
             original = open(os.path.join(tmp, name)).read().split("\n")
-            generated = open(os.path.join(out, name)).read().split("\n") if "/ptx/" in name else tc
+            generated = open(os.path.join(out, name)).read().split("\n") if "/ptx_" in name else tc
             start = generated.index(f'#line 1 "{name}"') + 1
             # a line is either kept, emptied (removed PTX), or kept with the emulation's additions
             moved = [i + 1 for i, line in enumerate(original)
