@@ -11,11 +11,14 @@
 #include "lab/core/args.h"
 #include "perf/bench.h"
 
-/* Metrics measured against a variant of the same run, and that variant: it cannot be judged by
- * them (NCCL's latency over NCCL's is 1 whatever NCCL does). */
+/* Metrics measured against variants of the same run (the faster of the two NCCL baselines), and
+ * those variants: they cannot be judged by them (NCCL's latency over NCCL's is 1 whatever NCCL does). */
 static const struct {
     const char *metric, *yardstick;
-} kyardsticks[] = {{"latency_vs_nccl", "v0_nccl"}, {"busbw_frac", "v0_nccl"}};
+} kyardsticks[] = {{"latency_vs_nccl", "v0_nccl"},
+                   {"busbw_frac", "v0_nccl"},
+                   {"latency_vs_nccl", "v0_nccl_symmetric"},
+                   {"busbw_frac", "v0_nccl_symmetric"}};
 
 double kl_metric_value(const char *metric, const struct kl_result *r)
 {

@@ -127,8 +127,11 @@ enum kl_ar_stamp {
 typedef cudaError_t (*kl_allreduce_launch_fn)(const struct kl_allreduce_params *p, cudaStream_t stream);
 
 /* PEERS: staging buffers and signal areas; NCCL: the communicator; LAMPORT: the Lamport sets
- * (with PEERS, whose epoch and signal area they use). */
-enum { KL_AR_NEEDS_PEERS = 1u, KL_AR_NEEDS_NCCL = 2u, KL_AR_NEEDS_LAMPORT = 4u };
+ * (with PEERS, whose epoch and signal area they use); NCCL_WINDOW (with NCCL): x and out must lie
+ * in memory from ncclMemAlloc registered on every rank as a symmetric window
+ * (ncclCommWindowRegister with NCCL_WIN_COLL_SYMMETRIC, NCCL >= 2.27), which lets NCCL run its
+ * symmetric-memory kernels; the lab's harness allocates the buffers of such a variant that way. */
+enum { KL_AR_NEEDS_PEERS = 1u, KL_AR_NEEDS_NCCL = 2u, KL_AR_NEEDS_LAMPORT = 4u, KL_AR_NEEDS_NCCL_WINDOW = 8u };
 
 struct kl_allreduce_ops {
     kl_allreduce_launch_fn launch;
@@ -154,6 +157,9 @@ cudaError_t kl_allreduce_check_params(const struct kl_allreduce_params *p, cudaS
 const char *kl_allreduce_diag(const struct kl_allreduce_comm *c, char *buf, size_t len);
 /* NCCL's data type for a kl_dtype (fp32, fp16, bf16). */
 ncclDataType_t kl_allreduce_nccl_type(enum kl_dtype t);
+/* The NCCL variants' whole launcher: the checks, then ncclAllReduce on comm->nccl. */
+cudaError_t kl_allreduce_nccl_launch(const struct kl_allreduce_params *p, cudaStream_t stream, unsigned needs,
+                                     const char *variant);
 
 #ifdef __cplusplus
 }

@@ -49,3 +49,17 @@ ncclDataType_t kl_allreduce_nccl_type(enum kl_dtype t)
 {
     return t == KL_F16 ? ncclFloat16 : t == KL_BF16 ? ncclBfloat16 : ncclFloat32;
 }
+
+cudaError_t kl_allreduce_nccl_launch(const struct kl_allreduce_params *p, cudaStream_t stream, unsigned needs,
+                                     const char *variant)
+{
+    cudaError_t rc = kl_allreduce_check_params(p, stream, needs, variant);
+    if (rc != cudaSuccess || p->n == 0) return rc;
+    ncclResult_t r = ncclAllReduce(p->x, p->out, (size_t)p->n, kl_allreduce_nccl_type(p->dtype), ncclSum,
+                                   p->comm->nccl, stream);
+    if (r != ncclSuccess) {
+        fprintf(stderr, "allreduce %s: ncclAllReduce: %s\n", variant, ncclGetErrorString(r));
+        return cudaErrorUnknown;
+    }
+    return cudaGetLastError();
+}

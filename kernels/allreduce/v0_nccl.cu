@@ -9,22 +9,12 @@
  * CUDA graph, as the bench times it, the launch overlaps the previous call. At large sizes a ring
  * at the NVLink rate. The guide gives what it measured.
  * Run alone: build/kernlab bench allreduce --variant v0_nccl */
-#include <stdio.h>
-
 #include "kernels/allreduce/allreduce.h"
 #include "kernels/variant.h"
 
 static cudaError_t launch(const struct kl_allreduce_params *p, cudaStream_t stream)
 {
-    cudaError_t rc = kl_allreduce_check_params(p, stream, KL_AR_NEEDS_NCCL, "v0_nccl");
-    if (rc != cudaSuccess || p->n == 0) return rc;
-    ncclResult_t r = ncclAllReduce(p->x, p->out, (size_t)p->n, kl_allreduce_nccl_type(p->dtype), ncclSum,
-                                   p->comm->nccl, stream);
-    if (r != ncclSuccess) {
-        fprintf(stderr, "allreduce v0_nccl: ncclAllReduce: %s\n", ncclGetErrorString(r));
-        return cudaErrorUnknown;
-    }
-    return cudaGetLastError();
+    return kl_allreduce_nccl_launch(p, stream, KL_AR_NEEDS_NCCL, "v0_nccl");
 }
 
 KL_AR_OPS(ops, launch, KL_AR_NEEDS_NCCL)

@@ -125,6 +125,18 @@ bool kl_ar_shared_device(void);
  * KL_AR_NEEDS_NCCL; every rank's signals are zero before this returns on any rank. */
 int kl_ar_comm_init(struct kl_rank *r, struct kl_ar_exchange *ex, unsigned needs, size_t capacity, double spin_timeout_s,
                     struct kl_allreduce_comm *c);
+/* A buffer for a variant's x or out: cudaMalloc, or, when needs has KL_AR_NEEDS_NCCL_WINDOW,
+ * ncclMemAlloc registered as a symmetric window. The registration is collective: every rank
+ * allocates the same buffers in the same order, outside any graph capture. */
+struct kl_ar_buffer {
+    void *ptr;
+    ncclWindow_t win; /* NULL for cudaMalloc memory */
+    bool nccl_mem;
+};
+int kl_ar_buffer_alloc(struct kl_rank *r, const struct kl_allreduce_comm *c, unsigned needs, size_t bytes,
+                       struct kl_ar_buffer *b);
+/* Deregisters (a collective too) and frees b. */
+void kl_ar_buffer_free(const struct kl_allreduce_comm *c, struct kl_ar_buffer *b);
 /* Waits for every rank, then releases c (peers' mappings first). */
 void kl_ar_comm_destroy(struct kl_rank *r, struct kl_allreduce_comm *c);
 /* Fails the rank with the CUDA error, the barrier diagnosis when a wait timed out, and what. */

@@ -114,6 +114,11 @@ int kl_ar_comm_init(struct kl_rank *r, struct kl_ar_exchange *ex, unsigned needs
         memcpy(&id, ex->nccl_id, sizeof id);
         ncclResult_t nr = ncclCommInitRank(&c->nccl, c->world, id, c->rank);
         if (nr != ncclSuccess) return kl_rank_fail(r, "ncclCommInitRank: %s", ncclGetErrorString(nr));
+        int version = 0;
+        ncclGetVersion(&version);
+        if ((needs & KL_AR_NEEDS_NCCL_WINDOW) && version < 22700)
+            return kl_rank_fail(r, "symmetric-window registration needs NCCL 2.27 or later; this process loaded %d",
+                                version);
     }
     TRY(cudaDeviceSynchronize(), "synchronising after set-up");
     /* No kernel may write a peer's flags before that peer's memset is done. */
@@ -139,4 +144,36 @@ void kl_ar_comm_destroy(struct kl_rank *r, struct kl_allreduce_comm *c)
     if (c->diag) cudaFreeHost(c->diag);
     cudaStreamDestroy(c->stream);
     memset(c, 0, sizeof *c);
+}
+
+#define NCCL_TRY(expr, what)                                                                                  \
+    do {                                                                                                      \
+        ncclResult_t nr_ = (expr);                                                                            \
+        if (nr_ != ncclSuccess) return kl_rank_fail(r, "%s: %s", what, ncclGetErrorString(nr_));              \
+    } while (0)
+
+int kl_ar_buffer_alloc(struct kl_rank *r, const struct kl_allreduce_comm *c, unsigned needs, size_t bytes,
+                       struct kl_ar_buffer *b)
+{
+    memset(b, 0, sizeof *b);
+    if (!(needs & KL_AR_NEEDS_NCCL_WINDOW)) {
+        TRY(cudaMalloc(&b->ptr, bytes), "cudaMalloc of a buffer");
+        return 0;
+    }
+    /* Whole pages: a window's size must be a multiple of NCCL's alignment. */
+    const size_t size = (bytes + NCCL_WIN_REQUIRED_ALIGNMENT - 1) & ~(size_t)(NCCL_WIN_REQUIRED_ALIGNMENT - 1);
+    b->nccl_mem = true;
+    NCCL_TRY(ncclMemAlloc(&b->ptr, size), "ncclMemAlloc of a symmetric buffer");
+    kl_rank_step(r, "ncclCommWindowRegister of %zu bytes (every rank)", size);
+    NCCL_TRY(ncclCommWindowRegister(c->nccl, b->ptr, size, &b->win, NCCL_WIN_COLL_SYMMETRIC),
+             "ncclCommWindowRegister (symmetric)");
+    return 0;
+}
+
+void kl_ar_buffer_free(const struct kl_allreduce_comm *c, struct kl_ar_buffer *b)
+{
+    if (b->win) ncclCommWindowDeregister(c->nccl, b->win);
+    if (b->nccl_mem) ncclMemFree(b->ptr);
+    else cudaFree(b->ptr);
+    memset(b, 0, sizeof *b);
 }

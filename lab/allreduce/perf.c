@@ -327,40 +327,50 @@ static int bench_main(struct kl_rank *r)
     struct kl_allreduce_comm comm, *c = &comm;
     if (kl_ar_comm_init(r, &B->ex, needs, (size_t)most, B->spin_timeout_s, c)) return -1;
     int ret = 0;
-    char *xs = NULL;
-    void *out = NULL;
+    /* [0]: cudaMalloc buffers; [1]: symmetric-window buffers, for the variants that need them
+     * (NCCL would pick its symmetric kernels on registered memory, so the others keep plain memory). */
+    struct kl_ar_buffer xs[2] = {{0}}, outs[2] = {{0}};
+    const int kinds = (needs & KL_AR_NEEDS_NCCL_WINDOW) ? 2 : 1;
     for (int pass = 0; pass < 2 && !ret; pass++) { /* timing, then kernel records (and counters) */
         for (int s = 0; s < B->n_sizes && !ret; s++) {
             const size_t bytes = (size_t)B->bytes[s];
             const int64_t want = (4 * B->l2_bytes + (int64_t)bytes - 1) / (int64_t)bytes;
             const int per_graph = bytes <= (1u << 20) ? 20 : bytes <= (16u << 20) ? 10 : 3;
             const int sets = want < 1 ? 1 : want > per_graph ? per_graph : (int)want;
-            CK(cudaMalloc((void **)&xs, bytes * (size_t)sets), "cudaMalloc of the input sets");
-            CK(cudaMalloc(&out, bytes), "cudaMalloc of out");
-            for (int k = 0; k < sets; k++)
-                CK(kl_ar_dev_generate(xs + (size_t)k * bytes, KL_BF16, (int64_t)bytes / 2, SEED, (uint32_t)k, NULL,
-                                      (uint32_t)r->rank, c->stream),
-                   "generating the inputs");
+            for (int w = 0; w < kinds; w++) {
+                const unsigned kind = w ? KL_AR_NEEDS_NCCL_WINDOW : 0;
+                if (kl_ar_buffer_alloc(r, c, kind, bytes * (size_t)sets, &xs[w]) ||
+                    kl_ar_buffer_alloc(r, c, kind, bytes, &outs[w])) {
+                    ret = -1;
+                    goto out;
+                }
+                for (int k = 0; k < sets; k++)
+                    CK(kl_ar_dev_generate((char *)xs[w].ptr + (size_t)k * bytes, KL_BF16, (int64_t)bytes / 2, SEED,
+                                          (uint32_t)k, NULL, (uint32_t)r->rank, c->stream),
+                       "generating the inputs");
+            }
             CK(cudaStreamSynchronize(c->stream), "generating the inputs");
             for (int v = 0; v < B->n_variants && !ret; v++) {
                 struct cell *cell = &B->cell[v][s][r->rank];
-                struct call_ctx k = {c, kl_ar_ops(vs[v])->launch, xs, out, (int64_t)bytes / 2, NULL, cudaSuccess, 0};
+                const int w = (kl_ar_ops(vs[v])->needs & KL_AR_NEEDS_NCCL_WINDOW) ? 1 : 0;
+                char *x = xs[w].ptr;
+                struct call_ctx k = {c, kl_ar_ops(vs[v])->launch, x, outs[w].ptr, (int64_t)bytes / 2, NULL, cudaSuccess, 0};
                 kl_rank_step(r, "%s %s %s, %lld bytes", pass ? "profile" : "time", B->variants[v], "allreduce",
                              (long long)bytes);
                 if (r->rank == 0)
                     kl_bench_progress("allreduce %s %lld bytes, world %d: %s", B->variants[v], (long long)bytes,
                                       r->world, pass ? "kernel records and counters" : "timing");
                 if (pass == 0)
-                    ret = time_cell(r, c, &k, xs, bytes, sets, per_graph,
+                    ret = time_cell(r, c, &k, x, bytes, sets, per_graph,
                                     s == B->story && (kl_ar_ops(vs[v])->needs & KL_AR_NEEDS_PEERS), cell);
                 else ret = profile_cell(r, &k, B->counters > 0, cell);
             }
-            cudaFree(xs), cudaFree(out);
-            xs = NULL, out = NULL;
+            for (int w = 0; w < kinds; w++) kl_ar_buffer_free(c, &xs[w]), kl_ar_buffer_free(c, &outs[w]);
         }
     }
 out:
-    cudaFree(xs), cudaFree(out);
+    /* A failed rank leaves its buffers to the process's exit: freeing a window is a collective
+     * that peers which stopped would never join. */
     if (!ret) kl_ar_comm_destroy(r, c);
     return ret;
 }
@@ -411,9 +421,11 @@ static void story_json(cJSON *x, const struct cell *c0, const struct cell *slow)
 static void emit_world(struct parent_ctx *P, const struct bench_payload *B, int world, bool first_world)
 {
     const struct kl_bench_args *a = P->a;
-    int nccl = -1;
+    /* The yardstick at each size: the faster of plain NCCL and NCCL on symmetric windows. */
+    int ncclv[2] = {-1, -1};
     for (int v = 0; v < B->n_variants; v++)
-        if (strcmp(B->variants[v], "v0_nccl") == 0) nccl = v;
+        if (strcmp(B->variants[v], "v0_nccl") == 0) ncclv[0] = v;
+        else if (strcmp(B->variants[v], "v0_nccl_symmetric") == 0) ncclv[1] = v;
     fprintf(a->table, "\nallreduce, world %d: variant            workload          time_us    eager    algbw    busbw "
                       "vs_nccl busbw_frac check gate\n", world);
     for (int v = 0; v < B->n_variants; v++)
@@ -421,10 +433,16 @@ static void emit_world(struct parent_ctx *P, const struct bench_payload *B, int 
             const int q = slowest(B, v, s, world);
             if (q < 0) continue;
             const struct cell *c = &B->cell[v][s][q];
-            const int qn = nccl >= 0 ? slowest(B, nccl, s, world) : -1;
+            double t_each[2] = {NAN, NAN}, t_nccl = NAN;
+            const char *nccl_name = NULL;
+            for (int k = 0; k < 2; k++) {
+                const int qn = ncclv[k] >= 0 ? slowest(B, ncclv[k], s, world) : -1;
+                if (qn < 0) continue;
+                t_each[k] = B->cell[ncclv[k]][s][qn].med_us;
+                if (!(t_each[k] >= t_nccl)) t_nccl = t_each[k], nccl_name = B->variants[ncclv[k]];
+            }
             const double t = c->med_us, bytes = (double)B->bytes[s];
             const double algbw = bytes / (t * 1e-6) / 1e9, busbw = algbw * 2.0 * (world - 1) / world;
-            const double t_nccl = qn >= 0 ? B->cell[nccl][s][qn].med_us : NAN;
             const double busbw_nccl = bytes / (t_nccl * 1e-6) / 1e9 * 2.0 * (world - 1) / world;
             const double vs_nccl = t / t_nccl, busbw_frac = busbw / busbw_nccl;
             bool ok = true, same = true;
@@ -464,6 +482,8 @@ static void emit_world(struct parent_ctx *P, const struct bench_payload *B, int 
             cJSON_AddNumberToObject(x, "time_us_eager", c->eager_us);
             if (isfinite(t_nccl)) {
                 cJSON_AddNumberToObject(x, "nccl_time_us", t_nccl);
+                cJSON_AddStringToObject(x, "nccl_variant", nccl_name);
+                if (isfinite(t_each[1])) cJSON_AddNumberToObject(x, "nccl_symmetric_time_us", t_each[1]);
                 cJSON_AddNumberToObject(x, "latency_vs_nccl", vs_nccl);
                 cJSON_AddNumberToObject(x, "busbw_frac", busbw_frac);
             }
@@ -577,7 +597,7 @@ int kl_ar_bench(const struct kl_bench_args *a)
     int nv = 0;
     for (int i = 0; i < kl_variant_count("allreduce", false) && nv < MAX_VARIANTS; i++) {
         const struct kl_variant *v = kl_variant_at("allreduce", i, false);
-        if (!a->variant || strcmp(a->variant, v->name) == 0 || strcmp(v->name, "v0_nccl") == 0)
+        if (!a->variant || strcmp(a->variant, v->name) == 0 || strncmp(v->name, "v0_nccl", 7) == 0)
             snprintf(names[nv++], 64, "%s", v->name);
     }
     if (a->variant && !kl_variant_find("allreduce", a->variant)) {

@@ -32,9 +32,11 @@ struct ctx {
         }                                                                                                     \
     } while (0)
 
-/* x and out of a job: one element past a 16-byte boundary when the job asks for it. */
+/* x and out of a job: one element past a 16-byte boundary when the job asks for it; in a
+ * symmetric window when the variant needs one (kl_ar_buffer_alloc). */
 struct bufs {
-    void *x_alloc, *out_alloc, *x, *out;
+    struct kl_ar_buffer x_alloc, out_alloc;
+    void *x, *out;
 };
 
 static int alloc_bufs(struct ctx *x, const struct kl_ar_job *j, struct bufs *B)
@@ -42,15 +44,16 @@ static int alloc_bufs(struct ctx *x, const struct kl_ar_job *j, struct bufs *B)
     int ret = 0;
     const size_t es = kl_dtype_size((enum kl_dtype)j->dtype), bytes = (size_t)j->n * es + 16;
     const size_t off = j->misaligned == 1 || (j->misaligned == 2 && x->r->rank == x->b->world - 1) ? es : 0;
+    const unsigned needs = x->ops->needs;
     memset(B, 0, sizeof *B);
-    CK(cudaMalloc(&B->x_alloc, bytes), "cudaMalloc of x");
-    B->x = (char *)B->x_alloc + off;
+    if (kl_ar_buffer_alloc(x->r, x->c, needs, bytes, &B->x_alloc)) return -1;
+    B->x = (char *)B->x_alloc.ptr + off;
     if (j->in_place) {
         B->out = B->x;
     } else {
-        CK(cudaMalloc(&B->out_alloc, bytes), "cudaMalloc of out");
-        B->out = (char *)B->out_alloc + off;
-        CK(cudaMemset(B->out_alloc, 0xff, bytes), "poisoning out"); /* NaN in every float type */
+        if (kl_ar_buffer_alloc(x->r, x->c, needs, bytes, &B->out_alloc)) return -1;
+        B->out = (char *)B->out_alloc.ptr + off;
+        CK(cudaMemset(B->out_alloc.ptr, 0xff, bytes), "poisoning out"); /* NaN in every float type */
     }
     /* The memset runs on the legacy stream; the calls on the communicator's non-blocking stream
      * would not wait for it (and could see out poisoned after writing it). */
@@ -59,10 +62,10 @@ out:
     return ret;
 }
 
-static void free_bufs(struct bufs *B)
+static void free_bufs(struct ctx *x, struct bufs *B)
 {
-    cudaFree(B->x_alloc);
-    cudaFree(B->out_alloc);
+    kl_ar_buffer_free(x->c, &B->x_alloc);
+    kl_ar_buffer_free(x->c, &B->out_alloc);
     memset(B, 0, sizeof *B);
 }
 
@@ -119,7 +122,7 @@ static int job_once(struct ctx *x, struct kl_ar_job *j)
     CK(cudaStreamSynchronize(x->c->stream), "the all-reduce");
     CK(cudaMemcpy(x->data + j->out_off + (size_t)x->r->rank * row, B.out, row, cudaMemcpyDeviceToHost), "downloading out");
 out:
-    free_bufs(&B);
+    free_bufs(x, &B);
     return ret;
 }
 
@@ -207,7 +210,7 @@ out:
     if (ge) cudaGraphExecDestroy(ge);
     if (g) cudaGraphDestroy(g);
     cudaFree(hist), cudaFree(copy), cudaFree(ctr);
-    free_bufs(&B);
+    free_bufs(x, &B);
     return ret;
 }
 
@@ -248,7 +251,7 @@ out:
     if (other) cudaStreamDestroy(other);
     cudaFree(hist);
     free(host);
-    free_bufs(&B);
+    free_bufs(x, &B);
     return ret;
 }
 
