@@ -37,6 +37,10 @@ struct kl_ar_problem {
 };
 
 /* Why a variant cannot run a fused add+RMSNorm case (every variant, for now). */
+/* Why a misaligned job skips a variant on symmetric windows: NCCL's symmetric kernels take x and
+ * out at the same 16-byte-aligned offset of every rank's window (one element off, they return
+ * wrong sums). */
+#define KL_AR_WINDOW_ALIGNED "NCCL's symmetric kernels need x and out 16-byte aligned at the same offset on every rank"
 #define KL_AR_NO_FUSED_VARIANT "no fused all-reduce + add + RMSNorm variant yet"
 
 /* The float64 reference of problem p into out (out, and residual_out when p->add_rmsnorm). */
@@ -166,6 +170,7 @@ struct kl_ar_job {
     uint64_t seed;     /* inputs of call c: kl_ar_gen(seed, c, rank, i) */
     uint64_t x_off;    /* ONCE: payload offset of x [world][n] (dtype bytes) */
     uint64_t out_off;  /* ONCE: payload offset of out [world][n]; REPEAT, GRAPH, PDL: of [calls][world] output hashes */
+    int skipped;       /* set by kl_ar_run_add: the variant cannot take this job (no rank runs it) */
     /* filled by the ranks (REPEAT, GRAPH, PDL, STREAMS check themselves) */
     int done[KL_AR_MAX_RANKS];
     int64_t n_bad[KL_AR_MAX_RANKS];

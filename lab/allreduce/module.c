@@ -388,6 +388,11 @@ void kl_ar_run_problems(const struct kl_variant *v, struct kl_ar_problem *const 
             snprintf(vd[k].why, sizeof vd[k].why, "%s", err.msg);
             continue;
         }
+        if (run.b->job[k].skipped) {
+            vd[k].status = KL_SKIP;
+            snprintf(vd[k].why, sizeof vd[k].why, "%s", KL_AR_WINDOW_ALIGNED);
+            continue;
+        }
         if (kl_ar_run_identical(&run, k, vd[k].why, sizeof vd[k].why)) continue;
         double *got = malloc(sizeof(double) * (size_t)(p->n ? p->n : 1)), *x = kl_tensor_to_f64(&p->x);
         kl_ar_run_output(&run, k, 0, got);
@@ -553,6 +558,7 @@ static int run_one(const struct kl_variant *v, const void *prob, struct kl_outpu
     if (kl_ar_run_begin(&run, v, p->world, kl_ar_job_bytes(&job, p->world), err)) return -1;
     int rc = kl_ar_run_add(&run, &job, p) < 0 ? kl_fail(err, "no room for the job")
                                                : kl_ar_run_go(&run, KL_AR_STEP_TIMEOUT_S, err);
+    if (!rc && run.b->job[0].skipped) rc = kl_fail(err, "%s: %s", v->name, KL_AR_WINDOW_ALIGNED);
     if (!rc && kl_ar_run_identical(&run, 0, why, sizeof why)) rc = kl_fail(err, "%s", why);
     if (!rc) {
         kl_outputs_set(out, 0, "out", p->dtype, false, p->n);

@@ -270,6 +270,7 @@ static int batch_main(struct kl_rank *r)
         snprintf(what, sizeof what, "before job %d", j);
         if ((ret = kl_rank_barrier(r, what))) break;
         struct kl_ar_job *job = &b->job[j];
+        if (job->skipped) continue;
         kl_rank_step(r, "job %d: %s, n=%lld %s", j, b->variant, (long long)job->n, kl_dtype_name((enum kl_dtype)job->dtype));
         switch (job->scenario) {
         case KL_AR_ONCE: ret = job_once(&x, job); break;

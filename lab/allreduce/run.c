@@ -45,6 +45,8 @@ int kl_ar_run_add(struct kl_ar_run *run, const struct kl_ar_job *job, const stru
     if (b->n_jobs == KL_AR_MAX_JOBS || run->used + need > b->data_bytes) return -1;
     struct kl_ar_job *j = &b->job[b->n_jobs];
     *j = *job;
+    const struct kl_variant *v = kl_variant_find("allreduce", b->variant);
+    j->skipped = v && (kl_ar_ops(v)->needs & KL_AR_NEEDS_NCCL_WINDOW) && j->misaligned;
     const size_t row = (size_t)j->n * kl_dtype_size((enum kl_dtype)j->dtype);
     if (j->scenario == KL_AR_ONCE) {
         j->x_off = run->used;
