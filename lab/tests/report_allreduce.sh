@@ -22,6 +22,10 @@ done
 grep -q "NV18" "$g" || { echo "the topology lacks nvidia-smi's NV18"; exit 1; }
 grep -q "per direction with both ways busy" "$g" || { echo "the peer copy ceiling is missing"; exit 1; }
 grep -Eq "^├── flag barrier +1\.89 us" "$g" || { echo "the story lacks the flag barrier's time"; exit 1; }
+# The barrier-free variant's story (its row has no barrier stamp): send, data wait, exit, first.
+grep -q "^## Execution story: one decode-size all-reduce, v8_lamport_pdl" "$g" || { echo "no story of v8"; exit 1; }
+grep -Eq "^├── data wait +2\.56 us" "$g" || { echo "the Lamport story lacks its data wait"; exit 1; }
+[ "$(grep -c '^├── flag barrier' "$g")" -eq 1 ] || { echo "a barrier printed in the Lamport story"; exit 1; }
 grep -Eq "^\| 64MB-world2 \| 229\.70 \| - \| 209\.86 \| 217\.72 \| one-shot \(v4\) \| NCCL \| 229\.70 \|" "$g" \
   || { echo "the switch table does not show where v6 and the fastest disagree"; exit 1; }
 grep -Eq "^\| 8KB-world2 \| v6_switch \| latency_vs_nccl \| 0\.373 \| <= 0\.50 \| \*\*pass\*\*" "$g" \
@@ -29,7 +33,7 @@ grep -Eq "^\| 8KB-world2 \| v6_switch \| latency_vs_nccl \| 0\.373 \| <= 0\.50 \
 grep -q "torch.distributed.all_reduce (peer)" "$g" || { echo "the torch peer rows are missing"; exit 1; }
 svg=$tmp/a/img/allreduce-busbw.svg
 [ -s "$svg" ] || { echo "no img/allreduce-busbw.svg"; exit 1; }
-[ "$(grep -c '<polyline' "$svg")" -eq 5 ] || { echo "expected 5 curves (4 variants + the peer)"; exit 1; }
+[ "$(grep -c '<polyline' "$svg")" -eq 6 ] || { echo "expected 6 curves (5 variants + the peer)"; exit 1; }
 python3 -c "import sys, xml.dom.minidom; xml.dom.minidom.parse(sys.argv[1])" "$svg" || { echo "the SVG is not well-formed"; exit 1; }
 grep -q '^| \[allreduce\](allreduce.md) | .* | v6_switch 8KB-world2: 6.52 us = 0.37 x NCCL' "$tmp/a/README.md" \
   || { echo "README.md lacks the allreduce figure"; exit 1; }
