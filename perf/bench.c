@@ -199,8 +199,9 @@ static int bench_one(const struct kl_bench_args *a, const struct kl_variant *v, 
     cJSON_AddItemToObject(r.extra, "roofline", roofline(c, &r));
     cJSON_AddItemToObject(r.extra, "ceilings", kl_ceilings_json(c));
     kl_clocks_json(r.extra, &before, &after);
-    /* Judged after every field it may read is in place (copy_same_bytes_frac, read_frac). */
-    const struct kl_target *target = judge ? kl_gate_judge(a->targets, &r) : NULL;
+    kl_bench_relations(a->json_path, a->targets, &r);
+    /* Judged after every field it may read is in place (copy_same_bytes_frac, read_frac, time_vs_peer). */
+    if (judge) kl_gate_judge(a->targets, &r);
     if (a->json) kl_result_write(a->json, &r), fflush(a->json);
 
     const cJSON *ratio = cJSON_GetObjectItem(r.counters, "bytes_ratio");
@@ -210,7 +211,7 @@ static int bench_one(const struct kl_bench_args *a, const struct kl_variant *v, 
             r.bw_frac, floor_frac, ratio_s, r.check_pass ? "ok" : "FAIL", kl_gate_cell(gate, sizeof gate, &r));
     if (r.throttled)
         fprintf(stderr, "bench %s %s %s: throttled: %s\n", a->module->name, v->name, w->name, throttle_why);
-    if (judge && a->gate_log) kl_gate_record(a->gate_log, a->targets, &r, target, stderr);
+    if (judge && a->gate_log) kl_gate_record(a->gate_log, a->targets, &r, stderr);
     if (!r.check_pass && a->failures) ++*a->failures;
     cJSON_Delete(r.counters);
     cJSON_Delete(r.params);
@@ -478,6 +479,7 @@ int kl_cmd_bench(int argc, char **argv)
         }
     }
     if (json && !(a.json = open_results(json, tmp, sizeof tmp))) return kl_targets_free(&targets), 1;
+    a.json_path = json ? tmp : NULL;
     for (int i = 0; i < kl_module_count(); i++) {
         const struct kl_module *m = kl_module_at(i);
         if (!all && strcmp(m->name, target) != 0) continue;
@@ -498,13 +500,14 @@ int kl_cmd_bench(int argc, char **argv)
             }
             printf("\n%s: variant        workload              time_us     GB/s bw_frac floor  bytes  check gate\n",
                    m->name);
-            if (kl_bench_module(&a) == 0) {
-                fprintf(stderr, "bench %s: nothing matched --variant/--workload\n", m->name);
-                status = 1;
-            }
+            /* The peers first: each of our rows is then written with its time against theirs. */
             if (peers && json) {
                 fflush(a.json);
                 run_peers(m->name, a.workload, tmp, &ceil);
+            }
+            if (kl_bench_module(&a) == 0) {
+                fprintf(stderr, "bench %s: nothing matched --variant/--workload\n", m->name);
+                status = 1;
             }
         }
     }

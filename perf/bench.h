@@ -167,6 +167,7 @@ struct kl_bench_args {
     const char *variant;  /* NULL: every variant this machine runs */
     const char *workload; /* NULL: every workload of the module */
     FILE *json;           /* results lines go here, or NULL */
+    const char *json_path; /* the file json writes (the relation metrics read the run's rows back), or NULL */
     bool gate;            /* compare with perf/targets/<arch>.csv */
     bool counters;        /* collect CUPTI counters (GPU modules) */
     bool peers;           /* --peers: a module's own bench runs its peers itself (allreduce) */
@@ -182,7 +183,7 @@ struct kl_bench_args {
  * is `gated_variant` names, in its target column, the variant the gate judges for that module
  * (its workload column is `*`): the gated variant is chosen, never "the highest number". */
 struct kl_target {
-    char module[32], workload[64], metric[32];
+    char module[32], workload[64], metric[96];
     double target;
     char source[256];
 };
@@ -205,9 +206,26 @@ const char *kl_targets_gated(const struct kl_targets *t, const char *module);
  * KL_SOURCE_DIR/perf/targets: NULL (err says why) when that architecture has no targets file, the
  * file names no variant for the module, or names one that is not registered. */
 const struct kl_variant *kl_gated_variant(const char *module, int cc, struct kl_err *err);
-/* The row for (module, workload); a row's workload may end in '*' (a prefix: "8KB-world*"). */
+/* The rows for (module, workload): those naming the workload exactly when there are any, else those
+ * whose pattern matches (a row's workload may end in '*', a prefix: "8KB-world*"). A workload may
+ * have several rows, one per metric (a bandwidth and a time against the peer): all must pass.
+ * Returns how many, at most max, in rows[]. */
+int kl_targets_for(const struct kl_targets *t, const char *module, const char *workload, const struct kl_target **rows,
+                   int max);
+#define KL_MAX_TARGETS_PER_WORKLOAD 4
+/* The first of them, or NULL. */
 const struct kl_target *kl_target_find(const struct kl_targets *t, const char *module, const char *workload);
-/* Metrics where smaller passes (latency_us, latency_vs_nccl); the others pass at >= target. */
+/* Relation metrics, measured against other rows of the same run (perf/bench.c computes them):
+ *   time_vs_peer        this row's median over the fastest peer row's (same module and workload)
+ *   time_vs:<workload>  this row's median over the same variant's on <workload>
+ * kl_metric_relation_workload returns <workload> of the second kind, else NULL. */
+const char *kl_metric_relation_workload(const char *metric);
+/* Adds to r->extra the relation metrics its run allows: time_vs_peer (with peer_time_us and
+ * peer_fastest) when the results file at path holds a peer row of the same workload, and each
+ * time_vs:<workload> a target row of t names for r's workload when the file holds the same
+ * variant's row of <workload>. */
+void kl_bench_relations(const char *path, const struct kl_targets *t, struct kl_result *r);
+/* Metrics where smaller passes (latency_us, latency_vs_nccl, time_vs_peer, time_vs:*); the others pass at >= target. */
 bool kl_metric_lower_is_better(const char *metric);
 /* The metrics a targets row may name; kl_targets_load refuses any other. */
 bool kl_metric_known(const char *metric);
@@ -244,10 +262,9 @@ struct kl_gate_log {
     int judged, missed, throttled, n_ungated;
     char ungated[KL_GATE_MAX_UNGATED][192]; /* "module workload (variant): no target row in FILE" */
 };
-/* Records row r after kl_gate_judge against t (tg: what it returned). A miss is named on err at
- * once, with the re-check failure or the throttling that came with it. */
-void kl_gate_record(struct kl_gate_log *log, const struct kl_targets *t, const struct kl_result *r,
-                    const struct kl_target *tg, FILE *err);
+/* Records row r after kl_gate_judge against t. Every target it missed is named on err at once,
+ * with the re-check failure or the throttling that came with it. */
+void kl_gate_record(struct kl_gate_log *log, const struct kl_targets *t, const struct kl_result *r, FILE *err);
 /* A gated run's last lines on err: every ungated workload, then the verdict. Returns the exit
  * status the gate asks for: 0 when every judged row passed, KL_EXIT_TARGET_MISSED (args.h) when a
  * row missed, 1 when nothing was judged (a gate that judged nothing has passed nothing). */

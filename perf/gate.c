@@ -55,21 +55,30 @@ const char *kl_gate_variant(const struct kl_targets *t, const char *module, cons
     return v;
 }
 
+static bool target_met(const struct kl_target *tg, double v)
+{
+    return isfinite(v) && (kl_metric_lower_is_better(tg->metric) ? v <= tg->target : v >= tg->target);
+}
+
 const struct kl_target *kl_gate_judge(const struct kl_targets *t, struct kl_result *r)
 {
     r->gate_metric = NULL, r->gate_ungated = false, r->gate_pass = false;
     r->gate_target = r->gate_value = NAN;
     if (cJSON_IsTrue(r->extra ? cJSON_GetObjectItemCaseSensitive(r->extra, "peer") : NULL)) return NULL;
-    const struct kl_target *tg = kl_target_find(t, r->module, r->workload);
-    if (!tg) {
+    const struct kl_target *rows[KL_MAX_TARGETS_PER_WORKLOAD];
+    const int n = kl_targets_for(t, r->module, r->workload, rows, KL_MAX_TARGETS_PER_WORKLOAD);
+    if (!n) {
         r->gate_ungated = t != NULL;
         return NULL;
     }
-    const double v = kl_metric_value(tg->metric, r);
-    r->gate_metric = tg->metric, r->gate_target = tg->target, r->gate_value = v;
-    r->gate_pass = r->checked && r->check_pass && isfinite(v) &&
-                   (kl_metric_lower_is_better(tg->metric) ? v <= tg->target : v >= tg->target);
-    return tg;
+    /* Every row must pass; the row shows the first that failed, else the last. */
+    const struct kl_target *shown = rows[n - 1];
+    bool all = true;
+    for (int k = 0; k < n; k++)
+        if (!target_met(rows[k], kl_metric_value(rows[k]->metric, r)) && all) all = false, shown = rows[k];
+    r->gate_metric = shown->metric, r->gate_target = shown->target, r->gate_value = kl_metric_value(shown->metric, r);
+    r->gate_pass = r->checked && r->check_pass && all;
+    return shown;
 }
 
 const char *kl_gate_cell(char *buf, size_t len, const struct kl_result *r)
@@ -90,8 +99,7 @@ static const char *repo_path(const struct kl_targets *t)
     return strncmp(t->path, KL_SOURCE_DIR "/", n + 1) == 0 ? t->path + n + 1 : t->path;
 }
 
-void kl_gate_record(struct kl_gate_log *log, const struct kl_targets *t, const struct kl_result *r,
-                    const struct kl_target *tg, FILE *err)
+void kl_gate_record(struct kl_gate_log *log, const struct kl_targets *t, const struct kl_result *r, FILE *err)
 {
     if (r->gate_ungated && log->n_ungated < KL_GATE_MAX_UNGATED)
         snprintf(log->ungated[log->n_ungated++], sizeof log->ungated[0], "%s %s (%s): no target row in %.64s",
@@ -102,11 +110,17 @@ void kl_gate_record(struct kl_gate_log *log, const struct kl_targets *t, const s
     if (r->gate_pass) return;
     log->missed++;
     const cJSON *why = r->extra ? cJSON_GetObjectItemCaseSensitive(r->extra, "throttle_why") : NULL;
-    fprintf(err, "gate: MISS %s %s %s: %s %.3f, target %s %.3f%s%s%s%s (%s)\n", r->module, r->variant, r->workload,
-            r->gate_metric, r->gate_value, kl_metric_lower_is_better(r->gate_metric) ? "<=" : ">=", r->gate_target,
-            r->checked && r->check_pass ? "" : ", output re-check failed", r->throttled ? ", throttled: " : "",
-            r->throttled && cJSON_IsString(why) ? why->valuestring : "",
-            isfinite(r->gate_value) ? "" : ", the row has no value for this metric", tg ? tg->source : "");
+    const struct kl_target *rows[KL_MAX_TARGETS_PER_WORKLOAD];
+    const int n = kl_targets_for(t, r->module, r->workload, rows, KL_MAX_TARGETS_PER_WORKLOAD);
+    for (int k = 0; k < n; k++) { /* a line per target missed (all of them when the re-check failed) */
+        const double v = kl_metric_value(rows[k]->metric, r);
+        if (target_met(rows[k], v) && r->checked && r->check_pass) continue;
+        fprintf(err, "gate: MISS %s %s %s: %s %.3f, target %s %.3f%s%s%s%s (%s)\n", r->module, r->variant, r->workload,
+                rows[k]->metric, v, kl_metric_lower_is_better(rows[k]->metric) ? "<=" : ">=", rows[k]->target,
+                r->checked && r->check_pass ? "" : ", output re-check failed", r->throttled ? ", throttled: " : "",
+                r->throttled && cJSON_IsString(why) ? why->valuestring : "",
+                isfinite(v) ? "" : ", the row has no value for this metric", rows[k]->source);
+    }
 }
 
 int kl_gate_finish(const struct kl_gate_log *log, FILE *err)

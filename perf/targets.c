@@ -30,7 +30,7 @@ int kl_targets_load(struct kl_targets *t, const char *dir, int cc, struct kl_err
         struct kl_target r = {0};
         char target[64];
         /* The source is the rest of the line and may hold commas. */
-        if (sscanf(line, "%31[^,],%63[^,],%31[^,],%63[^,],%255[^\n]", r.module, r.workload, r.metric, target,
+        if (sscanf(line, "%31[^,],%63[^,],%95[^,],%63[^,],%255[^\n]", r.module, r.workload, r.metric, target,
                    r.source) < 4) {
             fclose(f);
             kl_targets_free(t);
@@ -54,7 +54,8 @@ int kl_targets_load(struct kl_targets *t, const char *dir, int cc, struct kl_err
             fclose(f);
             kl_targets_free(t);
             return kl_fail(err, "%s:%d: unknown metric '%s' (bw_frac, tc_frac, read_frac, copy_same_bytes_frac, "
-                                "floor_frac, latency_us, latency_vs_nccl, busbw_frac, memcmp_frac or gated_variant)",
+                                "floor_frac, latency_us, latency_vs_nccl, busbw_frac, memcmp_frac, time_vs_peer, "
+                                "time_vs:<workload> or gated_variant)",
                            t->path, lineno, r.metric);
         }
         char *end;
@@ -79,15 +80,23 @@ static bool workload_matches(const char *pattern, const char *workload)
     return n && pattern[n - 1] == '*' ? strncmp(pattern, workload, n - 1) == 0 : strcmp(pattern, workload) == 0;
 }
 
+int kl_targets_for(const struct kl_targets *t, const char *module, const char *workload, const struct kl_target **rows,
+                   int max)
+{
+    int exact = 0, n = 0;
+    for (int i = 0; t && i < t->count; i++)
+        exact += strcmp(t->rows[i].module, module) == 0 && strcmp(t->rows[i].workload, workload) == 0;
+    for (int i = 0; t && i < t->count && n < max; i++)
+        if (strcmp(t->rows[i].module, module) == 0 &&
+            (exact ? strcmp(t->rows[i].workload, workload) == 0 : workload_matches(t->rows[i].workload, workload)))
+            rows[n++] = &t->rows[i];
+    return n;
+}
+
 const struct kl_target *kl_target_find(const struct kl_targets *t, const char *module, const char *workload)
 {
-    const struct kl_target *found = NULL;
-    for (int i = 0; t && i < t->count; i++)
-        if (strcmp(t->rows[i].module, module) == 0 && workload_matches(t->rows[i].workload, workload)) {
-            if (strcmp(t->rows[i].workload, workload) == 0) return &t->rows[i];
-            if (!found) found = &t->rows[i];
-        }
-    return found;
+    const struct kl_target *first = NULL;
+    return kl_targets_for(t, module, workload, &first, 1) ? first : NULL;
 }
 
 const char *kl_targets_gated(const struct kl_targets *t, const char *module)
@@ -109,18 +118,25 @@ const struct kl_variant *kl_gated_variant(const char *module, int cc, struct kl_
     return v;
 }
 
+const char *kl_metric_relation_workload(const char *metric)
+{
+    return strncmp(metric, "time_vs:", 8) == 0 && metric[8] ? metric + 8 : NULL;
+}
+
 bool kl_metric_lower_is_better(const char *metric)
 {
-    return strcmp(metric, "latency_us") == 0 || strcmp(metric, "latency_vs_nccl") == 0;
+    return strcmp(metric, "latency_us") == 0 || strcmp(metric, "latency_vs_nccl") == 0 ||
+           strcmp(metric, "time_vs_peer") == 0 || kl_metric_relation_workload(metric);
 }
 
 bool kl_metric_known(const char *metric)
 {
-    static const char *known[] = {"bw_frac",    "tc_frac",         "read_frac",  "copy_same_bytes_frac", "floor_frac",
-                                  "latency_us", "latency_vs_nccl", "busbw_frac", "memcmp_frac"};
+    static const char *known[] = {"bw_frac",         "tc_frac",    "read_frac",   "copy_same_bytes_frac",
+                                  "floor_frac",      "latency_us", "latency_vs_nccl", "busbw_frac",
+                                  "memcmp_frac",     "time_vs_peer"};
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         if (strcmp(metric, known[i]) == 0) return true;
-    return false;
+    return kl_metric_relation_workload(metric) != NULL;
 }
 
 /* The section KL_BENCH_WORKLOADS fills; weak, so a binary in which no module registers links. */
@@ -143,16 +159,19 @@ int kl_targets_check(const struct kl_targets *t, struct kl_err *err)
     for (int r = 0; r < t->count; r++) {
         const struct kl_target *x = &t->rows[r];
         const struct kl_module *m = kl_module_find(x->module);
-        bool found = false;
-        for (int i = 0; m && !found; i++) {
+        const char *other = kl_metric_relation_workload(x->metric); /* time_vs:<workload> names a second one */
+        bool found = false, found_other = !other;
+        for (int i = 0; m; i++) {
             const char *w = kl_bench_workload(m, i);
             if (!w) break;
-            found = workload_matches(x->workload, w);
+            found |= workload_matches(x->workload, w);
+            found_other |= other && strcmp(other, w) == 0;
         }
-        if (found) continue;
+        if (found && found_other) continue;
         if (!bad++)
             kl_fail(err, "%s: %s,%s,%s: %s", t->path, x->module, x->workload, x->metric,
-                    m ? "matches none of the module's workloads" : "no such module");
+                    !m ? "no such module" : !found ? "matches none of the module's workloads"
+                                              : "its time_vs: names none of the module's workloads");
     }
     for (int g = 0; g < t->n_gated; g++)
         if (!kl_variant_find(t->gated[g].module, t->gated[g].variant) && !bad++)

@@ -126,7 +126,7 @@ Test(bench, radix_v0_scalar_below_its_target_misses_and_the_run_says_so)
     static struct kl_gate_log log;
     memset(&log, 0, sizeof log);
     FILE *err = tmpfile();
-    kl_gate_record(&log, &t, &r, tg, err);
+    kl_gate_record(&log, &t, &r, err);
     cr_assert_eq(kl_gate_finish(&log, err), KL_EXIT_TARGET_MISSED, "a miss must fail the run");
     char line[512] = "";
     rewind(err);
@@ -139,7 +139,7 @@ Test(bench, radix_v0_scalar_below_its_target_misses_and_the_run_says_so)
     kl_gate_judge(&t, &r);
     cr_assert(r.gate_pass);
     memset(&log, 0, sizeof log);
-    kl_gate_record(&log, &t, &r, NULL, stderr);
+    kl_gate_record(&log, &t, &r, stderr);
     cr_assert_eq(kl_gate_finish(&log, stderr), 0);
     cJSON_Delete(r.extra);
     kl_targets_free(&t);
@@ -194,7 +194,7 @@ Test(bench, a_workload_without_a_target_is_ungated_in_the_results_and_listed_at_
     static struct kl_gate_log log;
     memset(&log, 0, sizeof log);
     FILE *err = tmpfile();
-    kl_gate_record(&log, &t, &r, NULL, err);
+    kl_gate_record(&log, &t, &r, err);
     cr_assert_eq(kl_gate_finish(&log, err), 1, "a gate that judged nothing passed nothing");
     char text[1024] = "";
     rewind(err);
@@ -286,13 +286,13 @@ Test(bench, throttled_rows_are_marked_in_the_gate_line_and_the_results)
     struct kl_result r = radix_row("v1_simd", "match_hot_p1", 0.4);
     kl_clocks_json(r.extra, &before, &after);
     r.throttled = kl_throttled(&before, &after, why, sizeof why);
-    const struct kl_target *tg = kl_gate_judge(&t, &r);
+    kl_gate_judge(&t, &r);
     char cell[96];
     cr_assert(strstr(kl_gate_cell(cell, sizeof cell, &r), "MISS memcmp_frac 0.400>=0.50 throttled"), "%s", cell);
     static struct kl_gate_log log;
     memset(&log, 0, sizeof log);
     FILE *err = tmpfile();
-    kl_gate_record(&log, &t, &r, tg, err);
+    kl_gate_record(&log, &t, &r, err);
     char line[512] = "";
     rewind(err);
     cr_assert(fgets(line, sizeof line, err));

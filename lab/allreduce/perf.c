@@ -509,7 +509,7 @@ static void emit_world(struct parent_ctx *P, const struct bench_payload *B, int 
             if (first_world && P->rows == 0) cJSON_AddItemToObject(x, "topology", kl_ar_topology_json(P->topo));
             /* Judged once every field a metric reads (latency_vs_nccl, busbw_frac) is in place. */
             const bool judge = P->judged && strcmp(P->judged, B->variants[v]) == 0;
-            const struct kl_target *tg = judge ? kl_gate_judge(a->targets, &res) : NULL;
+            if (judge) kl_gate_judge(a->targets, &res);
             if (a->json) kl_result_write(a->json, &res), fflush(a->json);
             P->rows++;
 
@@ -522,7 +522,7 @@ static void emit_world(struct parent_ctx *P, const struct bench_payload *B, int 
                         !same ? "the ranks' outputs differ" : c->note[0] ? c->note : B->cell[v][s][0].note);
                 if (a->failures) ++*a->failures;
             }
-            if (judge && a->gate_log) kl_gate_record(a->gate_log, a->targets, &res, tg, stderr);
+            if (judge && a->gate_log) kl_gate_record(a->gate_log, a->targets, &res, stderr);
             cJSON_Delete(params), cJSON_Delete(res.counters), cJSON_Delete(x);
         }
 }

@@ -351,9 +351,9 @@ static void emit(const struct row_ctx *rc, cJSON *params, cJSON *extra, double t
     /* The gate: perf/targets/cpu.csv's rows (memcmp_frac for the match workloads), for the variant
      * it names or the one --variant names; every other row is a measurement, not judged. */
     const bool judge = rc->judged && strcmp(rc->judged, rc->v->name) == 0;
-    const struct kl_target *tg = judge ? kl_gate_judge(rc->targets, &r) : NULL;
+    if (judge) kl_gate_judge(rc->targets, &r);
     if (args->json) kl_result_write(args->json, &r);
-    if (judge && args->gate_log) kl_gate_record(args->gate_log, rc->targets, &r, tg, stderr);
+    if (judge && args->gate_log) kl_gate_record(args->gate_log, rc->targets, &r, stderr);
     kl_gate_cell(gate, gate_len, &r);
 }
 

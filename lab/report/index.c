@@ -13,6 +13,23 @@
 
 /* ---- README.md (the way in) and environment.md ---- */
 
+/* Whether the gated row r meets target x; a miss, or a pass on a throttled clock, is added to misses. */
+static int target_met(const cJSON *r, const char *wl, const struct kl_target *x, char *misses, size_t size, size_t *om)
+{
+    const double v = kl_row_metric(r, x->metric);
+    const bool met = r && kl_target_passes(x, v);
+    if (met && !cJSON_IsTrue(kl_json_get(r, "throttled"))) return 1;
+    if (met) /* met, but on a throttled clock: said, and counted as met */
+        *om += (size_t)snprintf(misses + *om, *om < size ? size - *om : 0, "%s%s %s %s met, throttled", *om ? "; " : "",
+                                wl, x->metric, KL_F("%.3f", v));
+    else
+        *om += (size_t)snprintf(misses + *om, *om < size ? size - *om : 0, "%s%s %s %s %s %.2f: %s%s", *om ? "; " : "",
+                                wl, x->metric, r ? KL_F("%.3f", v) : "-",
+                                kl_metric_lower_is_better(x->metric) ? "<=" : ">=", x->target,
+                                r ? "**miss**" : "not measured", kl_row_throttled(r));
+    return met;
+}
+
 /* One device's gate for the way-in page: the gated variant (named by the targets file of the
  * device's architecture) judged on every workload that has a target, as `kernlab bench --gate`
  * would: "v3_x: 4 of 4 targets met", then every miss, every target the variant has no row for,
@@ -35,31 +52,17 @@ static void gate_summary(char *buf, size_t len, const struct kl_guide *on, const
     size_t om = 0, ou = 0;
     for (int w = 0; w < on->n_workloads; w++) {
         const char *wl = on->workloads[w];
-        const struct kl_target *x = kl_target_find(t, on->name, wl);
-        if (!x) {
+        const struct kl_target *rows[KL_MAX_TARGETS_PER_WORKLOAD];
+        const int n = kl_targets_for(t, on->name, wl, rows, KL_MAX_TARGETS_PER_WORKLOAD);
+        if (!n) {
             if (kl_guide_has_row(on, wl))
                 ou += (size_t)snprintf(ungated + ou, ou < sizeof ungated ? sizeof ungated - ou : 0, "%s%s",
                                        ou ? ", " : "", wl);
             continue;
         }
         if (!kl_guide_has_row(on, wl)) continue; /* a workload this device did not run at all */
-        targets++;
-        const cJSON *r = kl_guide_row(on, gated, wl);
-        const double v = kl_row_metric(r, x->metric);
-        if (r && kl_target_passes(x, v) && !cJSON_IsTrue(kl_json_get(r, "throttled"))) {
-            met++;
-            continue;
-        }
-        if (r && kl_target_passes(x, v)) { /* met, but on a throttled clock: said, and counted as met */
-            met++;
-            om += (size_t)snprintf(misses + om, om < sizeof misses ? sizeof misses - om : 0,
-                                   "%s%s %s %s met, throttled", om ? "; " : "", wl, x->metric, KL_F("%.3f", v));
-            continue;
-        }
-        om += (size_t)snprintf(misses + om, om < sizeof misses ? sizeof misses - om : 0, "%s%s %s %s %s %.2f: %s%s",
-                               om ? "; " : "", wl, x->metric, r ? KL_F("%.3f", v) : "-",
-                               kl_metric_lower_is_better(x->metric) ? "<=" : ">=", x->target,
-                               r ? "**miss**" : "not measured", kl_row_throttled(r));
+        for (int k = 0; k < n; k++) /* each target of the workload counts */
+            met += target_met(kl_guide_row(on, gated, wl), wl, rows[k], misses, sizeof misses, &om), targets++;
     }
     o += (size_t)snprintf(buf + o, o < len ? len - o : 0, "`%s`: %d of %d targets met", gated, met, targets);
     if (misses[0]) o += (size_t)snprintf(buf + o, o < len ? len - o : 0, " (%s)", misses);

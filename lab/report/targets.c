@@ -15,15 +15,21 @@
 static const char *target_cell(char *buf, size_t len, const struct kl_targets *t, const char *module, const char *workload,
                                const cJSON *r)
 {
-    const struct kl_target *x = kl_target_find(kl_rep_targets_of(r, t), module, workload);
-    if (!x) return snprintf(buf, len, "-"), buf;
-    const double v = kl_row_metric(r, x->metric);
-    snprintf(buf, len, "%s %s %s %.2f: %s%s", x->metric, KL_F("%.3f", v),
-             kl_metric_lower_is_better(x->metric) ? "<=" : ">=", x->target,
-             !isfinite(v)          ? "not measured"
-             : kl_target_passes(x, v) ? "**pass**"
-                                   : "**miss**",
-             kl_row_throttled(r));
+    const struct kl_target *rows[KL_MAX_TARGETS_PER_WORKLOAD];
+    const int n = kl_targets_for(kl_rep_targets_of(r, t), module, workload, rows, KL_MAX_TARGETS_PER_WORKLOAD);
+    size_t o = 0;
+    buf[0] = 0;
+    for (int k = 0; k < n; k++) { /* every target of the workload, "; " between them */
+        const struct kl_target *x = rows[k];
+        const double v = kl_row_metric(r, x->metric);
+        o += (size_t)snprintf(buf + o, o < len ? len - o : 0, "%s%s %s %s %.2f: %s%s", k ? "; " : "", x->metric,
+                              KL_F("%.3f", v), kl_metric_lower_is_better(x->metric) ? "<=" : ">=", x->target,
+                              !isfinite(v)              ? "not measured"
+                              : kl_target_passes(x, v) ? "**pass**"
+                                                       : "**miss**",
+                              kl_row_throttled(r));
+    }
+    if (!n) snprintf(buf, len, "-");
     return buf;
 }
 
