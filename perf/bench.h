@@ -206,9 +206,10 @@ const char *kl_targets_gated(const struct kl_targets *t, const char *module);
  * KL_SOURCE_DIR/perf/targets: NULL (err says why) when that architecture has no targets file, the
  * file names no variant for the module, or names one that is not registered. */
 const struct kl_variant *kl_gated_variant(const char *module, int cc, struct kl_err *err);
-/* The rows for (module, workload): those naming the workload exactly when there are any, else those
- * whose pattern matches (a row's workload may end in '*', a prefix: "8KB-world*"). A workload may
- * have several rows, one per metric (a bandwidth and a time against the peer): all must pass.
+/* The rows for (module, workload): those naming the workload exactly, then those whose pattern
+ * matches (a row's workload may end in '*', a prefix: "8KB-world*") for a metric no exact row
+ * names. A workload may have several rows, one per metric (a bandwidth and a time against the
+ * peer): all must pass.
  * Returns how many, at most max, in rows[]. */
 int kl_targets_for(const struct kl_targets *t, const char *module, const char *workload, const struct kl_target **rows,
                    int max);

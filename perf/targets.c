@@ -73,7 +73,7 @@ int kl_targets_load(struct kl_targets *t, const char *dir, int cc, struct kl_err
 }
 
 /* A workload ending in '*' matches every workload with that prefix ("8KB-world*": any world);
- * an exact row wins over a pattern. */
+ * an exact row wins over a pattern of the same metric. */
 static bool workload_matches(const char *pattern, const char *workload)
 {
     const size_t n = strlen(pattern);
@@ -83,13 +83,17 @@ static bool workload_matches(const char *pattern, const char *workload)
 int kl_targets_for(const struct kl_targets *t, const char *module, const char *workload, const struct kl_target **rows,
                    int max)
 {
-    int exact = 0, n = 0;
-    for (int i = 0; t && i < t->count; i++)
-        exact += strcmp(t->rows[i].module, module) == 0 && strcmp(t->rows[i].workload, workload) == 0;
-    for (int i = 0; t && i < t->count && n < max; i++)
-        if (strcmp(t->rows[i].module, module) == 0 &&
-            (exact ? strcmp(t->rows[i].workload, workload) == 0 : workload_matches(t->rows[i].workload, workload)))
-            rows[n++] = &t->rows[i];
+    int n = 0;
+    for (int pass = 0; pass < 2; pass++) /* exact rows, then patterns for the metrics they leave out */
+        for (int i = 0; t && i < t->count && n < max; i++) {
+            const struct kl_target *x = &t->rows[i];
+            if (strcmp(x->module, module) != 0 || !(pass ? workload_matches(x->workload, workload) && strcmp(x->workload, workload) != 0
+                                                          : strcmp(x->workload, workload) == 0))
+                continue;
+            bool shadowed = false;
+            for (int k = 0; pass && k < n; k++) shadowed |= strcmp(rows[k]->metric, x->metric) == 0;
+            if (!shadowed) rows[n++] = x;
+        }
     return n;
 }
 

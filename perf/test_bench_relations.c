@@ -114,6 +114,20 @@ Test(bench, relation_metrics_come_from_the_rows_of_the_same_run)
     remove_targets(&t, dir);
 }
 
+Test(bench, an_exact_row_overrides_a_pattern_of_its_metric_only)
+{
+    char dir[32];
+    struct kl_targets t = targets_of("radix,match_*,memcmp_frac,0.50,pattern\nradix,match_*,latency_us,10,pattern\n"
+                                     "radix,match_hot_p1,memcmp_frac,0.70,exact\n",
+                                     dir);
+    const struct kl_target *rows[KL_MAX_TARGETS_PER_WORKLOAD];
+    cr_assert_eq(kl_targets_for(&t, "radix", "match_hot_p1", rows, KL_MAX_TARGETS_PER_WORKLOAD), 2);
+    cr_assert(!strcmp(rows[0]->source, "exact") && rows[0]->target == 0.70, "the exact memcmp_frac row comes first");
+    cr_assert(!strcmp(rows[1]->metric, "latency_us"), "the pattern's latency_us still applies");
+    cr_assert_eq(kl_targets_for(&t, "radix", "match_cold_p1", rows, KL_MAX_TARGETS_PER_WORKLOAD), 2, "both patterns");
+    remove_targets(&t, dir);
+}
+
 Test(bench, a_relation_to_a_workload_the_module_lacks_is_refused)
 {
     char dir[32];

@@ -26,7 +26,7 @@ static int target_met(const cJSON *r, const char *wl, const struct kl_target *x,
         *om += (size_t)snprintf(misses + *om, *om < size ? size - *om : 0, "%s%s %s %s %s %.2f: %s%s", *om ? "; " : "",
                                 wl, x->metric, r ? KL_F("%.3f", v) : "-",
                                 kl_metric_lower_is_better(x->metric) ? "<=" : ">=", x->target,
-                                r ? "**miss**" : "not measured", kl_row_throttled(r));
+                                r && isfinite(v) ? "**miss**" : "not measured", kl_row_throttled(r));
     return met;
 }
 
