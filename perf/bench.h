@@ -207,7 +207,7 @@ const char *kl_targets_gated(const struct kl_targets *t, const char *module);
 const struct kl_variant *kl_gated_variant(const char *module, int cc, struct kl_err *err);
 /* The row for (module, workload); a row's workload may end in '*' (a prefix: "8KB-world*"). */
 const struct kl_target *kl_target_find(const struct kl_targets *t, const char *module, const char *workload);
-/* Metrics where smaller passes (latency_us, latency_vs_nccl); the others pass at >= target. */
+/* Metrics where smaller passes (latency_us, latency_vs_nccl, over_allreduce_us); the others pass at >= target. */
 bool kl_metric_lower_is_better(const char *metric);
 /* The metrics a targets row may name; kl_targets_load refuses any other. */
 bool kl_metric_known(const char *metric);
@@ -221,7 +221,8 @@ int kl_targets_check(const struct kl_targets *t, struct kl_err *err);
 
 /* The value of metric in result r: bw_frac and tc_frac from r itself, latency_us its median
  * time, every other known metric (read_frac, copy_same_bytes_frac, floor_frac, latency_vs_nccl,
- * busbw_frac, memcmp_frac) the number of that name among r's extra fields. NaN when r has none. */
+ * busbw_frac, memcmp_frac, over_allreduce_us) the number of that name among r's extra fields.
+ * NaN when r has none. */
 double kl_metric_value(const char *metric, const struct kl_result *r);
 /* The variant a gated run judges in module: `asked` (--variant) when given, else the one the
  * targets name. NULL, with the reason in why, when the targets have no row for the module, name
