@@ -11,8 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "lab/allreduce/allreduce_module.h"
 #include "lab/core/testing.h"
+#include "perf/bench.h"
 
 /* ---- without a GPU ---- */
 
@@ -145,6 +148,34 @@ Test(allreduce, a_float32_fused_kernel_passes_the_fused_bound_on_the_catalogue_a
             kl_ar_problem_free(p);
         }
     }
+}
+
+/* The fused target (perf/targets/sm_90.csv): over_allreduce_us, the fused row's time minus the plain
+ * all-reduce's of the same run, at most 0.5 us up to 512 KB; 1 MB is left ungated. */
+Test(allreduce, the_fused_target_judges_the_time_over_the_plain_allreduce_and_smaller_passes)
+{
+    struct kl_targets t = {0};
+    struct kl_err err = {{0}};
+    cr_assert_eq(kl_targets_load(&t, KL_SOURCE_DIR "/perf/targets", 90, &err), 0, "%s", err.msg);
+    cr_assert_eq(kl_targets_check(&t, &err), 0, "%s", err.msg);
+    static const char *const kgated[] = {"add-rmsnorm-t1-h4096-world2", "add-rmsnorm-t16-h8192-world2",
+                                         "add-rmsnorm-t64-h4096-world2"};
+    for (size_t k = 0; k < sizeof kgated / sizeof *kgated; k++) {
+        const struct kl_target *x = kl_target_find(&t, "allreduce", kgated[k]);
+        cr_assert(x && strcmp(x->metric, "over_allreduce_us") == 0 && x->target == 0.5, "%s: no 0.5 us target", kgated[k]);
+    }
+    cr_assert_null(kl_target_find(&t, "allreduce", "add-rmsnorm-t64-h8192-world2"), "1 MB is over the issue's 512 KB");
+    struct kl_result r = {.module = "allreduce", .variant = "v10_lamport_add_rmsnorm", .workload = kgated[0],
+                          .checked = true, .check_pass = true};
+    r.extra = cJSON_CreateObject();
+    cJSON_AddNumberToObject(r.extra, "over_allreduce_us", 0.7);
+    kl_gate_judge(&t, &r);
+    cr_assert(r.gate_metric && !r.gate_pass, "0.7 us over the plain all-reduce passed a 0.5 us target");
+    cJSON_ReplaceItemInObject(r.extra, "over_allreduce_us", cJSON_CreateNumber(0.3));
+    kl_gate_judge(&t, &r);
+    cr_assert(r.gate_pass, "0.3 us over the plain all-reduce missed a 0.5 us target");
+    cJSON_Delete(r.extra);
+    kl_targets_free(&t);
 }
 
 Test(allreduce, there_are_at_least_two_fused_mutants)
