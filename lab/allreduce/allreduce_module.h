@@ -79,8 +79,8 @@ void kl_ar_run_problems(const struct kl_variant *v, struct kl_ar_problem *const 
 
 /* Whether v is a fused add + RMSNorm variant (KL_AR_FUSED_OPS). */
 bool kl_ar_is_fused(const struct kl_variant *v);
-/* A fused problem: x [world, tokens, hidden], residual, weight, all made from rng (normal values;
- * kind: as the catalogue's), eps 1e-6. */
+/* A fused problem with its tensors allocated and zero: x [world, tokens, hidden], residual
+ * [tokens, hidden], weight [hidden]; eps 1e-6. The caller fills them. */
 struct kl_ar_problem *kl_ar_fused_problem_new(int world, int64_t tokens, int64_t hidden, enum kl_dtype dtype);
 /* The fused catalogue of one world: NULL past the end. */
 struct kl_ar_problem *kl_ar_fused_catalogue(int world, int i, uint64_t seed, char *label, size_t len);
