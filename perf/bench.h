@@ -226,7 +226,8 @@ const char *kl_metric_relation_workload(const char *metric);
  * time_vs:<workload> a target row of t names for r's workload when the file holds the same
  * variant's row of <workload>. */
 void kl_bench_relations(const char *path, const struct kl_targets *t, struct kl_result *r);
-/* Metrics where smaller passes (latency_us, latency_vs_nccl, time_vs_peer, time_vs:*); the others pass at >= target. */
+/* Metrics where smaller passes (latency_us, latency_vs_nccl, over_allreduce_us, time_vs_peer,
+ * time_vs:*); the others pass at >= target. */
 bool kl_metric_lower_is_better(const char *metric);
 /* The metrics a targets row may name; kl_targets_load refuses any other. */
 bool kl_metric_known(const char *metric);
@@ -240,7 +241,8 @@ int kl_targets_check(const struct kl_targets *t, struct kl_err *err);
 
 /* The value of metric in result r: bw_frac and tc_frac from r itself, latency_us its median
  * time, every other known metric (read_frac, copy_same_bytes_frac, floor_frac, latency_vs_nccl,
- * busbw_frac, memcmp_frac) the number of that name among r's extra fields. NaN when r has none. */
+ * busbw_frac, memcmp_frac, over_allreduce_us) the number of that name among r's extra fields.
+ * NaN when r has none. */
 double kl_metric_value(const char *metric, const struct kl_result *r);
 /* The variant a gated run judges in module: `asked` (--variant) when given, else the one the
  * targets name. NULL, with the reason in why, when the targets have no row for the module, name

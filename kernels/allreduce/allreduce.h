@@ -126,6 +126,28 @@ enum kl_ar_stamp {
 
 typedef cudaError_t (*kl_allreduce_launch_fn)(const struct kl_allreduce_params *p, cudaStream_t stream);
 
+/* The fused all-reduce + residual add + RMSNorm, the step a tensor-parallel decoder runs before each
+ * norm (twice a layer):
+ *   r[t, i] = x_0[t, i] + ... + x_{world-1}[t, i] + residual[t, i]      residual_out = r
+ *   out[t, i] = r[t, i] / sqrt(mean_j r[t, j]^2 + eps) * weight[i]
+ * on every rank, the same bits everywhere (residual and weight are the same on every rank, as a
+ * replicated residual stream and norm weight are). A fused variant implements this instead of
+ * the plain call: its ops table has add_rmsnorm set and launch NULL (KL_AR_FUSED_OPS). */
+struct kl_allreduce_add_rmsnorm_params {
+    struct kl_allreduce_params ar; /* x: this rank's partial [num_tokens, hidden]; out: the normed rows
+                                    * [num_tokens, hidden], may be x; n = num_tokens * hidden; dtype,
+                                    * comm and trace as for the plain call */
+    const void *residual;          /* [num_tokens, hidden] */
+    const void *weight;            /* [hidden] */
+    void *residual_out;            /* [num_tokens, hidden]: the sum + residual; may be residual (in place) */
+    int64_t num_tokens;
+    int64_t hidden;
+    float eps;
+};
+
+typedef cudaError_t (*kl_allreduce_add_rmsnorm_fn)(const struct kl_allreduce_add_rmsnorm_params *p,
+                                                    cudaStream_t stream);
+
 /* PEERS: staging buffers and signal areas; NCCL: the communicator; LAMPORT: the Lamport sets
  * (with PEERS, whose epoch and signal area they use); NCCL_WINDOW (with NCCL): x and out must lie
  * in memory from ncclMemAlloc registered on every rank as a symmetric window
@@ -134,15 +156,24 @@ typedef cudaError_t (*kl_allreduce_launch_fn)(const struct kl_allreduce_params *
 enum { KL_AR_NEEDS_PEERS = 1u, KL_AR_NEEDS_NCCL = 2u, KL_AR_NEEDS_LAMPORT = 4u, KL_AR_NEEDS_NCCL_WINDOW = 8u };
 
 struct kl_allreduce_ops {
-    kl_allreduce_launch_fn launch;
-    unsigned needs;    /* KL_AR_NEEDS_*: what the lab must set up in the communicator */
+    kl_allreduce_launch_fn launch;           /* the plain all-reduce; NULL in a fused variant */
+    unsigned needs;                          /* KL_AR_NEEDS_*: what the lab must set up in the communicator */
+    kl_allreduce_add_rmsnorm_fn add_rmsnorm; /* the fused all-reduce + add + RMSNorm; NULL in a plain variant */
 };
 typedef const struct kl_allreduce_ops *(*kl_allreduce_ops_fn)(void);
-/* Defines `static const struct kl_allreduce_ops *name(void)`, the function KL_VARIANT registers. */
+/* Defines `static const struct kl_allreduce_ops *name(void)`, the function KL_VARIANT registers:
+ * KL_AR_OPS for a plain all-reduce, KL_AR_FUSED_OPS for a fused add + RMSNorm variant. The lab runs
+ * a variant only on cases of its own kind (the other kind's say SKIP). */
 #define KL_AR_OPS(name, launcher, needs_)                                                     \
     static const struct kl_allreduce_ops *name(void)                                          \
     {                                                                                         \
-        static const struct kl_allreduce_ops o = {launcher, needs_};                          \
+        static const struct kl_allreduce_ops o = {launcher, needs_, NULL};                    \
+        return &o;                                                                            \
+    }
+#define KL_AR_FUSED_OPS(name, launcher, needs_)                                               \
+    static const struct kl_allreduce_ops *name(void)                                          \
+    {                                                                                         \
+        static const struct kl_allreduce_ops o = {NULL, needs_, launcher};                    \
         return &o;                                                                            \
     }
 
@@ -152,6 +183,10 @@ typedef const struct kl_allreduce_ops *(*kl_allreduce_ops_fn)(void);
  * communicator would race on its epoch and flags. */
 cudaError_t kl_allreduce_check_params(const struct kl_allreduce_params *p, cudaStream_t stream, unsigned needs,
                                       const char *variant);
+/* The same for the fused call: p->ar as above (its n must be num_tokens * hidden), then hidden >= 1,
+ * residual, weight and residual_out set when there are tokens, eps >= 0. */
+cudaError_t kl_allreduce_check_add_rmsnorm(const struct kl_allreduce_add_rmsnorm_params *p, cudaStream_t stream,
+                                           unsigned needs, const char *variant);
 /* A kernel that trapped in a barrier wait leaves its diagnosis in comm->diag: a sentence naming
  * the phase, block and peer into buf, or "" when no wait timed out. */
 const char *kl_allreduce_diag(const struct kl_allreduce_comm *c, char *buf, size_t len);

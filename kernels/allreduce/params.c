@@ -28,6 +28,24 @@ cudaError_t kl_allreduce_check_params(const struct kl_allreduce_params *p, cudaS
     return cudaErrorInvalidValue;
 }
 
+cudaError_t kl_allreduce_check_add_rmsnorm(const struct kl_allreduce_add_rmsnorm_params *p, cudaStream_t stream,
+                                           unsigned needs, const char *variant)
+{
+    const char *bad = NULL;
+    if (p->num_tokens < 0) bad = "num_tokens < 0";
+    else if (p->hidden < 1) bad = "hidden < 1";
+    else if (p->ar.n != p->num_tokens * p->hidden) bad = "ar.n must be num_tokens * hidden";
+    else if (p->num_tokens > 0 && (!p->residual || !p->weight || !p->residual_out))
+        bad = "residual, weight and residual_out must be set";
+    else if (!(p->eps >= 0)) bad = "eps must be >= 0";
+    if (bad) {
+        fprintf(stderr, "allreduce %s: %s (num_tokens=%lld hidden=%lld)\n", variant, bad, (long long)p->num_tokens,
+                (long long)p->hidden);
+        return cudaErrorInvalidValue;
+    }
+    return kl_allreduce_check_params(&p->ar, stream, needs, variant);
+}
+
 const char *kl_allreduce_diag(const struct kl_allreduce_comm *c, char *buf, size_t len)
 {
     /* comm->diag is mapped pinned host memory: under unified addressing its device pointer is

@@ -28,7 +28,7 @@ struct kl_ar_problem {
                          * 2 on the last rank only (ranks must agree on the work split anyway) */
     struct kl_tensor x; /* host [world, n] in dtype: rank r's contribution is row r */
     /* The fused all-reduce + residual add + RMSNorm (golden "op": "add_rmsnorm"): n = num_tokens
-     * * hidden, outputs out and residual_out. No variant runs it yet: variants SKIP these. */
+     * * hidden, outputs out and residual_out. Only fused variants run it (lab/allreduce/fused.c). */
     bool add_rmsnorm;
     int64_t num_tokens, hidden;
     double eps;
@@ -36,12 +36,13 @@ struct kl_ar_problem {
     struct kl_tensor weight;   /* host [hidden] in dtype */
 };
 
-/* Why a variant cannot run a fused add+RMSNorm case (every variant, for now). */
 /* Why a misaligned job skips a variant on symmetric windows: NCCL's symmetric kernels take x and
  * out at the same 16-byte-aligned offset of every rank's window (one element off, they return
  * wrong sums). */
 #define KL_AR_WINDOW_ALIGNED "NCCL's symmetric kernels need x and out 16-byte aligned at the same offset on every rank"
-#define KL_AR_NO_FUSED_VARIANT "no fused all-reduce + add + RMSNorm variant yet"
+/* Why a variant skips a case of the other kind: a plain variant a fused case, a fused one a plain case. */
+#define KL_AR_NOT_FUSED "a plain all-reduce: fused add + RMSNorm cases are the fused variants'"
+#define KL_AR_ONLY_FUSED "a fused all-reduce + add + RMSNorm: plain all-reduce cases are the plain variants'"
 
 /* The float64 reference of problem p into out (out, and residual_out when p->add_rmsnorm). */
 void kl_ar_reference(const struct kl_ar_problem *p, struct kl_outputs *out);
@@ -78,6 +79,25 @@ const char *kl_ar_skip_reason(const struct kl_variant *v, int world, char *buf, 
  * output of problem k (a golden's), or want NULL: the float64 sums. Ranks that disagree fail. */
 void kl_ar_run_problems(const struct kl_variant *v, struct kl_ar_problem *const *probs, const double *const *want,
                         int count, struct kl_verdict *vd);
+/* ---- the fused all-reduce + add + RMSNorm (lab/allreduce/fused.c) ---- */
+
+/* Whether v is a fused add + RMSNorm variant (KL_AR_FUSED_OPS). */
+bool kl_ar_is_fused(const struct kl_variant *v);
+/* A fused problem with its tensors allocated and zero: x [world, tokens, hidden], residual
+ * [tokens, hidden], weight [hidden]; eps 1e-6. The caller fills them. */
+struct kl_ar_problem *kl_ar_fused_problem_new(int world, int64_t tokens, int64_t hidden, enum kl_dtype dtype);
+/* The fused catalogue of one world: NULL past the end. */
+struct kl_ar_problem *kl_ar_fused_catalogue(int world, int i, uint64_t seed, char *label, size_t len);
+/* Fused problems of one world through the fused variant v in one rank group: a verdict each (out
+ * and residual_out under the fused bounds, against want[k]: a golden's outputs, or want NULL: the
+ * float64 reference). Ranks that disagree on either output fail. */
+void kl_ar_run_fused_problems(const struct kl_variant *v, struct kl_ar_problem *const *probs,
+                              const struct kl_outputs *const *want, int count, struct kl_verdict *vd);
+/* The fused catalogue of every world through v; a line each to log; returns the failures. */
+int kl_ar_fused_check(const struct kl_variant *v, uint64_t seed, FILE *log);
+/* The verdict line of a comparison (module.c; "out" names the output). */
+void kl_ar_verdict_of(const struct kl_cmp *c, bool exact, const char *output, struct kl_verdict *vd);
+
 /* Every case under golden/allreduce through v, one rank group per world; a line per case to log.
  * Returns the failures (-1: no cases); *skipped counts the cases this machine cannot run. */
 int kl_ar_goldens(const struct kl_variant *v, FILE *log, int *skipped);
@@ -171,6 +191,14 @@ struct kl_ar_job {
     uint64_t x_off;    /* ONCE: payload offset of x [world][n] (dtype bytes) */
     uint64_t out_off;  /* ONCE: payload offset of out [world][n]; REPEAT, GRAPH, PDL: of [calls][world] output hashes */
     int skipped;       /* set by kl_ar_run_add: the variant cannot take this job (no rank runs it) */
+    /* The fused all-reduce + add + RMSNorm when hidden > 0 (n = tokens * hidden, in_place: out = x and
+     * residual_out = residual). ONCE: residual [n] and weight [hidden] follow x in the payload, and
+     * residual_out [world][n] follows out; multi-call jobs make residual and weight on the device
+     * (kl_ar_gen of ranks KL_AR_GEN_RESIDUAL, KL_AR_GEN_WEIGHT, the same on every rank) and hash out and
+     * residual_out together. */
+    int64_t hidden;
+    double eps;
+    uint64_t res_off, w_off, ro_off;
     /* filled by the ranks (REPEAT, GRAPH, PDL, STREAMS check themselves) */
     int done[KL_AR_MAX_RANKS];
     int64_t n_bad[KL_AR_MAX_RANKS];
@@ -202,8 +230,12 @@ int kl_ar_run_begin(struct kl_ar_run *run, const struct kl_variant *v, int world
 int kl_ar_run_add(struct kl_ar_run *run, const struct kl_ar_job *job, const struct kl_ar_problem *p);
 /* Starts the ranks and waits (timeout per step). */
 int kl_ar_run_go(struct kl_ar_run *run, double timeout_s, struct kl_err *err);
-/* Rank r's output of ONCE job j, as doubles (n of them). */
+/* Rank r's output of ONCE job j, as doubles (n of them); residual_out: a fused job's (NULL: not wanted). */
 void kl_ar_run_output(const struct kl_ar_run *run, int j, int r, double *out);
+void kl_ar_run_fused_output(const struct kl_ar_run *run, int j, int r, double *out, double *residual_out);
+/* The rank ids whose kl_ar_gen stream makes a fused multi-call job's residual and weight. */
+#define KL_AR_GEN_RESIDUAL 100u
+#define KL_AR_GEN_WEIGHT 101u
 /* 0 when every rank's output of job j has the same bits; else -1 and a message. */
 int kl_ar_run_identical(const struct kl_ar_run *run, int j, char *why, size_t len);
 void kl_ar_run_end(struct kl_ar_run *run);

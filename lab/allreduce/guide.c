@@ -14,8 +14,11 @@
 #include "lab/core/json_path.h"
 #include "perf/bench.h"
 
-/* Rows of one world in workload order (sizes ascending, as bench writes them). */
-static int ar_sizes(const struct kl_guide *md, int world, const char **sizes, int max)
+#define FUSED_PREFIX "add-rmsnorm-" /* the fused add + RMSNorm workloads (lab/allreduce/perf.c) */
+
+/* Rows of one world in workload order (sizes ascending, as bench writes them): the plain
+ * all-reduce's, or (fused) the fused add + RMSNorm workloads'. */
+static int ar_workloads(const struct kl_guide *md, int world, bool fused, const char **sizes, int max)
 {
     int n = 0;
     char suffix[32];
@@ -23,9 +26,15 @@ static int ar_sizes(const struct kl_guide *md, int world, const char **sizes, in
     for (int w = 0; w < md->n_workloads && n < max; w++) {
         const char *name = md->workloads[w];
         size_t l = strlen(name), ls = strlen(suffix);
-        if (l > ls && strcmp(name + l - ls, suffix) == 0) sizes[n++] = name;
+        if (l > ls && strcmp(name + l - ls, suffix) == 0 && (strncmp(name, FUSED_PREFIX, strlen(FUSED_PREFIX)) == 0) == fused)
+            sizes[n++] = name;
     }
     return n;
+}
+
+static int ar_sizes(const struct kl_guide *md, int world, const char **sizes, int max)
+{
+    return ar_workloads(md, world, false, sizes, max);
 }
 
 static int ar_worlds(const struct kl_guide *md, int *worlds, int max)
@@ -406,6 +415,38 @@ static void ar_correctness(FILE *f, const struct kl_guide *md)
     kl_guide_golden_cases(f, md);
 }
 
+/* The fused all-reduce + add + RMSNorm: what it does (guide/fused.md), its bound, and each fused
+ * workload's rows side by side: the fused variant, the composite, and the plain all-reduce's time. */
+static void ar_fused(FILE *f, const struct kl_guide *md, const struct kl_targets *t90)
+{
+    const char *text = kl_guide_text(md->name, "fused");
+    fprintf(f, "## Fused all-reduce + residual add + RMSNorm\n\n%s\n\n%s\n\n", text ? text : "",
+            kl_allreduce_rmsnorm_tolerance_text);
+    int worlds[8], said = 0;
+    const int nw = ar_worlds(md, worlds, 8);
+    for (int wi = 0; wi < nw; wi++) {
+        const char *wl[32];
+        const int n = ar_workloads(md, worlds[wi], true, wl, 32);
+        for (int k = 0; k < n; k++)
+            for (int i = 0; i < md->n_variants; i++) {
+                const cJSON *r = kl_guide_row(md, md->variants[i], wl[k]);
+                if (!r || kl_row_is_peer(r)) continue;
+                if (!said++)
+                    fprintf(f, "| workload | variant | time us | plain all-reduce us | over it, us | target | result |\n"
+                               "|---|---|---|---|---|---|---|\n");
+                const struct kl_target *x = kl_target_find(t90, md->name, wl[k]);
+                const bool fused = kl_json_get(r, "composite") == NULL;
+                const double over = kl_json_num(r, "over_allreduce_us");
+                fprintf(f, "| %s | %s | %s | %s | %s | %s | %s%s |\n", wl[k], md->variants[i],
+                        KL_F("%.2f", kl_json_num(r, "time_us.median")), KL_F("%.2f", kl_json_num(r, "plain_allreduce_us")),
+                        KL_F("%.2f", over), x && fused ? KL_F("<= %.2f", x->target) : "-",
+                        !x || !fused ? "-" : kl_target_passes(x, over) ? "**pass**" : "**miss**", kl_row_throttled(r));
+            }
+    }
+    fprintf(f, "%s\n", said ? "" : "Not measured yet: `build/kernlab bench allreduce --variant v10_lamport_add_rmsnorm` "
+                                   "on two GPUs writes these rows.\n");
+}
+
 static int write_guide(const struct kl_guide_room *room, struct kl_guide *md)
 {
     const char *out = room->out;
@@ -445,6 +486,7 @@ static int write_guide(const struct kl_guide_room *room, struct kl_guide *md)
     ar_targets(f, md, room->t90);
     ar_counters(f, md);
     ar_correctness(f, md);
+    ar_fused(f, md, room->t90); /* after the all-reduce's bound, which its bound's text builds on */
     room->exercises(f, md);
     fprintf(f,
             "## Reproduce\n\n```sh\n./lab.sh test                                  # build + every test (multigpu ones "

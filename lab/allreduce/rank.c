@@ -33,10 +33,16 @@ struct ctx {
     } while (0)
 
 /* x and out of a job: one element past a 16-byte boundary when the job asks for it; in a
- * symmetric window when the variant needs one (kl_ar_buffer_alloc). */
+ * symmetric window when the variant needs one (kl_ar_buffer_alloc). A fused job (hidden > 0) also
+ * has residual, weight and residual_out; its out and residual_out sit in one allocation,
+ * residual_out at the next 16 bytes after out (in place: x and residual so), so one record of
+ * n_rec elements from rec keeps both. A plain job records out (n elements). */
 struct bufs {
     struct kl_ar_buffer x_alloc, out_alloc;
     void *x, *out;
+    void *res_alloc, *w_alloc, *res, *w, *ro;
+    void *rec;
+    int64_t n_rec;
 };
 
 static int alloc_bufs(struct ctx *x, const struct kl_ar_job *j, struct bufs *B)
@@ -46,6 +52,25 @@ static int alloc_bufs(struct ctx *x, const struct kl_ar_job *j, struct bufs *B)
     const size_t off = j->misaligned == 1 || (j->misaligned == 2 && x->r->rank == x->b->world - 1) ? es : 0;
     const unsigned needs = x->ops->needs;
     memset(B, 0, sizeof *B);
+    if (j->hidden) { /* [x or out | pad to 16 | residual or residual_out] */
+        const size_t gap = ((size_t)j->n * es + off + 15) / 16 * 16; /* out (from off) ends before it */
+        B->n_rec = (int64_t)((gap - off) / es) + j->n;
+        if (kl_ar_buffer_alloc(x->r, x->c, needs, gap + bytes, &B->out_alloc)) return -1;
+        CK(cudaMemset(B->out_alloc.ptr, 0xff, gap + bytes), "poisoning out and residual_out");
+        CK(cudaMalloc(&B->w_alloc, (size_t)j->hidden * es), "cudaMalloc of the weight");
+        B->w = B->w_alloc;
+        B->out = (char *)B->out_alloc.ptr + off, B->ro = (char *)B->out_alloc.ptr + gap, B->rec = B->out;
+        if (j->in_place) {
+            B->x = B->out, B->res = B->ro;
+        } else {
+            if (kl_ar_buffer_alloc(x->r, x->c, needs, bytes, &B->x_alloc)) return -1;
+            CK(cudaMalloc(&B->res_alloc, bytes), "cudaMalloc of the residual");
+            B->x = (char *)B->x_alloc.ptr + off, B->res = B->res_alloc;
+        }
+        CK(cudaDeviceSynchronize(), "poisoning out");
+        goto out;
+    }
+    B->n_rec = j->n;
     if (kl_ar_buffer_alloc(x->r, x->c, needs, bytes, &B->x_alloc)) return -1;
     B->x = (char *)B->x_alloc.ptr + off;
     if (j->in_place) {
@@ -55,6 +80,7 @@ static int alloc_bufs(struct ctx *x, const struct kl_ar_job *j, struct bufs *B)
         B->out = (char *)B->out_alloc.ptr + off;
         CK(cudaMemset(B->out_alloc.ptr, 0xff, bytes), "poisoning out"); /* NaN in every float type */
     }
+    B->rec = B->out;
     /* The memset runs on the legacy stream; the calls on the communicator's non-blocking stream
      * would not wait for it (and could see out poisoned after writing it). */
     CK(cudaDeviceSynchronize(), "poisoning out");
@@ -66,28 +92,81 @@ static void free_bufs(struct ctx *x, struct bufs *B)
 {
     kl_ar_buffer_free(x->c, &B->x_alloc);
     kl_ar_buffer_free(x->c, &B->out_alloc);
+    cudaFree(B->res_alloc);
+    cudaFree(B->w_alloc);
     memset(B, 0, sizeof *B);
+}
+
+/* One call of the variant on stream s: the plain all-reduce, or the fused one for a fused job. */
+static cudaError_t launch_on(struct ctx *x, const struct kl_ar_job *j, const struct bufs *B, cudaStream_t s)
+{
+    const struct kl_allreduce_params p = {B->x, B->out, j->n, (enum kl_dtype)j->dtype, x->c, NULL};
+    if (!j->hidden) return x->ops->launch ? x->ops->launch(&p, s) : cudaErrorInvalidValue;
+    const struct kl_allreduce_add_rmsnorm_params f = {p, B->res, B->w, B->ro, j->n / j->hidden, j->hidden, (float)j->eps};
+    return x->ops->add_rmsnorm ? x->ops->add_rmsnorm(&f, s) : cudaErrorInvalidValue;
 }
 
 static int call(struct ctx *x, const struct kl_ar_job *j, const struct bufs *B, const char *what)
 {
-    struct kl_allreduce_params p = {B->x, B->out, j->n, (enum kl_dtype)j->dtype, x->c, NULL};
-    cudaError_t rc = x->ops->launch(&p, x->c->stream);
+    cudaError_t rc = launch_on(x, j, B, x->c->stream);
     return rc == cudaSuccess ? 0 : kl_ar_cuda_fail(x->r, x->c, rc, what);
 }
 
+/* A multi-call job's inputs of call c (from *ctr in a graph): x, and a fused job's residual. */
+static int generate(struct ctx *x, const struct kl_ar_job *j, const struct bufs *B, uint32_t c, const uint32_t *ctr)
+{
+    const enum kl_dtype t = (enum kl_dtype)j->dtype;
+    cudaStream_t s = x->c->stream;
+    int rc = kl_ar_dev_generate(B->x, t, j->n, j->seed, c, ctr, (uint32_t)x->r->rank, s);
+    if (!rc && j->hidden) rc = kl_ar_dev_generate(B->res, t, j->n, j->seed, c, ctr, KL_AR_GEN_RESIDUAL, s);
+    return rc;
+}
+
+/* A fused job's call c, on the host: the problem whose reference its outputs are checked against. */
+static struct kl_ar_problem *fused_problem_of(const struct kl_ar_job *j, int world, uint32_t c)
+{
+    const enum kl_dtype t = (enum kl_dtype)j->dtype;
+    struct kl_ar_problem *p = kl_ar_fused_problem_new(world, j->n / j->hidden, j->hidden, t);
+    p->eps = j->eps;
+    for (int r = 0; r < world; r++)
+        for (int64_t i = 0; i < j->n; i++) kl_store_elem(t, p->x.data, (size_t)(r * j->n + i), kl_ar_gen(j->seed, c, (uint32_t)r, (uint64_t)i));
+    for (int64_t i = 0; i < j->n; i++) kl_store_elem(t, p->residual.data, (size_t)i, kl_ar_gen(j->seed, c, KL_AR_GEN_RESIDUAL, (uint64_t)i));
+    for (int64_t i = 0; i < j->hidden; i++) kl_store_elem(t, p->weight.data, (size_t)i, kl_ar_gen(j->seed, 0, KL_AR_GEN_WEIGHT, (uint64_t)i));
+    return p;
+}
+
 /* Every recorded call against the float64 sums of the regenerated inputs; hashes to the payload. */
-static void check_calls(struct ctx *x, struct kl_ar_job *j, const unsigned char *hist, int made)
+static void check_calls(struct ctx *x, struct kl_ar_job *j, const unsigned char *hist, int made, int64_t n_rec)
 {
     const enum kl_dtype t = (enum kl_dtype)j->dtype;
     const int world = x->b->world, rank = x->r->rank;
     const int64_t n = j->n;
-    const size_t row = (size_t)n * kl_dtype_size(t);
+    const size_t row = (size_t)n * kl_dtype_size(t), rec = (size_t)n_rec * kl_dtype_size(t);
     double *xs = malloc(sizeof(double) * (size_t)(world * n)), *got = malloc(sizeof(double) * (size_t)n);
     uint64_t *hashes = (uint64_t *)(x->data + j->out_off);
     for (int c = 0; c < made; c++) {
-        const unsigned char *o = hist + (size_t)c * row;
-        if (c < j->calls) hashes[(size_t)c * world + rank] = kl_ar_hash(o, row);
+        const unsigned char *o = hist + (size_t)c * rec;
+        if (c < j->calls) hashes[(size_t)c * world + rank] = kl_ar_hash(o, rec);
+        if (j->hidden) { /* out and residual_out (after the pad) against the reference of call c */
+            struct kl_ar_problem *p = fused_problem_of(j, world, (uint32_t)c);
+            struct kl_outputs want = {0}, gotf = {0};
+            kl_ar_reference(p, &want);
+            kl_ar_reference(p, &gotf); /* the shapes; the values are the kernel's */
+            for (int64_t i = 0; i < n; i++)
+                gotf.o[0].v[i] = kl_load_elem(t, o, (size_t)i), gotf.o[1].v[i] = kl_load_elem(t, o + (rec - row), (size_t)i);
+            struct kl_cmp co, cr;
+            kl_ar_fused_compare(p, &gotf, &want, false, &co, &cr);
+            const struct kl_cmp *bad = !co.pass ? &co : &cr;
+            if (!co.pass || !cr.pass) {
+                if (!j->n_bad[rank] && bad->n_reported)
+                    snprintf(j->note[rank], sizeof j->note[rank], "call %d: %s[%lld] = %.9g, expected %.9g (%lld bad)", c,
+                             bad == &co ? "out" : "residual_out", (long long)bad->first[0].index, bad->first[0].got,
+                             bad->first[0].want, (long long)(co.n_bad + cr.n_bad));
+                j->n_bad[rank] += co.n_bad + cr.n_bad ? co.n_bad + cr.n_bad : 1;
+            }
+            kl_outputs_free(&want), kl_outputs_free(&gotf), kl_ar_problem_free(p);
+            continue;
+        }
         for (int r = 0; r < world; r++)
             for (int64_t i = 0; i < n; i++) xs[r * n + i] = kl_round_to(t, kl_ar_gen(j->seed, (uint32_t)c, (uint32_t)r, (uint64_t)i));
         for (int64_t i = 0; i < n; i++) got[i] = kl_load_elem(t, o, (size_t)i);
@@ -110,6 +189,12 @@ static int job_once(struct ctx *x, struct kl_ar_job *j)
     struct bufs B;
     if (alloc_bufs(x, j, &B)) return -1;
     CK(cudaMemcpy(B.x, x->data + j->x_off + (size_t)x->r->rank * row, row, cudaMemcpyHostToDevice), "uploading x");
+    if (j->hidden) {
+        CK(cudaMemcpy(B.res, x->data + j->res_off, row, cudaMemcpyHostToDevice), "uploading the residual");
+        CK(cudaMemcpy(B.w, x->data + j->w_off, (size_t)j->hidden * kl_dtype_size((enum kl_dtype)j->dtype),
+                      cudaMemcpyHostToDevice),
+           "uploading the weight");
+    }
     /* The all-reduce runs on the communicator's non-blocking stream, which does not wait for the
      * legacy stream: a pageable cudaMemcpy returns once its bytes are staged, not landed, and the
      * poisoning memset of out is asynchronous. Without this the kernel read the tail of a 600 KB
@@ -121,6 +206,9 @@ static int job_once(struct ctx *x, struct kl_ar_job *j)
     }
     CK(cudaStreamSynchronize(x->c->stream), "the all-reduce");
     CK(cudaMemcpy(x->data + j->out_off + (size_t)x->r->rank * row, B.out, row, cudaMemcpyDeviceToHost), "downloading out");
+    if (j->hidden)
+        CK(cudaMemcpy(x->data + j->ro_off + (size_t)x->r->rank * row, B.ro, row, cudaMemcpyDeviceToHost),
+           "downloading residual_out");
 out:
     free_bufs(x, &B);
     return ret;
@@ -132,7 +220,6 @@ static int job_calls(struct ctx *x, struct kl_ar_job *j)
 {
     int ret = 0;
     const enum kl_dtype t = (enum kl_dtype)j->dtype;
-    const size_t row = (size_t)j->n * kl_dtype_size(t);
     const int rank = x->r->rank, late = j->late && rank == x->b->world - 1;
     const bool graph = j->scenario == KL_AR_GRAPH, pdl = j->scenario == KL_AR_PDL;
     const int per_graph = j->per_graph > 0 ? j->per_graph : 10, room = j->calls + per_graph + 1;
@@ -145,10 +232,12 @@ static int job_calls(struct ctx *x, struct kl_ar_job *j)
     cudaGraphExec_t ge = NULL;
     int made = 0;
     if (alloc_bufs(x, j, &B)) return -1;
-    CK(cudaMalloc(&hist, row * (size_t)room + 16), "cudaMalloc of the output history");
-    CK(cudaMalloc(&copy, row + 16), "cudaMalloc of the consumer's copy");
+    const size_t rec = (size_t)B.n_rec * kl_dtype_size(t); /* bytes recorded per call */
+    CK(cudaMalloc(&hist, rec * (size_t)room + 16), "cudaMalloc of the output history");
+    CK(cudaMalloc(&copy, rec + 16), "cudaMalloc of the consumer's copy");
     CK(cudaMalloc((void **)&ctr, 2 * sizeof(uint32_t)), "cudaMalloc of the call counter");
     CK(cudaMemset(ctr, 0, 2 * sizeof(uint32_t)), "zeroing the call counter");
+    if (j->hidden) CK(kl_ar_dev_generate(B.w, t, j->hidden, j->seed, 0, NULL, KL_AR_GEN_WEIGHT, s), "generating the weight");
     CK(cudaDeviceSynchronize(), "set-up");
     if (kl_rank_barrier(x->r, "buffers of a multi-call job")) {
         ret = -1;
@@ -158,14 +247,14 @@ static int job_calls(struct ctx *x, struct kl_ar_job *j)
                  graph ? " in CUDA graphs" : pdl ? " with a PDL consumer" : "", late ? ", this rank late" : "");
     if (!graph) {
         for (int c = 0; c < j->calls; c++) {
-            CK(kl_ar_dev_generate(B.x, t, j->n, j->seed, (uint32_t)c, NULL, (uint32_t)rank, s), "generating x");
+            CK(generate(x, j, &B, (uint32_t)c, NULL), "generating x");
             if (late) CK(kl_ar_dev_delay((uint32_t)c, NULL, s), "the late rank's delay");
             if (call(x, j, &B, "launch")) {
                 ret = -1;
                 goto out;
             }
-            if (pdl) CK(kl_ar_dev_pdl_copy(B.out, copy, t, j->n, s), "the PDL consumer");
-            CK(kl_ar_dev_record(pdl ? copy : B.out, hist, t, j->n, (uint32_t)c, NULL, s), "recording out");
+            if (pdl) CK(kl_ar_dev_pdl_copy(B.rec, copy, t, B.n_rec, s), "the PDL consumer");
+            CK(kl_ar_dev_record(pdl ? copy : B.rec, hist, t, B.n_rec, (uint32_t)c, NULL, s), "recording out");
         }
         made = j->calls;
     } else {
@@ -173,11 +262,10 @@ static int job_calls(struct ctx *x, struct kl_ar_job *j)
          * launcher must not do host-side set-up that capture would skip. */
         CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
         for (int k = 0; k < per_graph; k++) {
-            int rc = kl_ar_dev_generate(B.x, t, j->n, j->seed, 0, ctr, (uint32_t)rank, s);
+            int rc = generate(x, j, &B, 0, ctr);
             if (!rc && late) rc = kl_ar_dev_delay(0, ctr, s);
-            struct kl_allreduce_params p = {B.x, B.out, j->n, t, x->c, NULL};
-            if (!rc) rc = (int)x->ops->launch(&p, s);
-            if (!rc) rc = kl_ar_dev_record(B.out, hist, t, j->n, 0, ctr, s);
+            if (!rc) rc = (int)launch_on(x, j, &B, s);
+            if (!rc) rc = kl_ar_dev_record(B.rec, hist, t, B.n_rec, 0, ctr, s);
             if (rc) {
                 cudaStreamEndCapture(s, &g);
                 CK(rc, "launch during graph capture");
@@ -190,21 +278,21 @@ static int job_calls(struct ctx *x, struct kl_ar_job *j)
             made += per_graph;
             if (made >= j->calls) break;
             /* An eager call between replays: it takes the next call number from the device too. */
-            CK(kl_ar_dev_generate(B.x, t, j->n, j->seed, 0, ctr, (uint32_t)rank, s), "generating x");
+            CK(generate(x, j, &B, 0, ctr), "generating x");
             if (late) CK(kl_ar_dev_delay(0, ctr, s), "the late rank's delay");
             if (call(x, j, &B, "eager launch between replays")) {
                 ret = -1;
                 goto out;
             }
-            CK(kl_ar_dev_record(B.out, hist, t, j->n, 0, ctr, s), "recording out");
+            CK(kl_ar_dev_record(B.rec, hist, t, B.n_rec, 0, ctr, s), "recording out");
             made++;
         }
     }
     CK(cudaStreamSynchronize(s), "the calls");
-    host = malloc(row * (size_t)made + 1);
-    CK(cudaMemcpy(host, hist, row * (size_t)made, cudaMemcpyDeviceToHost), "downloading the outputs");
+    host = malloc(rec * (size_t)made + 1);
+    CK(cudaMemcpy(host, hist, rec * (size_t)made, cudaMemcpyDeviceToHost), "downloading the outputs");
     kl_rank_step(x->r, "checking %d calls", made);
-    check_calls(x, j, host, made);
+    check_calls(x, j, host, made, B.n_rec);
 out:
     free(host);
     if (ge) cudaGraphExecDestroy(ge);
@@ -220,18 +308,19 @@ static int job_streams(struct ctx *x, struct kl_ar_job *j)
 {
     int ret = 0;
     const enum kl_dtype t = (enum kl_dtype)j->dtype;
-    const size_t row = (size_t)j->n * kl_dtype_size(t);
     cudaStream_t other = NULL;
     void *hist = NULL;
-    unsigned char *host = malloc(row + 1);
+    unsigned char *host = NULL;
     struct bufs B;
-    if (alloc_bufs(x, j, &B)) return free(host), -1;
+    if (alloc_bufs(x, j, &B)) return -1;
+    const size_t rec = (size_t)B.n_rec * kl_dtype_size(t);
+    host = malloc(rec + 1);
     CK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking), "cudaStreamCreate");
-    CK(cudaMalloc(&hist, row + 16), "cudaMalloc");
-    CK(kl_ar_dev_generate(B.x, t, j->n, j->seed, 0, NULL, (uint32_t)x->r->rank, x->c->stream), "generating x");
+    CK(cudaMalloc(&hist, rec + 16), "cudaMalloc");
+    if (j->hidden) CK(kl_ar_dev_generate(B.w, t, j->hidden, j->seed, 0, NULL, KL_AR_GEN_WEIGHT, x->c->stream), "generating the weight");
+    CK(generate(x, j, &B, 0, NULL), "generating x");
     CK(cudaStreamSynchronize(x->c->stream), "generating x");
-    struct kl_allreduce_params p = {B.x, B.out, j->n, t, x->c, NULL};
-    cudaError_t rc = x->ops->launch(&p, other);
+    cudaError_t rc = launch_on(x, j, &B, other);
     if (rc != cudaErrorInvalidValue) {
         snprintf(j->note[x->r->rank], sizeof j->note[0], "a launch on a second stream returned '%s', not a refusal",
                  cudaGetErrorString(rc));
@@ -242,11 +331,11 @@ static int job_streams(struct ctx *x, struct kl_ar_job *j)
         ret = -1;
         goto out;
     }
-    CK(kl_ar_dev_record(B.out, hist, t, j->n, 0, NULL, x->c->stream), "recording out");
+    CK(kl_ar_dev_record(B.rec, hist, t, B.n_rec, 0, NULL, x->c->stream), "recording out");
     CK(cudaStreamSynchronize(x->c->stream), "the call on the bound stream");
-    CK(cudaMemcpy(host, hist, row, cudaMemcpyDeviceToHost), "downloading out");
+    CK(cudaMemcpy(host, hist, rec, cudaMemcpyDeviceToHost), "downloading out");
     j->calls = 0; /* no hashes for this one: the parent checks n_bad */
-    check_calls(x, j, host, 1);
+    check_calls(x, j, host, 1, B.n_rec);
 out:
     if (other) cudaStreamDestroy(other);
     cudaFree(hist);

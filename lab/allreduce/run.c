@@ -13,7 +13,9 @@ size_t kl_ar_job_bytes(const struct kl_ar_job *job, int world)
 {
     const size_t row = (size_t)job->n * kl_dtype_size((enum kl_dtype)job->dtype);
     switch (job->scenario) {
-    case KL_AR_ONCE: return 2 * align64(row * (size_t)world);
+    case KL_AR_ONCE: /* x and out; a fused job's residual, weight and residual_out too */
+        return (job->hidden ? 3 : 2) * align64(row * (size_t)world) +
+               (job->hidden ? align64(row) + align64((size_t)job->hidden * kl_dtype_size((enum kl_dtype)job->dtype)) : 0);
     case KL_AR_STREAMS: return 0;
     default: return align64((size_t)job->calls * (size_t)world * sizeof(uint64_t));
     }
@@ -53,6 +55,15 @@ int kl_ar_run_add(struct kl_ar_run *run, const struct kl_ar_job *job, const stru
         memcpy(run->data + j->x_off, p->x.data, row * (size_t)b->world);
         j->out_off = run->used + align64(row * (size_t)b->world);
         memset(run->data + j->out_off, 0xff, row * (size_t)b->world); /* a rank that writes nothing shows */
+        if (j->hidden) {
+            const size_t wrow = (size_t)j->hidden * kl_dtype_size((enum kl_dtype)j->dtype);
+            j->ro_off = j->out_off + align64(row * (size_t)b->world);
+            j->res_off = j->ro_off + align64(row * (size_t)b->world);
+            j->w_off = j->res_off + align64(row);
+            memset(run->data + j->ro_off, 0xff, row * (size_t)b->world);
+            memcpy(run->data + j->res_off, p->residual.data, row);
+            memcpy(run->data + j->w_off, p->weight.data, wrow);
+        }
     } else {
         j->out_off = run->used;
     }
@@ -75,6 +86,15 @@ void kl_ar_run_output(const struct kl_ar_run *run, int j, int r, double *out)
     for (int64_t i = 0; i < job->n; i++) out[i] = kl_load_elem(t, o, (size_t)i);
 }
 
+void kl_ar_run_fused_output(const struct kl_ar_run *run, int j, int r, double *out, double *residual_out)
+{
+    const struct kl_ar_job *job = &run->b->job[j];
+    const enum kl_dtype t = (enum kl_dtype)job->dtype;
+    kl_ar_run_output(run, j, r, out);
+    const unsigned char *o = run->data + job->ro_off + (size_t)r * (size_t)job->n * kl_dtype_size(t);
+    for (int64_t i = 0; residual_out && i < job->n; i++) residual_out[i] = kl_load_elem(t, o, (size_t)i);
+}
+
 int kl_ar_run_identical(const struct kl_ar_run *run, int j, char *why, size_t len)
 {
     const struct kl_ar_job *job = &run->b->job[j];
@@ -91,15 +111,17 @@ int kl_ar_run_identical(const struct kl_ar_run *run, int j, char *why, size_t le
         return 0;
     }
     const size_t es = kl_dtype_size((enum kl_dtype)job->dtype), row = (size_t)job->n * es;
-    const unsigned char *o = run->data + job->out_off;
-    for (int r = 1; r < world; r++) {
-        if (memcmp(o, o + (size_t)r * row, row) == 0) continue;
-        size_t i = 0;
-        while (i < (size_t)job->n && memcmp(o + i * es, o + (size_t)r * row + i * es, es) == 0) i++;
-        snprintf(why, len, "rank %d's out[%zu] = %.9g, rank 0's = %.9g: the ranks do not hold the same bits", r, i,
-                 kl_load_elem((enum kl_dtype)job->dtype, o + (size_t)r * row, i),
-                 kl_load_elem((enum kl_dtype)job->dtype, o, i));
-        return -1;
+    for (int k = 0; k < (job->hidden ? 2 : 1); k++) { /* out; a fused job's residual_out */
+        const unsigned char *o = run->data + (k ? job->ro_off : job->out_off);
+        for (int r = 1; r < world; r++) {
+            if (memcmp(o, o + (size_t)r * row, row) == 0) continue;
+            size_t i = 0;
+            while (i < (size_t)job->n && memcmp(o + i * es, o + (size_t)r * row + i * es, es) == 0) i++;
+            snprintf(why, len, "rank %d's %s[%zu] = %.9g, rank 0's = %.9g: the ranks do not hold the same bits", r,
+                     k ? "residual_out" : "out", i, kl_load_elem((enum kl_dtype)job->dtype, o + (size_t)r * row, i),
+                     kl_load_elem((enum kl_dtype)job->dtype, o, i));
+            return -1;
+        }
     }
     return 0;
 }
