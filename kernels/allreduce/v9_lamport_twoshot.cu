@@ -1,8 +1,8 @@
 /* v9_lamport_twoshot: v5's two-shot with no barrier: both shots carry their own flag (v8's sentinel).
  *
  * What changed from v5 and v8: v8 sends all of x to every peer, so each rank receives (world-1) x n
- * bytes and sums all n elements; v5 halves that traffic (each rank sums 1/world of the elements,
- * then gathers the rest) but pays two flag round trips. Here the 16-byte units are cut into world
+ * bytes and sums all n elements; v5 moves 2 (world-1)/world x n bytes per rank (each rank sums
+ * 1/world of the elements, then gathers the rest) but pays two flag round trips. Here the 16-byte units are cut into world
  * slices of `chunk` units; rank c owns slice c. Shot 1: each rank stores its x's slice c into slot
  * `rank` of rank c's Lamport buffer. Rank c polls its slots until no element holds the sentinel,
  * sums in rank order in float32, rounds once, and stores the reduced slice into slot c of every
