@@ -479,6 +479,8 @@ static int write_guide(const struct kl_guide_room *room, struct kl_guide *md)
     ar_topology(f, md);
     room->variants(f, md, story_w[0] ? story_w : NULL);
     for (int k = 0; k < 2; k++) ar_story(f, md, story_w, story_v[k]);
+    const char *twoshot = kl_guide_text(md->name, "lamport_twoshot"); /* the Lamport two-shot's call, in words */
+    if (twoshot) fprintf(f, "%s\n\n", twoshot);
     ar_curves(f, md);
     snprintf(path, sizeof path, "%s/img/allreduce-busbw.svg", out);
     ar_svg(path, md);

@@ -15,7 +15,7 @@ trap 'rm -rf "$tmp"' EXIT
 diff -r "$tmp/a" "$tmp/b" > /dev/null || { echo "report is not deterministic:"; diff -r "$tmp/a" "$tmp/b" | head -20; exit 1; }
 g=$tmp/a/allreduce.md
 for section in "## What it computes" "## The machine: GPUs and NVLink" "## The variants" \
-               "## Execution story: one decode-size all-reduce" "## algbw and busbw against NCCL" "## The size switch" \
+               "## Execution story: one decode-size all-reduce" "## One call of the Lamport two-shot" "## algbw and busbw against NCCL" "## The size switch" \
                "## Against the targets" "## Correctness" "## Exercises" "## Reproduce"; do
   grep -q "^$section" "$g" || { echo "allreduce.md lacks '$section'"; exit 1; }
 done
