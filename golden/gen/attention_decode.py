@@ -18,8 +18,9 @@ The multi_* cases verify several draft tokens per request (speculative decoding)
 brings q_len[b] query rows, qo_indptr.npy [batch+1] says which rows of q are its, and query i
 (0-based) of q_len sees the keys t <= kv_len - q_len + i only. They mix q_len 1..8 in one batch,
 hold a request whose every key is a draft token (q_len == kv_len) and, beside it, one with no keys
-and no queries; one is long enough to be split by v3/v4 and one gives 64 rows per kv head (GQA 8
-x 8 tokens). Seeds 950 + i, so the cases above stay byte-identical.
+and no queries; one is long enough to be split by v3/v4 (642 keys = 5 chunks of 128 and 2 more:
+six of its 8 draft tokens see none of the last chunk's keys) and one gives 64 rows per kv head
+(GQA 8 x 8 tokens). Seeds 950 + i, so the cases above stay byte-identical.
 Run: /usr/bin/python3 golden/gen/attention_decode.py && bash golden/gen/manifest.sh
 """
 import numpy as np
@@ -55,7 +56,7 @@ MULTI = [
     ("multi_page1_gqa8_fp16", "fp16", 16, 2, 64, 1, [33, 7, 5, 120], [4, 7, 5, 2], 1.0, 0),
     ("multi_mha_page16_fp32", "fp32", 4, 4, 64, 16, [17, 3, 0, 40], [8, 3, 0, 1], 1.0, 0),
     ("multi_gqa8_q8_page16_bf16", "bf16", 16, 2, 128, 16, [64, 200, 8], [8, 8, 8], 1.0, 0),
-    ("multi_gqa4_split_bf16", "bf16", 8, 2, 64, 16, [1500, 700], [4, 8], 1.0, 8),
+    ("multi_gqa4_split_bf16", "bf16", 8, 2, 64, 16, [1500, 642], [4, 8], 1.0, 8),
 ]
 
 

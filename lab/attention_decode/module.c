@@ -313,7 +313,8 @@ static const struct draft_edge {
     {{4, 8, 8, 64, 16, {17, 3, 0, 40, -1}, KL_F32, 1, "draft tokens, MHA, an empty request"}, {8, 3, 0, 1}},
     {{3, 16, 2, 128, 16, {64, 200, 8, -1}, KL_BF16, 1, "8 draft tokens x GQA 8: 64 rows"}, {8, 8, 8}},
     {{2, 16, 2, 256, 16, {70, 9, -1}, KL_BF16, 1, "draft tokens, head_dim 256"}, {3, 8}},
-    {{3, 8, 2, 128, 5, {3000, 700, 6, -1}, KL_BF16, 1, "draft tokens, long requests: many splits"}, {4, 8, 6}},
+    /* 642 = 5 x 128 + 2: with 128-key chunks, six of the 8 draft tokens see none of the last chunk */
+    {{3, 8, 2, 128, 5, {3000, 642, 6, -1}, KL_BF16, 1, "draft tokens, long requests: many splits"}, {4, 8, 6}},
     {{3, 8, 2, 128, 16, {60, 9, 12, -1}, KL_BF16, 100, "draft tokens, large logits"}, {5, 2, 1}},
     {{2, 6, 2, 64, 16, {50, 17, -1}, KL_F16, 1, "draft tokens, GQA 3"}, {7, 2}},
 };
