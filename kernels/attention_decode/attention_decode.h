@@ -78,7 +78,7 @@ typedef cudaError_t (*kl_attention_decode_launch_fn)(const struct kl_attention_d
  * check when qo_indptr is set. */
 cudaError_t kl_attention_decode_check_params(const struct kl_attention_decode_params *p, const char *variant);
 /* The same checks for a variant that handles several query tokens per request: with qo_indptr
- * set, max_q_len must be 1..KL_DECODE_MAX_Q_LEN and at most max_kv_len. The launcher cannot read
+ * set, max_q_len must be 1..KL_DECODE_MAX_Q_LEN (a bound, like max_kv_len). The launcher cannot read
  * qo_indptr itself (device memory, and the call must stay capturable in a CUDA graph); the host
  * that builds it checks it with kl_attention_decode_check_qo below. */
 cudaError_t kl_attention_decode_check_params_multi(const struct kl_attention_decode_params *p, const char *variant);

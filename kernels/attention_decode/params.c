@@ -27,7 +27,6 @@ static cudaError_t check(const struct kl_attention_decode_params *p, const char 
         bad = "k_cache, v_cache and kv_indices must be set";
     else if (multi && p->qo_indptr && (p->max_q_len < 1 || p->max_q_len > KL_DECODE_MAX_Q_LEN))
         bad = "max_q_len must be 1..8 with qo_indptr set";
-    else if (multi && p->qo_indptr && p->max_q_len > p->max_kv_len) bad = "max_q_len > max_kv_len (q_len <= kv_len)";
     if (!bad && p->qo_indptr && !multi) return cudaErrorNotSupported; /* one query row per request only */
     if (!bad) return cudaSuccess;
     fprintf(stderr,
