@@ -4,7 +4,9 @@
  * pages into contiguous [kv_len, head_dim] matrices. The GQA group's query rows (the qo heads
  * sharing that kv head) against those keys is one matrix product, S = Q K^T, and the output is
  * another, O = P V: both through OpenBLAS. The softmax subtracts each row's max before exp, so
- * large logits cannot overflow. */
+ * large logits cannot overflow. With several query tokens per request, query i of q_len is the
+ * same computation over the first kv_len - q_len + 1 + i keys only (the causal limit), one pair
+ * of products per query token. */
 #include "attention_decode.h"
 
 #include <cblas.h>
@@ -19,14 +21,26 @@ void kl_attention_decode_reference(const double *q, const double *k_cache, const
                                    int64_t kv_heads, int64_t head_dim, int64_t page_size, double sm_scale,
                                    double *out, double *lse)
 {
+    kl_attention_decode_reference_multi(q, k_cache, v_cache, NULL, kv_indptr, kv_indices, kv_last_page_len, batch,
+                                        qo_heads, kv_heads, head_dim, page_size, sm_scale, out, lse);
+}
+
+void kl_attention_decode_reference_multi(const double *q, const double *k_cache, const double *v_cache,
+                                         const int32_t *qo_indptr, const int32_t *kv_indptr,
+                                         const int32_t *kv_indices, const int32_t *kv_last_page_len, int64_t batch,
+                                         int64_t qo_heads, int64_t kv_heads, int64_t head_dim, int64_t page_size,
+                                         double sm_scale, double *out, double *lse)
+{
     const int64_t group = qo_heads / kv_heads, d = head_dim;
     for (int64_t b = 0; b < batch; b++) {
         const int64_t pages = kv_indptr[b + 1] - kv_indptr[b];
         const int64_t kv_len = pages ? (pages - 1) * page_size + kv_last_page_len[b] : 0;
-        double *o_b = out + b * qo_heads * d, *lse_b = lse + b * qo_heads;
-        if (kv_len == 0) {
-            memset(o_b, 0, sizeof(double) * (size_t)(qo_heads * d));
-            for (int64_t h = 0; h < qo_heads; h++) lse_b[h] = -INFINITY;
+        const int64_t row0 = qo_indptr ? qo_indptr[b] : b, q_len = qo_indptr ? qo_indptr[b + 1] - row0 : 1;
+        if (kv_len == 0) { /* no keys: q_len is 0 with qo_indptr, else row b is the empty sum */
+            for (int64_t r = row0; r < row0 + q_len; r++) {
+                memset(out + r * qo_heads * d, 0, sizeof(double) * (size_t)(qo_heads * d));
+                for (int64_t h = 0; h < qo_heads; h++) lse[r * qo_heads + h] = -INFINITY;
+            }
             continue;
         }
         double *k = malloc(sizeof(double) * (size_t)(kv_len * d)), *v = malloc(sizeof(double) * (size_t)(kv_len * d));
@@ -43,20 +57,25 @@ void kl_attention_decode_reference(const double *q, const double *k_cache, const
                 memcpy(k + t * d, k_cache + at, sizeof(double) * (size_t)d);
                 memcpy(v + t * d, v_cache + at, sizeof(double) * (size_t)d);
             }
-            /* S[group, kv_len] = sm_scale * Q_g K^T, Q_g = the group's rows of q (contiguous). */
-            const double *q_g = q + (b * qo_heads + g * group) * d;
-            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)group, (int)kv_len, (int)d, sm_scale, q_g,
-                        (int)d, k, (int)d, 0.0, s, (int)kv_len);
-            for (int64_t i = 0; i < group; i++) {
-                double *row = s + i * kv_len, m = -INFINITY, sum = 0;
-                for (int64_t t = 0; t < kv_len; t++) m = fmax(m, row[t]);
-                for (int64_t t = 0; t < kv_len; t++) sum += row[t] = exp(row[t] - m);
-                for (int64_t t = 0; t < kv_len; t++) row[t] /= sum;
-                lse_b[g * group + i] = m + log(sum);
+            for (int64_t i = 0; i < q_len; i++) {
+                /* Query i sees the first n keys; S[group, n] = sm_scale * Q_g K^T, Q_g = the
+                 * group's rows of q for that token (contiguous). */
+                const int64_t n = kv_len - q_len + 1 + i;
+                double *o_i = out + (row0 + i) * qo_heads * d, *lse_i = lse + (row0 + i) * qo_heads;
+                const double *q_g = q + ((row0 + i) * qo_heads + g * group) * d;
+                cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)group, (int)n, (int)d, sm_scale, q_g, (int)d,
+                            k, (int)d, 0.0, s, (int)n);
+                for (int64_t r = 0; r < group; r++) {
+                    double *row = s + r * n, m = -INFINITY, sum = 0;
+                    for (int64_t t = 0; t < n; t++) m = fmax(m, row[t]);
+                    for (int64_t t = 0; t < n; t++) sum += row[t] = exp(row[t] - m);
+                    for (int64_t t = 0; t < n; t++) row[t] /= sum;
+                    lse_i[g * group + r] = m + log(sum);
+                }
+                /* O_g[group, d] = P V. */
+                cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)group, (int)d, (int)n, 1.0, s, (int)n, v,
+                            (int)d, 0.0, o_i + g * group * d, (int)d);
             }
-            /* O_g[group, d] = P V. */
-            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)group, (int)d, (int)kv_len, 1.0, s,
-                        (int)kv_len, v, (int)d, 0.0, o_b + g * group * d, (int)d);
         }
         free(k), free(v), free(s);
     }

@@ -1,16 +1,32 @@
 /* Decode attention over a paged KV cache (attention_decode): the C ABI every variant implements.
  *
- * One new query token per request b. Its keys and values live in pages of page_size tokens:
- * request b owns pages kv_indices[kv_indptr[b] .. kv_indptr[b+1]-1] (in token order), all full
- * but the last, which holds kv_last_page_len[b] tokens (FlashInfer's CSR layout). So
+ * Each request b brings q_len(b) new query tokens, already appended to its cache: one for plain
+ * decode (qo_indptr NULL), several when a speculative draft of q_len tokens is verified at once.
+ * Query rows are numbered across the batch: request b owns rows qo_indptr[b] .. qo_indptr[b+1]-1
+ * (row b alone when qo_indptr is NULL), so q_len(b) = qo_indptr[b+1] - qo_indptr[b].
+ * Its keys and values live in pages of page_size tokens: request b owns pages
+ * kv_indices[kv_indptr[b] .. kv_indptr[b+1]-1] (in token order), all full but the last, which
+ * holds kv_last_page_len[b] tokens (FlashInfer's CSR layout). So
  *   kv_len(b) = (pages - 1) * page_size + kv_last_page_len[b]     (0 when b has no pages)
  *   token t of b = page kv_indices[kv_indptr[b] + t / page_size], row t % page_size
- * GQA: qo head h reads kv head h / (num_qo_heads / num_kv_heads). For each (b, h):
- *   s_t   = sm_scale * q[b, h, :] . k[t, kv_head(h), :]
- *   out   = sum_t softmax(s)_t * v[t, kv_head(h), :]          lse = log(sum_t exp(s_t))
- * A request with kv_len 0 has out = 0 and lse = -inf. Variants compute in float32 (scores,
- * softmax, accumulation); fast ones round the probabilities to the input dtype before P.V, as
- * every fast attention kernel does (lab/core/compare.c holds the tolerance this implies). */
+ * The new tokens are the last q_len(b) of the kv_len(b) keys, and each sees the keys before it
+ * and itself (causal, aligned to the end of the keys): query i (0-based) of request b sees keys
+ *   t < n_i = kv_len(b) - q_len(b) + 1 + i        (n_i = kv_len(b) for q_len 1: every key)
+ * GQA: qo head h reads kv head h / (num_qo_heads / num_kv_heads). For each query row r = the
+ * i-th of request b, and each qo head h:
+ *   s_t   = sm_scale * q[r, h, :] . k[t, kv_head(h), :]            for t < n_i
+ *   out[r, h] = sum_{t < n_i} softmax(s)_t * v[t, kv_head(h), :]   lse[r, h] = log(sum_{t < n_i} exp(s_t))
+ * q_len(b) <= kv_len(b), so a query row always sees at least one key; a request with kv_len 0
+ * has no query rows when qo_indptr is set, and with qo_indptr NULL its row has out = 0 and
+ * lse = -inf. Variants compute in float32 (scores, softmax, accumulation); fast ones round the
+ * probabilities to the input dtype before P.V, as every fast attention kernel does
+ * (lab/core/compare.c holds the tolerance this implies).
+ *
+ * Several query tokens are an opt-in: kl_attention_decode_check_params, which every launcher
+ * starts with, answers cudaErrorNotSupported when qo_indptr is set (a SKIP for the checkers,
+ * never a wrong answer from a variant that reads row b as request b); a variant that handles
+ * qo_indptr starts with kl_attention_decode_check_params_multi instead, and that call is its
+ * declaration of support. */
 #ifndef KL_KERNELS_ATTENTION_DECODE_H
 #define KL_KERNELS_ATTENTION_DECODE_H
 
@@ -25,14 +41,14 @@ extern "C" {
 #endif
 
 struct kl_attention_decode_params {
-    const void *q;                    /* [batch, num_qo_heads, head_dim] */
+    const void *q;                    /* [rows, num_qo_heads, head_dim]: rows = qo_indptr[batch], or batch */
     const void *k_cache;              /* [num_pages, page_size, num_kv_heads, head_dim] */
     const void *v_cache;              /* [num_pages, page_size, num_kv_heads, head_dim] */
     const int32_t *kv_indptr;         /* [batch + 1], non-decreasing, kv_indptr[0] = 0 */
     const int32_t *kv_indices;        /* [kv_indptr[batch]]: page numbers < num_pages */
     const int32_t *kv_last_page_len;  /* [batch]: 1..page_size for a request with pages */
-    void *out;                        /* [batch, num_qo_heads, head_dim] */
-    float *lse;                       /* [batch, num_qo_heads]: natural log; -inf when kv_len is 0 */
+    void *out;                        /* [rows, num_qo_heads, head_dim] */
+    float *lse;                       /* [rows, num_qo_heads]: natural log; -inf when kv_len is 0 */
     int64_t batch;
     int64_t num_qo_heads;             /* a multiple of num_kv_heads */
     int64_t num_kv_heads;
@@ -44,15 +60,35 @@ struct kl_attention_decode_params {
     enum kl_dtype dtype;              /* q, both caches and out: KL_F32, KL_F16 or KL_BF16 */
     void *workspace;                  /* split-KV partials and merge counters, zeroed once */
     size_t workspace_bytes;           /* kl_attention_decode_workspace_bytes() */
+    const int32_t *qo_indptr;         /* [batch + 1] or NULL (one query row per request): qo_indptr[0] = 0,
+                                       * non-decreasing, q_len(b) <= kv_len(b) and <= max_q_len */
+    int64_t max_q_len;                /* host-side bound on every q_len when qo_indptr is set (1..
+                                       * KL_DECODE_MAX_Q_LEN): sizes grids and the workspace; unread when NULL */
 };
 
 typedef cudaError_t (*kl_attention_decode_launch_fn)(const struct kl_attention_decode_params *p,
                                                      cudaStream_t stream);
 
+/* The most query tokens per request the ABI takes (draft lengths of speculative decoding). */
+#define KL_DECODE_MAX_Q_LEN 8
+
 /* Shape and pointer checks every launcher starts with: cudaErrorInvalidValue with the argument
  * at fault printed to stderr, or cudaSuccess. A variant that does not handle this dtype or
- * head_dim returns cudaErrorNotSupported (the checkers report a SKIP, not a FAIL). */
+ * head_dim returns cudaErrorNotSupported (the checkers report a SKIP, not a FAIL); so does this
+ * check when qo_indptr is set. */
 cudaError_t kl_attention_decode_check_params(const struct kl_attention_decode_params *p, const char *variant);
+/* The same checks for a variant that handles several query tokens per request: with qo_indptr
+ * set, max_q_len must be 1..KL_DECODE_MAX_Q_LEN (a bound, like max_kv_len). The launcher cannot read
+ * qo_indptr itself (device memory, and the call must stay capturable in a CUDA graph); the host
+ * that builds it checks it with kl_attention_decode_check_qo below. */
+cudaError_t kl_attention_decode_check_params_multi(const struct kl_attention_decode_params *p, const char *variant);
+/* Host copies of qo_indptr [batch + 1] and the kv lengths [batch]: 0, or -1 with the argument at
+ * fault and the request in why (qo_indptr[0] != 0, a decrease, q_len > kv_len, q_len > max_q_len). */
+int kl_attention_decode_check_qo(const int32_t *qo_indptr, const int64_t *kv_len, int64_t batch, int64_t max_q_len,
+                                 char *why, size_t len);
+/* Query rows per request the grids and the workspace are sized for: max_q_len with qo_indptr
+ * set, else 1. */
+int64_t kl_attention_decode_q_rows(const struct kl_attention_decode_params *p);
 
 /* How split-KV variants cut the keys: every request's keys in chunks of `chunk` tokens (a
  * multiple of `granule`), so request b runs ceil(kv_len(b) / chunk) blocks per kv head, at most
@@ -71,9 +107,9 @@ struct kl_decode_split kl_attention_decode_split(const struct kl_attention_decod
                                                  int64_t max_chunk);
 
 /* Workspace for any split plan of this shape (the `sms` argument is kept for plans that depend
- * on the device): per (request, qo head, split) a partial output of head_dim floats plus its
- * max and sum, and one merge counter per (request, kv head, head block). Zero it once; kernels
- * leave it zeroed. */
+ * on the device): per (request, query slot < q_rows, qo head, split) a partial output of
+ * head_dim floats plus its max and sum, and one merge counter per (request, kv head, block of 8
+ * of the group x q_rows rows). Zero it once; kernels leave it zeroed. */
 size_t kl_attention_decode_workspace_bytes(const struct kl_attention_decode_params *p, int sms);
 /* The workspace a plan of `splits` needs (launchers check workspace_bytes against it). */
 size_t kl_attention_decode_workspace_for(const struct kl_attention_decode_params *p, int splits);

@@ -25,38 +25,48 @@ __device__ __forceinline__ int64_t kv_offset(const kl_attention_decode_params &p
 }
 
 /* The split-KV workspace (sized by kl_attention_decode_workspace_bytes): first one merge counter
- * per (request, kv head, head block), then per (split, request, qo head) a partial row: the
- * unnormalised output acc[head_dim], the running max m (log2 units) and the sum l. */
+ * per (request, kv head, block of 8 of its group x q_rows rows), then per (split, query row, qo
+ * head) a partial row: the unnormalised output acc[head_dim], the running max m (log2 units) and
+ * the sum l. Query rows are numbered as in out; q_rows (kl_attention_decode_q_rows: max_q_len with
+ * several query tokens, else 1) bounds them at batch x q_rows. */
 __device__ __forceinline__ unsigned *counters(const kl_attention_decode_params &p)
 {
     return static_cast<unsigned *>(p.workspace);
 }
 
-__device__ __forceinline__ float *partial(const kl_attention_decode_params &p, int split, int b, int h)
+__device__ __forceinline__ float *partial(const kl_attention_decode_params &p, int split, int row, int h,
+                                          int64_t q_rows = 1)
 {
     const int64_t group = p.num_qo_heads / p.num_kv_heads;
-    const int64_t n_counters = p.batch * p.num_kv_heads * ((group + 7) / 8);
+    const int64_t n_counters = p.batch * p.num_kv_heads * ((group * q_rows + 7) / 8);
     float *base = reinterpret_cast<float *>(static_cast<char *>(p.workspace) +
                                             (n_counters * sizeof(unsigned) + 255) / 256 * 256);
-    return base + ((split * p.batch + b) * p.num_qo_heads + h) * (p.head_dim + 2);
+    return base + ((split * p.batch * q_rows + row) * p.num_qo_heads + h) * (p.head_dim + 2);
 }
 
-/* The final outputs of heads h0 .. h0 + nh - 1 of request b from their `splits` partials,
- * computed by the whole block (every thread must call it; it synchronises once). With M = max
- * m_s, the weights w_s = 2^(m_s - M) put every partial on one scale: out = sum acc_s w_s / L and
- * lse = ln 2 (M + log2 L), L = sum l_s w_s. Phase 1: one warp per head computes its weights into
- * w (shared, nh * (splits + 2) floats) with shuffles only; phase 2: every thread sums its (head,
- * dim) outputs over the splits, independent loads the compiler can keep in flight together.
- * Partials were written by other blocks: read through L2 (__ldcg), never from a stale L1 line. */
-template <typename T>
-__device__ __forceinline__ void merge_partials(const kl_attention_decode_params &p, int b, int h0, int nh, int splits,
-                                               float *w)
+/* Row r of what a block merges: query row `row` (of out), qo head h0 + h. */
+struct out_row {
+    int row, h0, h;
+};
+
+/* The final outputs of nr (query row, qo head) pairs, at(r) for r < nr, from their `splits`
+ * partials, computed by the whole block (every thread must call it; it synchronises once). With
+ * M = max m_s, the weights w_s = 2^(m_s - M) put every partial on one scale: out = sum acc_s w_s
+ * / L and lse = ln 2 (M + log2 L), L = sum l_s w_s. Phase 1: one warp per pair computes its
+ * weights into w (shared, nr * (splits + 2) floats) with shuffles only; phase 2: every thread
+ * sums its (pair, dim) outputs over the splits, independent loads the compiler can keep in flight
+ * together. Partials were written by other blocks: read through L2 (__ldcg), never from a stale
+ * L1 line. */
+template <typename T, typename At>
+__device__ __forceinline__ void merge_partials_at(const kl_attention_decode_params &p, int nr, int splits, float *w,
+                                                  int64_t q_rows, At at)
 {
     const int hd = (int)p.head_dim, lane = threadIdx.x % 32, stride = splits + 2;
-    for (int h = threadIdx.x / 32; h < nh; h += blockDim.x / 32) {
+    for (int h = threadIdx.x / 32; h < nr; h += blockDim.x / 32) {
+        const out_row o = at(h);
         float *wh = w + h * stride, m = -INFINITY, l = 0;
         for (int s = lane; s < splits; s += 32) {
-            const float *ps = partial(p, s, b, h0 + h);
+            const float *ps = partial(p, s, o.row, o.h0 + o.h, q_rows);
             wh[s] = __ldcg(ps + hd); /* m_s, until it becomes the weight */
             m = fmaxf(m, wh[s]);
         }
@@ -64,21 +74,31 @@ __device__ __forceinline__ void merge_partials(const kl_attention_decode_params 
         for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
         for (int s = lane; s < splits; s += 32) {
             wh[s] = exp2f(wh[s] - m);
-            l += __ldcg(partial(p, s, b, h0 + h) + hd + 1) * wh[s];
+            l += __ldcg(partial(p, s, o.row, o.h0 + o.h, q_rows) + hd + 1) * wh[s];
         }
         l = kl::warp_sum(l);
         if (lane == 0) wh[splits] = m, wh[splits + 1] = l;
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < nh * hd; i += blockDim.x) {
+    for (int i = threadIdx.x; i < nr * hd; i += blockDim.x) {
         const int h = i / hd, d = i % hd;
+        const out_row o = at(h);
         const float *wh = w + h * stride;
         float acc = 0;
-        for (int s = 0; s < splits; s++) acc += __ldcg(partial(p, s, b, h0 + h) + d) * wh[s];
-        static_cast<T *>(p.out)[((int64_t)b * p.num_qo_heads + h0 + h) * hd + d] = kl::from_f32<T>(acc / wh[splits + 1]);
+        for (int s = 0; s < splits; s++) acc += __ldcg(partial(p, s, o.row, o.h0 + o.h, q_rows) + d) * wh[s];
+        static_cast<T *>(p.out)[((int64_t)o.row * p.num_qo_heads + o.h0 + o.h) * hd + d] =
+            kl::from_f32<T>(acc / wh[splits + 1]);
         if (d == 0)
-            p.lse[(int64_t)b * p.num_qo_heads + h0 + h] = (wh[splits] + log2f(wh[splits + 1])) * 0.69314718056f;
+            p.lse[(int64_t)o.row * p.num_qo_heads + o.h0 + o.h] = (wh[splits] + log2f(wh[splits + 1])) * 0.69314718056f;
     }
+}
+
+/* merge_partials_at for one query per request: heads h0 .. h0 + nh - 1 of request b. */
+template <typename T>
+__device__ __forceinline__ void merge_partials(const kl_attention_decode_params &p, int b, int h0, int nh, int splits,
+                                               float *w)
+{
+    merge_partials_at<T>(p, nh, splits, w, 1, [=](int h) { return out_row{b, h0, h}; });
 }
 
 /* out = 0 and lse = -inf for a request with no keys (the empty sum). */

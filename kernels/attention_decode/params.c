@@ -1,12 +1,13 @@
 /* The argument checks every attention_decode launcher starts with, the split-KV plan and its
  * workspace. */
+#include <stdbool.h>
 #include <stdio.h>
 
 #include <cuda_runtime_api.h>
 
 #include "attention_decode.h"
 
-cudaError_t kl_attention_decode_check_params(const struct kl_attention_decode_params *p, const char *variant)
+static cudaError_t check(const struct kl_attention_decode_params *p, const char *variant, bool multi)
 {
     const char *bad = NULL;
     if (p->batch < 0) bad = "batch < 0";
@@ -24,13 +25,50 @@ cudaError_t kl_attention_decode_check_params(const struct kl_attention_decode_pa
         bad = "q, kv_indptr, kv_last_page_len, out and lse must be set";
     else if (p->batch > 0 && p->num_pages > 0 && (!p->k_cache || !p->v_cache || !p->kv_indices))
         bad = "k_cache, v_cache and kv_indices must be set";
+    else if (multi && p->qo_indptr && (p->max_q_len < 1 || p->max_q_len > KL_DECODE_MAX_Q_LEN))
+        bad = "max_q_len must be 1..8 with qo_indptr set";
+    if (!bad && p->qo_indptr && !multi) return cudaErrorNotSupported; /* one query row per request only */
     if (!bad) return cudaSuccess;
     fprintf(stderr,
             "attention_decode %s: %s (batch=%lld num_qo_heads=%lld num_kv_heads=%lld head_dim=%lld page_size=%lld "
-            "num_pages=%lld)\n",
+            "num_pages=%lld max_q_len=%lld)\n",
             variant, bad, (long long)p->batch, (long long)p->num_qo_heads, (long long)p->num_kv_heads,
-            (long long)p->head_dim, (long long)p->page_size, (long long)p->num_pages);
+            (long long)p->head_dim, (long long)p->page_size, (long long)p->num_pages, (long long)p->max_q_len);
     return cudaErrorInvalidValue;
+}
+
+cudaError_t kl_attention_decode_check_params(const struct kl_attention_decode_params *p, const char *variant)
+{
+    return check(p, variant, false);
+}
+
+cudaError_t kl_attention_decode_check_params_multi(const struct kl_attention_decode_params *p, const char *variant)
+{
+    return check(p, variant, true);
+}
+
+int kl_attention_decode_check_qo(const int32_t *qo_indptr, const int64_t *kv_len, int64_t batch, int64_t max_q_len,
+                                 char *why, size_t len)
+{
+    if (qo_indptr[0] != 0) return snprintf(why, len, "qo_indptr[0] = %d, must be 0", qo_indptr[0]), -1;
+    for (int64_t b = 0; b < batch; b++) {
+        const int64_t q_len = (int64_t)qo_indptr[b + 1] - qo_indptr[b];
+        if (q_len < 0)
+            return snprintf(why, len, "qo_indptr decreases at request %lld (%d then %d)", (long long)b, qo_indptr[b],
+                            qo_indptr[b + 1]), -1;
+        if (q_len > kv_len[b])
+            return snprintf(why, len, "qo_indptr: request %lld has %lld query tokens but %lld keys (q_len <= kv_len)",
+                            (long long)b, (long long)q_len, (long long)kv_len[b]), -1;
+        if (q_len > max_q_len)
+            return snprintf(why, len, "qo_indptr: request %lld has %lld query tokens, max_q_len %lld", (long long)b,
+                            (long long)q_len, (long long)max_q_len), -1;
+    }
+    return 0;
+}
+
+int64_t kl_attention_decode_q_rows(const struct kl_attention_decode_params *p)
+{
+    return p->qo_indptr ? p->max_q_len : 1;
 }
 
 struct kl_decode_split kl_attention_decode_split(const struct kl_attention_decode_params *p, int sms,
@@ -52,8 +90,10 @@ struct kl_decode_split kl_attention_decode_split(const struct kl_attention_decod
 size_t kl_attention_decode_workspace_for(const struct kl_attention_decode_params *p, int splits)
 {
     const int64_t group = p->num_qo_heads / (p->num_kv_heads > 0 ? p->num_kv_heads : 1);
-    const size_t counters = (size_t)(p->batch * p->num_kv_heads * ((group + 7) / 8)) * sizeof(unsigned);
-    const size_t partials = (size_t)splits * (size_t)(p->batch * p->num_qo_heads) * (size_t)(p->head_dim + 2) * 4;
+    const int64_t q_rows = kl_attention_decode_q_rows(p) > 1 ? kl_attention_decode_q_rows(p) : 1;
+    const size_t counters = (size_t)(p->batch * p->num_kv_heads * ((group * q_rows + 7) / 8)) * sizeof(unsigned);
+    const size_t partials =
+        (size_t)splits * (size_t)(p->batch * q_rows * p->num_qo_heads) * (size_t)(p->head_dim + 2) * 4;
     return (counters + 255) / 256 * 256 + partials;
 }
 

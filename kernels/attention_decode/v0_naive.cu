@@ -9,6 +9,8 @@
  * head's keys again, and two block-wide reductions per key serialise the block: expect a small
  * fraction of the read bandwidth. That is the point of the ladder: v1 reads once, v2 once per
  * kv head instead of once per qo head, v3 splits long requests over blocks.
+ * Several query tokens per request (qo_indptr): one block per (request, token, qo head), each
+ * with its own causal limit: query i of q_len sees the first kv_len - q_len + 1 + i keys.
  * Run alone: build/kernlab bench attention_decode --variant v0_naive */
 #include "kernels/attention_decode/decode.cuh"
 #include "kernels/variant.h"
@@ -17,9 +19,13 @@ template <typename T>
 static __global__ void decode_v0(const kl_attention_decode_params p)
 {
     const int b = blockIdx.x, h = blockIdx.y, group = (int)(p.num_qo_heads / p.num_kv_heads), g = h / group;
-    const int d = (int)p.head_dim, n = kl::decode::kv_len(p, b);
-    if (n == 0) return kl::decode::write_empty<T>(p, b, h, threadIdx.x, blockDim.x);
-    const T *q = static_cast<const T *>(p.q) + ((int64_t)b * p.num_qo_heads + h) * d;
+    const int d = (int)p.head_dim, kv_len = kl::decode::kv_len(p, b), i = blockIdx.z;
+    /* Query row of token i of request b, and how many keys it sees. */
+    const int row = p.qo_indptr ? p.qo_indptr[b] + i : b, q_len = p.qo_indptr ? p.qo_indptr[b + 1] - p.qo_indptr[b] : 1;
+    if (i >= q_len) return; /* a request with fewer tokens than the grid's max_q_len */
+    const int n = kv_len - q_len + 1 + i;
+    if (n == 0) return kl::decode::write_empty<T>(p, row, h, threadIdx.x, blockDim.x);
+    const T *q = static_cast<const T *>(p.q) + ((int64_t)row * p.num_qo_heads + h) * d;
     const T *k_cache = static_cast<const T *>(p.k_cache), *v_cache = static_cast<const T *>(p.v_cache);
 
     /* The score of token t: this thread's slice of the dot product, summed over the block. */
@@ -43,22 +49,22 @@ static __global__ void decode_v0(const kl_attention_decode_params p)
             if (i < d) acc[j] += prob * kl::to_f32(v[i]);
         }
     }
-    T *out = static_cast<T *>(p.out) + ((int64_t)b * p.num_qo_heads + h) * d;
+    T *out = static_cast<T *>(p.out) + ((int64_t)row * p.num_qo_heads + h) * d;
     for (int j = 0; j < 2; j++) {
         const int i = threadIdx.x + j * blockDim.x;
         if (i < d) out[i] = kl::from_f32<T>(acc[j] / l);
     }
-    if (threadIdx.x == 0) p.lse[(int64_t)b * p.num_qo_heads + h] = m + logf(l);
+    if (threadIdx.x == 0) p.lse[(int64_t)row * p.num_qo_heads + h] = m + logf(l);
 }
 
 static cudaError_t launch(const struct kl_attention_decode_params *p, cudaStream_t stream)
 {
-    cudaError_t rc = kl_attention_decode_check_params(p, "v0_naive");
+    cudaError_t rc = kl_attention_decode_check_params_multi(p, "v0_naive");
     if (rc != cudaSuccess || p->batch == 0) return rc;
-    const dim3 grid((unsigned)p->batch, (unsigned)p->num_qo_heads);
+    const dim3 grid((unsigned)p->batch, (unsigned)p->num_qo_heads, (unsigned)kl_attention_decode_q_rows(p));
     KL_DISPATCH_FLOAT(p->dtype, T, decode_v0<T><<<grid, 128, 0, stream>>>(*p));
     return cudaGetLastError();
 }
 
 KL_VARIANT(attention_decode, v0_naive, launch, .min_cc = 70,
-           .summary = "block per (request, qo head), scalar, two passes (max, then sum and P.V)");
+           .summary = "block per (request, query token, qo head), scalar, two passes (max, then sum and P.V)");

@@ -14,26 +14,38 @@
 
 struct kl_attention_decode_problem {
     int64_t batch, num_qo_heads, num_kv_heads, head_dim, page_size, num_pages, max_kv_len;
+    int64_t rows, max_q_len; /* query rows (batch without qo_indptr) and the longest q_len (1 without) */
     double sm_scale;
     enum kl_dtype dtype;
-    struct kl_tensor q;                                      /* host, [batch, qo_heads, head_dim] in dtype */
+    struct kl_tensor q;                                      /* host, [rows, qo_heads, head_dim] in dtype */
+    struct kl_tensor qo_indptr;                              /* host, KL_I32 [batch + 1]; data NULL: one query
+                                                              * row per request (the ABI's qo_indptr NULL) */
     struct kl_tensor k_cache, v_cache;                       /* host, [pages, page_size, kv_heads, head_dim] */
     struct kl_tensor kv_indptr, kv_indices, kv_last_page_len; /* host, KL_I32 */
     double logit_bound, v_abs_max;                           /* what the tolerance needs (compare.h) */
 };
 
 /* A random problem: kv_lens[b] tokens for request b in scattered pages (a shuffled pool with
- * spare pages), q and the attended K/V rows N(0,1) (q times q_scale), every other row poison. */
+ * spare pages), q and the attended K/V rows N(0,1) (q times q_scale), every other row poison.
+ * One query row per request (qo_indptr unset); _multi takes q_lens[b] <= kv_lens[b] query rows
+ * per request instead (q_lens NULL: the same problem as the plain call, draw for draw). */
 struct kl_attention_decode_problem *kl_attention_decode_problem_random(int64_t batch, int64_t num_qo_heads,
                                                                        int64_t num_kv_heads, int64_t head_dim,
                                                                        int64_t page_size, const int64_t *kv_lens,
                                                                        enum kl_dtype dtype, double q_scale,
                                                                        uint64_t seed);
+struct kl_attention_decode_problem *kl_attention_decode_problem_random_multi(
+    int64_t batch, int64_t num_qo_heads, int64_t num_kv_heads, int64_t head_dim, int64_t page_size,
+    const int64_t *kv_lens, const int64_t *q_lens, enum kl_dtype dtype, double q_scale, uint64_t seed);
 void kl_attention_decode_problem_free(struct kl_attention_decode_problem *p);
 /* 0, or a message naming `what` and the array at fault: kv_indptr must start at 0, never
  * decrease and end at the number of indices; indices must be < num_pages; kv_last_page_len must
- * be 1..page_size for a request with pages and 0 for one without. Sets max_kv_len. */
+ * be 1..page_size for a request with pages and 0 for one without; qo_indptr, when set, as
+ * kl_attention_decode_check_qo says (q_len <= kv_len, at most KL_DECODE_MAX_Q_LEN) and ending at
+ * the rows of q. Sets max_kv_len, max_q_len and rows. */
 int kl_attention_decode_check_table(struct kl_attention_decode_problem *p, const char *what, struct kl_err *err);
+/* kv_len of request b: (pages - 1) * page_size + its last page's tokens, 0 without pages. */
+int64_t kl_attention_decode_problem_kv_len(const struct kl_attention_decode_problem *p, int64_t b);
 /* logit_bound and v_abs_max over the attended rows. */
 void kl_attention_decode_bounds(struct kl_attention_decode_problem *p);
 

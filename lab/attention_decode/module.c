@@ -15,7 +15,7 @@
 void kl_attention_decode_problem_free(struct kl_attention_decode_problem *p)
 {
     if (!p) return;
-    kl_tensor_free(&p->q), kl_tensor_free(&p->k_cache), kl_tensor_free(&p->v_cache);
+    kl_tensor_free(&p->q), kl_tensor_free(&p->k_cache), kl_tensor_free(&p->v_cache), kl_tensor_free(&p->qo_indptr);
     kl_tensor_free(&p->kv_indptr), kl_tensor_free(&p->kv_indices), kl_tensor_free(&p->kv_last_page_len);
     free(p);
 }
@@ -27,6 +27,11 @@ static int64_t kv_len_of(const struct kl_attention_decode_problem *p, int64_t b)
     const int32_t *indptr = p->kv_indptr.data, *last = p->kv_last_page_len.data;
     const int64_t pages = indptr[b + 1] - indptr[b];
     return pages ? (pages - 1) * p->page_size + last[b] : 0;
+}
+
+int64_t kl_attention_decode_problem_kv_len(const struct kl_attention_decode_problem *p, int64_t b)
+{
+    return kv_len_of(p, b);
 }
 
 /* Calls fn(ctx, page, row) for every attended token of request b, in token order. */
@@ -41,8 +46,8 @@ static int64_t kv_len_of(const struct kl_attention_decode_problem *p, int64_t b)
 static void set_outputs(const void *prob, struct kl_outputs *o)
 {
     const struct kl_attention_decode_problem *p = prob;
-    kl_outputs_set(o, 0, "out", p->dtype, false, p->batch * p->num_qo_heads * p->head_dim);
-    kl_outputs_set(o, 1, "lse", KL_F32, false, p->batch * p->num_qo_heads);
+    kl_outputs_set(o, 0, "out", p->dtype, false, p->rows * p->num_qo_heads * p->head_dim);
+    kl_outputs_set(o, 1, "lse", KL_F32, false, p->rows * p->num_qo_heads);
     kl_outputs_policy(o, 0, kl_policy_attention_out(p->dtype, p->head_dim, p->max_kv_len, p->logit_bound, p->v_abs_max));
     kl_outputs_policy(o, 1, kl_policy_attention_lse(p->head_dim, p->max_kv_len, p->logit_bound));
 }
@@ -73,6 +78,18 @@ int kl_attention_decode_check_table(struct kl_attention_decode_problem *p, const
         if (idx[i] < 0 || idx[i] >= p->num_pages)
             return kl_fail(err, "%skv_indices.npy: kv_indices[%lld] = %d is not a page (num_pages %lld)", what,
                            (long long)i, idx[i], (long long)p->num_pages);
+    p->rows = p->batch, p->max_q_len = 1;
+    if (!p->qo_indptr.data) return 0;
+    const int32_t *qo = p->qo_indptr.data;
+    int64_t *lens = malloc(sizeof(int64_t) * (size_t)(p->batch + 1));
+    char why[200];
+    for (int64_t b = 0; b < p->batch; b++) lens[b] = kv_len_of(p, b);
+    const int bad = kl_attention_decode_check_qo(qo, lens, p->batch, KL_DECODE_MAX_Q_LEN, why, sizeof why);
+    free(lens);
+    if (bad) return kl_fail(err, "%sqo_indptr.npy: %s", what, why);
+    p->rows = qo[p->batch];
+    for (int64_t b = 0; b < p->batch; b++)
+        if (qo[b + 1] - qo[b] > p->max_q_len) p->max_q_len = qo[b + 1] - qo[b];
     return 0;
 }
 
@@ -80,7 +97,7 @@ void kl_attention_decode_bounds(struct kl_attention_decode_problem *p)
 {
     const int64_t d = p->head_dim, row = p->num_kv_heads * d;
     double q_norm = 0, k_norm = 0, v_max = 0;
-    for (int64_t i = 0; i < p->batch * p->num_qo_heads; i++) {
+    for (int64_t i = 0; i < p->rows * p->num_qo_heads; i++) {
         double s = 0;
         for (int64_t j = 0; j < d; j++) s += pow(kl_load_elem(p->dtype, p->q.data, (size_t)(i * d + j)), 2);
         q_norm = fmax(q_norm, sqrt(s));
@@ -115,10 +132,17 @@ static void *load(const struct kl_case *c, struct kl_outputs *expected, struct k
         kl_case_array(c, "v_cache", &vc, false, err) || kl_case_array(c, "kv_indptr", &p->kv_indptr, false, err) ||
         kl_case_array(c, "kv_indices", &p->kv_indices, false, err) ||
         kl_case_array(c, "kv_last_page_len", &p->kv_last_page_len, false, err) ||
-        kl_case_array(c, "out", &out, false, err) || kl_case_array(c, "lse", &lse, false, err))
+        kl_case_array(c, "out", &out, false, err) || kl_case_array(c, "lse", &lse, false, err) ||
+        kl_case_array(c, "qo_indptr", &p->qo_indptr, true, err) < 0)
         goto fail;
     if (kl_tensor_expect(&q, kl_case_path(c, "q.npy", path, sizeof path), 3, (int64_t[]){-1, -1, -1}, err)) goto fail;
     p->batch = q.dims[0], p->num_qo_heads = q.dims[1], p->head_dim = q.dims[2];
+    if (p->qo_indptr.data) { /* several query rows per request: the batch is qo_indptr's */
+        if (kl_tensor_expect(&p->qo_indptr, kl_case_path(c, "qo_indptr.npy", path, sizeof path), 1, (int64_t[]){-1},
+                             err))
+            goto fail;
+        p->batch = p->qo_indptr.dims[0] - 1;
+    }
     if (kl_tensor_expect(&kc, kl_case_path(c, "k_cache.npy", path, sizeof path), 4, (int64_t[]){-1, -1, -1, p->head_dim},
                          err))
         goto fail;
@@ -141,10 +165,10 @@ static void *load(const struct kl_case *c, struct kl_outputs *expected, struct k
                          &p->batch, err) ||
         kl_tensor_expect(&p->kv_indices, kl_case_path(c, "kv_indices.npy", path, sizeof path), 1, (int64_t[]){-1}, err))
         goto fail;
-    const char *ints[3] = {"kv_indptr", "kv_indices", "kv_last_page_len"};
-    const struct kl_tensor *it[3] = {&p->kv_indptr, &p->kv_indices, &p->kv_last_page_len};
-    for (int i = 0; i < 3; i++)
-        if (it[i]->dtype != KL_I32) {
+    const char *ints[4] = {"kv_indptr", "kv_indices", "kv_last_page_len", "qo_indptr"};
+    const struct kl_tensor *it[4] = {&p->kv_indptr, &p->kv_indices, &p->kv_last_page_len, &p->qo_indptr};
+    for (int i = 0; i < 4; i++)
+        if (it[i]->data && it[i]->dtype != KL_I32) {
             snprintf(what, sizeof what, "%s.npy", ints[i]);
             kl_fail(err, "%s: dtype %s, expected <i4", kl_case_path(c, what, path, sizeof path),
                     kl_dtype_name(it[i]->dtype));
@@ -152,6 +176,11 @@ static void *load(const struct kl_case *c, struct kl_outputs *expected, struct k
         }
     snprintf(what, sizeof what, "%s/", c->dir);
     if (kl_attention_decode_check_table(p, what, err)) goto fail;
+    if (p->rows != q.dims[0]) {
+        kl_fail(err, "%sqo_indptr.npy: ends at %lld but q.npy has %lld rows", what, (long long)p->rows,
+                (long long)q.dims[0]);
+        goto fail;
+    }
     double scale;
     if (kl_case_param_double(c, "sm_scale", 1.0 / sqrt((double)p->head_dim), &scale, err)) goto fail;
     p->sm_scale = scale;
@@ -178,6 +207,14 @@ struct kl_attention_decode_problem *kl_attention_decode_problem_random(int64_t b
                                                                        enum kl_dtype dtype, double q_scale,
                                                                        uint64_t seed)
 {
+    return kl_attention_decode_problem_random_multi(batch, num_qo_heads, num_kv_heads, head_dim, page_size, kv_lens,
+                                                    NULL, dtype, q_scale, seed);
+}
+
+struct kl_attention_decode_problem *kl_attention_decode_problem_random_multi(
+    int64_t batch, int64_t num_qo_heads, int64_t num_kv_heads, int64_t head_dim, int64_t page_size,
+    const int64_t *kv_lens, const int64_t *q_lens, enum kl_dtype dtype, double q_scale, uint64_t seed)
+{
     struct kl_attention_decode_problem *p = calloc(1, sizeof *p);
     struct kl_rng rng;
     kl_rng_seed(&rng, seed);
@@ -187,8 +224,15 @@ struct kl_attention_decode_problem *kl_attention_decode_problem_random(int64_t b
                                               .num_kv_heads = num_kv_heads, .head_dim = head_dim,
                                               .page_size = page_size, .num_pages = pages + 2,
                                               .sm_scale = 1.0 / sqrt((double)head_dim), .dtype = dtype};
-    const int64_t qd[3] = {batch, num_qo_heads, head_dim}, cd[4] = {p->num_pages, page_size, num_kv_heads, head_dim};
     const int64_t b1 = batch + 1;
+    int64_t rows = batch;
+    if (q_lens) {
+        kl_tensor_alloc(&p->qo_indptr, KL_I32, 1, &b1);
+        int32_t *qo = p->qo_indptr.data;
+        for (int64_t b = 0; b < batch; b++) qo[b + 1] = qo[b] + (int32_t)q_lens[b];
+        rows = qo[batch];
+    }
+    const int64_t qd[3] = {rows, num_qo_heads, head_dim}, cd[4] = {p->num_pages, page_size, num_kv_heads, head_dim};
     kl_tensor_alloc(&p->q, dtype, 3, qd);
     kl_tensor_alloc(&p->k_cache, dtype, 4, cd), kl_tensor_alloc(&p->v_cache, dtype, 4, cd);
     kl_tensor_alloc(&p->kv_indptr, KL_I32, 1, &b1), kl_tensor_alloc(&p->kv_indices, KL_I32, 1, &pages);
@@ -216,7 +260,8 @@ struct kl_attention_decode_problem *kl_attention_decode_problem_random(int64_t b
         kl_store_elem(dtype, p->v_cache.data, (size_t)i, -KL_DECODE_POISON);
     }
     struct kl_err err;
-    kl_attention_decode_check_table(p, "random problem: ", &err); /* valid by construction; sets max_kv_len */
+    /* Valid by construction (q_lens[b] <= kv_lens[b] is the caller's promise); sets max_kv_len. */
+    KL_CHECK(kl_attention_decode_check_table(p, "random problem: ", &err) == 0, "%s", err.msg);
     const int64_t row = num_kv_heads * head_dim;
     for (int64_t b = 0; b < batch; b++)
         FOR_EACH_TOKEN(p, b, page, r, {
@@ -258,16 +303,37 @@ static const struct edge {
     {0, 8, 2, 128, 16, {-1}, KL_BF16, 1, "empty batch"},
 };
 #define N_EDGES ((int)(sizeof kedges / sizeof kedges[0]))
+/* Several query tokens per request (qo_indptr): q_lens[b] rows for request b. */
+static const struct draft_edge {
+    struct edge e;
+    int64_t q_lens[8];
+} kdrafts[] = {
+    {{8, 32, 8, 128, 16, {37, 16, 60, 9, 100, 23, 50, 8}, KL_BF16, 1, "draft tokens 1..8"}, {1, 2, 3, 4, 5, 6, 7, 8}},
+    {{4, 16, 2, 128, 1, {33, 7, 5, 120, -1}, KL_F16, 1, "draft tokens, page_size 1, GQA 8"}, {4, 7, 5, 2}},
+    {{4, 8, 8, 64, 16, {17, 3, 0, 40, -1}, KL_F32, 1, "draft tokens, MHA, an empty request"}, {8, 3, 0, 1}},
+    {{3, 16, 2, 128, 16, {64, 200, 8, -1}, KL_BF16, 1, "8 draft tokens x GQA 8: 64 rows"}, {8, 8, 8}},
+    {{2, 16, 2, 256, 16, {70, 9, -1}, KL_BF16, 1, "draft tokens, head_dim 256"}, {3, 8}},
+    /* 642 = 5 x 128 + 2: with 128-key chunks, six of the 8 draft tokens see none of the last chunk */
+    {{3, 8, 2, 128, 5, {3000, 642, 6, -1}, KL_BF16, 1, "draft tokens, long requests: many splits"}, {4, 8, 6}},
+    {{3, 8, 2, 128, 16, {60, 9, 12, -1}, KL_BF16, 100, "draft tokens, large logits"}, {5, 2, 1}},
+    {{2, 6, 2, 64, 16, {50, 17, -1}, KL_F16, 1, "draft tokens, GQA 3"}, {7, 2}},
+};
+#define N_DRAFTS ((int)(sizeof kdrafts / sizeof kdrafts[0]))
 #define N_RANDOM 6
+#define N_RANDOM_MULTI 4 /* after the N_RANDOM: q_len 1..8 per request */
 
 static void *make(int i, uint64_t seed, char *label, size_t len)
 {
-    if (i >= N_EDGES + N_RANDOM) return NULL;
+    if (i >= N_EDGES + N_DRAFTS + N_RANDOM + N_RANDOM_MULTI) return NULL;
     struct kl_rng rng;
     kl_rng_seed(&rng, seed * 1000003u + (uint64_t)i);
     struct edge e;
+    int64_t want_q[8] = {0}; /* q_lens of a draft edge; {-2}: drawn 1..8 */
     if (i < N_EDGES) {
         e = kedges[i];
+    } else if (i < N_EDGES + N_DRAFTS) {
+        e = kdrafts[i - N_EDGES].e;
+        memcpy(want_q, kdrafts[i - N_EDGES].q_lens, sizeof want_q);
     } else {
         static const enum kl_dtype types[3] = {KL_F32, KL_F16, KL_BF16};
         static const int64_t dims[3] = {64, 128, 256}, groups[4] = {1, 2, 4, 8}, pages[4] = {1, 5, 16, 16};
@@ -275,17 +341,23 @@ static void *make(int i, uint64_t seed, char *label, size_t len)
         e = (struct edge){1 + kl_rng_range(&rng, 8), kv * groups[kl_rng_range(&rng, 4)], kv,
                           dims[kl_rng_range(&rng, 3)], pages[kl_rng_range(&rng, 4)], {-2, 0, 1200},
                           types[kl_rng_range(&rng, 3)], 1, "random"};
+        if (i >= N_EDGES + N_DRAFTS + N_RANDOM) e.what = "random draft tokens", want_q[0] = -2;
     }
-    int64_t lens[64] = {0};
-    for (int64_t b = 0; b < e.batch && b < 64; b++)
+    int64_t lens[64] = {0}, q_lens[64] = {0};
+    const bool multi = (i >= N_EDGES && i < N_EDGES + N_DRAFTS) || i >= N_EDGES + N_DRAFTS + N_RANDOM;
+    for (int64_t b = 0; b < e.batch && b < 64; b++) {
         lens[b] = e.lens[0] == -2 ? e.lens[1] + kl_rng_range(&rng, e.lens[2] - e.lens[1] + 1) : e.lens[b];
-    snprintf(label, len, "%s:batch=%lld,heads=%lld/%lld,head_dim=%lld,page=%lld,max_kv=%lld,%s", e.what,
+        q_lens[b] = want_q[0] == -2 ? 1 + kl_rng_range(&rng, KL_DECODE_MAX_Q_LEN) : b < 8 ? want_q[b] : 0;
+        if (q_lens[b] > lens[b]) q_lens[b] = lens[b];
+    }
+    snprintf(label, len, "%s:batch=%lld,heads=%lld/%lld,head_dim=%lld,page=%lld,max_kv=%lld,%s%s", e.what,
              (long long)e.batch, (long long)e.qo_heads, (long long)e.kv_heads, (long long)e.head_dim,
-             (long long)e.page_size, (long long)(e.batch ? lens[0] : 0), kl_dtype_name(e.dtype));
+             (long long)e.page_size, (long long)(e.batch ? lens[0] : 0), kl_dtype_name(e.dtype),
+             multi ? ",qo_indptr" : "");
     for (char *c = label; *c; c++)
         if (*c == ' ') *c = '_';
-    return kl_attention_decode_problem_random(e.batch, e.qo_heads, e.kv_heads, e.head_dim, e.page_size, lens, e.dtype,
-                                              e.q_scale, kl_rng_u64(&rng));
+    return kl_attention_decode_problem_random_multi(e.batch, e.qo_heads, e.kv_heads, e.head_dim, e.page_size, lens,
+                                                    multi ? q_lens : NULL, e.dtype, e.q_scale, kl_rng_u64(&rng));
 }
 
 int kl_attention_decode_run_reference(const struct kl_attention_decode_problem *p, struct kl_outputs *o,
@@ -293,9 +365,9 @@ int kl_attention_decode_run_reference(const struct kl_attention_decode_problem *
 {
     double *q = kl_tensor_to_f64(&p->q), *k = kl_tensor_to_f64(&p->k_cache), *v = kl_tensor_to_f64(&p->v_cache);
     set_outputs(p, o);
-    kl_attention_decode_reference(q, k, v, p->kv_indptr.data, p->kv_indices.data, p->kv_last_page_len.data,
-                                  p->batch, p->num_qo_heads, p->num_kv_heads, p->head_dim, p->page_size, p->sm_scale,
-                                  o->o[0].v, o->o[1].v);
+    kl_attention_decode_reference_multi(q, k, v, p->qo_indptr.data, p->kv_indptr.data, p->kv_indices.data,
+                                        p->kv_last_page_len.data, p->batch, p->num_qo_heads, p->num_kv_heads,
+                                        p->head_dim, p->page_size, p->sm_scale, o->o[0].v, o->o[1].v);
     free(q), free(k), free(v);
     return 0;
 }
@@ -305,9 +377,10 @@ static int reference(const void *prob, struct kl_outputs *out, struct kl_err *er
     return kl_attention_decode_run_reference(prob, out, err);
 }
 
-/* The device side (lab/core/tensor_ops.c does the work): inputs uploaded; out and lse poisoned
- * (0xFF bytes are NaN) so an element a variant never writes fails; the workspace zeroed (its
- * merge counters), as a serving engine would allocate it. */
+/* The device side (lab/core/tensor_ops.c does the work): inputs uploaded (qo_indptr only when
+ * the problem has one: the ABI's NULL otherwise); out and lse poisoned (0xFF bytes are NaN) so
+ * an element a variant never writes fails; the workspace zeroed (its merge counters), as a
+ * serving engine would allocate it. */
 static void device(const void *prob, void *params, struct kl_dev_buf *b)
 {
     const struct kl_attention_decode_problem *p = prob;
@@ -316,30 +389,33 @@ static void device(const void *prob, void *params, struct kl_dev_buf *b)
                                              .num_kv_heads = p->num_kv_heads, .head_dim = p->head_dim,
                                              .page_size = p->page_size, .num_pages = p->num_pages,
                                              .max_kv_len = p->max_kv_len, .sm_scale = (float)p->sm_scale,
-                                             .dtype = p->dtype};
+                                             .dtype = p->dtype, .max_q_len = p->qo_indptr.data ? p->max_q_len : 0};
+    k->qo_indptr = p->qo_indptr.data; /* a host pointer only to size the workspace; upload replaces it */
     k->workspace_bytes = kl_attention_decode_workspace_bytes(k, kl_attention_decode_sms());
     const struct kl_tensor *src[6] = {&p->q, &p->k_cache, &p->v_cache, &p->kv_indptr, &p->kv_indices,
                                       &p->kv_last_page_len};
     for (int i = 0; i < 6; i++) b[i] = kl_buf_tensor(src[i], false);
-    b[6] = kl_buf_fill((size_t)(p->batch * p->num_qo_heads * p->head_dim) * kl_dtype_size(p->dtype), 0xFF, false);
-    b[7] = kl_buf_fill((size_t)(p->batch * p->num_qo_heads) * sizeof(float), 0xFF, false);
+    b[6] = kl_buf_fill((size_t)(p->rows * p->num_qo_heads * p->head_dim) * kl_dtype_size(p->dtype), 0xFF, false);
+    b[7] = kl_buf_fill((size_t)(p->rows * p->num_qo_heads) * sizeof(float), 0xFF, false);
     b[8] = kl_buf_fill(k->workspace_bytes, 0, false);
+    if (p->qo_indptr.data) b[9] = kl_buf_tensor(&p->qo_indptr, false);
 }
 
 static void declined(const struct kl_variant *v, const void *prob, struct kl_err *err)
 {
     const struct kl_attention_decode_problem *p = prob;
-    kl_fail(err, "%s: does not handle %s head_dim %lld", v->name, kl_dtype_name(p->dtype), (long long)p->head_dim);
+    kl_fail(err, "%s: does not handle %s head_dim %lld%s", v->name, kl_dtype_name(p->dtype), (long long)p->head_dim,
+            p->qo_indptr.data ? " or several query tokens per request (qo_indptr)" : "");
 }
 
 #define B(field) offsetof(struct kl_attention_decode_params, field)
 KL_TENSOR_OPS(kl_attention_decode_ops, struct kl_attention_decode_params, kl_attention_decode_launch_fn, .load = load,
-              .make = make, .reference = reference, .free = free_problem, .n_bufs = 9,
+              .make = make, .reference = reference, .free = free_problem, .n_bufs = 10,
               .buf_field = {B(q), B(k_cache), B(v_cache), B(kv_indptr), B(kv_indices), B(kv_last_page_len), B(out),
-                            B(lse), B(workspace)},
+                            B(lse), B(workspace), B(qo_indptr)},
               .out_field = {B(out), B(lse)}, .device = device, .outputs = set_outputs, .declined = declined);
 #undef B
 
-KL_MODULE(attention_decode, .summary = "paged GQA decode attention (one query token per request)", .min_cc = 70,
-          .learning_step = 6, .tensor = &kl_attention_decode_ops, .perf = &kl_attention_decode_perf,
+KL_MODULE(attention_decode, .summary = "paged GQA decode attention (one query token per request, or a few draft tokens)",
+          .min_cc = 70, .learning_step = 6, .tensor = &kl_attention_decode_ops, .perf = &kl_attention_decode_perf,
           .tolerance = kl_attention_tolerance_text);

@@ -13,8 +13,18 @@
  *   kv_head_zero          every qo head reads kv head 0
  *   no_sm_scale           the logits are q.k, sm_scale never applied
  * lab/core/compare.c's attention rationale claims to catch each class; their float64 twins
- * (lab/attention_prefill/mutants_reference.c) show on the CPU which goldens catch them. */
+ * (lab/attention_prefill/mutants_reference.c) show on the CPU which goldens catch them.
+ * These read one query token per request and skip problems with several (qo_indptr). One more
+ * is v4_tensor_cores itself, recompiled with its draft tokens' causal limit one key late:
+ *   v4_draft_sees_its_successor  query i of q_len sees kv_len - q_len + 2 + i keys (tensor-core
+ *                         path, the mask applied on the score tile); one token per request unchanged */
+#include <stdio.h>
+#include <stdlib.h>
+#include <type_traits>
+
 #include "kernels/attention_decode/decode.cuh"
+#include "kernels/ptx_sm80.cuh"
+#include "kernels/variant.h"
 #include "lab/core/registry.h"
 
 enum bug {
@@ -96,3 +106,17 @@ KL_VARIANT(attention_decode, mutant_kv_head_zero, launch<KV_HEAD_ZERO>, .min_cc 
            .summary = "every qo head reads kv head 0", .mutant = 1);
 KL_VARIANT(attention_decode, mutant_no_sm_scale, launch<NO_SM_SCALE>, .min_cc = 70,
            .summary = "sm_scale never applied", .mutant = 1);
+
+/* v4 in a namespace of its own (its headers are already in, so only its code lands there), with
+ * its registration left out: v4_tensor_cores is registered once, by its own object. */
+#pragma push_macro("KL_VARIANT")
+#undef KL_VARIANT
+#define KL_VARIANT(...) static_assert(true, "registered below under the mutant's name")
+#define KL_DECODE_V4_CAUSAL_SHIFT 1
+namespace v4_shifted {
+#include "kernels/attention_decode/v4_tensor_cores.cu"
+}
+#pragma pop_macro("KL_VARIANT")
+
+KL_VARIANT(attention_decode, mutant_v4_draft_sees_its_successor, v4_shifted::launch, .min_cc = 80,
+           .summary = "v4_tensor_cores with each draft token's causal limit one key late", .mutant = 1);

@@ -1,9 +1,13 @@
 /* attention_decode workloads for `kernlab bench`: Llama-3.1-8B's attention (32 qo / 8 kv heads,
  * head_dim 128, bf16) decoding one token per request over a paged cache whose pages are
- * scattered (a shuffled page pool, as a long-running server's cache is).
+ * scattered (a shuffled page pool, as a long-running server's cache is). The -qN workloads verify
+ * N draft tokens per request (speculative decoding: qo_indptr, every request N query rows, the
+ * last N of its keys new and causal among themselves) over the same cache shape.
  * Byte model (the fewest bytes a correct kernel moves): every attended K and V row once
- * (kv_len x kv_heads x head_dim x 2 x 2 bytes per request), q, out and lse once, the index arrays
- * once. FLOP model: 4 x kv_len x head_dim per qo head (q.k and p.v, a multiply and an add each).
+ * (kv_len x kv_heads x head_dim x 2 x 2 bytes per request, however many query rows read it), q,
+ * out and lse once per query row, the index arrays once. FLOP model: 4 x head_dim per qo head and
+ * per (query row, key it sees) (q.k and p.v, a multiply and an add each); query i of N sees
+ * kv_len - N + 1 + i keys.
  * The bound is the read bandwidth: decode reads about a thousand times what it writes, so the
  * gate's metric is read_frac (of the streaming-read ceiling), with bw_frac (of the copy) beside.
  * Inputs are made on the device (perf/fill.cu). Re-check: set 0's out and lse are poisoned
@@ -29,7 +33,8 @@ enum { RAGGED = 1 };
 #define HEAD_DIM 128
 #define RAGGED_SEED 20261123u
 
-/* shape: batch, kv_len (ragged: the longest), page_size */
+/* shape: batch, kv_len (ragged: the longest), page_size, query tokens per request (0: one, and
+ * qo_indptr NULL, the plain decode call) */
 static const struct kl_workload kworkloads[] = {
     {"b64-kv8k-p16", "64 requests x 8192 tokens, page 16 (2.1 GB of KV)", {64, 8192, 16}, 0},
     {"b32-kv4k-p1", "32 requests x 4096 tokens, page 1 (SGLang's page size)", {32, 4096, 1}, 0},
@@ -37,7 +42,12 @@ static const struct kl_workload kworkloads[] = {
     {"b128-kv1k-p16", "128 requests x 1024 tokens, page 16", {128, 1024, 16}, 0},
     {"ragged-b64-p16", "64 requests of 1..16384 tokens (seeded), page 16", {64, 16384, 16}, RAGGED},
     {"b8-kv512-p16", "8 requests x 512 tokens, page 16 (small: launch-bound)", {8, 512, 16}, 0},
+    {"b64-kv8k-p16-q4", "b64-kv8k-p16 verifying 4 draft tokens per request (the same KV)", {64, 8192, 16, 4}, 0},
+    {"b16-kv2k-p16-q8", "16 requests x 2048 tokens, page 16, 8 draft tokens each", {16, 2048, 16, 8}, 0},
 };
+
+/* Query rows per request (1 for the plain decode workloads). */
+static int64_t q_len(const struct kl_workload *w) { return w->shape[3] > 1 ? w->shape[3] : 1; }
 
 /* kv_len of every request: fixed per workload (ragged lengths from a fixed seed, so the byte
  * model does not depend on the run's seed). */
@@ -61,15 +71,18 @@ static double kv_tokens(const struct kl_workload *w, int64_t *pages)
 static double bytes(const struct kl_workload *w)
 {
     int64_t pages;
-    const double tokens = kv_tokens(w, &pages), batch = (double)w->shape[0];
-    return tokens * KV_HEADS * HEAD_DIM * 2 * 2 /* K and V */ + 2 * batch * QO_HEADS * HEAD_DIM * 2 /* q, out */ +
-           batch * QO_HEADS * 4 /* lse */ + 4 * ((double)pages + 2 * batch + 1) /* indices */;
+    const double tokens = kv_tokens(w, &pages), batch = (double)w->shape[0], rows = batch * (double)q_len(w);
+    return tokens * KV_HEADS * HEAD_DIM * 2 * 2 /* K and V */ + 2 * rows * QO_HEADS * HEAD_DIM * 2 /* q, out */ +
+           rows * QO_HEADS * 4 /* lse */ + 4 * ((double)pages + 2 * batch + 1) /* indices */ +
+           (q_len(w) > 1 ? 4 * (batch + 1) : 0) /* qo_indptr */;
 }
 
 static double flops(const struct kl_workload *w)
 {
+    /* Per request, its N query rows see N kv_len - N (N - 1) / 2 keys together (N = 1: kv_len). */
     int64_t pages;
-    return 4.0 * kv_tokens(w, &pages) * HEAD_DIM * QO_HEADS;
+    const double n = (double)q_len(w), seen = n * kv_tokens(w, &pages) - (double)w->shape[0] * n * (n - 1) / 2;
+    return 4.0 * seen * HEAD_DIM * QO_HEADS;
 }
 
 static size_t set_bytes(const struct kl_workload *w) { return (size_t)bytes(w); }
@@ -79,6 +92,7 @@ struct state {
     uint64_t seed;
     int sets;
     int64_t *lens, pages;
+    int64_t q_len;          /* query rows per request */
     int32_t *indptr, *last; /* host copies of the page table (shared by every set) */
     int32_t **indices;      /* per set: its own page order */
     struct kl_attention_decode_params *p;
@@ -94,7 +108,9 @@ static void teardown(void *q)
         kl_dev_free((void *)k->kv_indices), kl_dev_free(k->out), kl_dev_free(k->lse), kl_dev_free(k->workspace);
         free(s->indices[i]);
     }
-    if (s->p && s->sets) kl_dev_free((void *)s->p[0].kv_indptr), kl_dev_free((void *)s->p[0].kv_last_page_len);
+    if (s->p && s->sets)
+        kl_dev_free((void *)s->p[0].kv_indptr), kl_dev_free((void *)s->p[0].kv_last_page_len),
+            kl_dev_free((void *)s->p[0].qo_indptr);
     free(s->lens), free(s->indptr), free(s->last), free(s->indices), free(s->p);
     free(s);
 }
@@ -103,7 +119,7 @@ static void *setup(const struct kl_workload *w, int sets, uint64_t seed, struct 
 {
     struct state *s = calloc(1, sizeof *s);
     const int64_t batch = w->shape[0], ps = w->shape[2];
-    s->w = w, s->seed = seed, s->sets = sets;
+    s->w = w, s->seed = seed, s->sets = sets, s->q_len = q_len(w);
     s->lens = malloc(sizeof(int64_t) * (size_t)batch);
     s->indptr = calloc((size_t)batch + 1, sizeof(int32_t)), s->last = calloc((size_t)batch, sizeof(int32_t));
     s->indices = calloc((size_t)sets, sizeof(int32_t *));
@@ -119,18 +135,27 @@ static void *setup(const struct kl_workload *w, int sets, uint64_t seed, struct 
     s->pages = s->indptr[batch];
     struct kl_rng rng;
     kl_rng_seed(&rng, seed);
-    void *indptr_d = NULL, *last_d = NULL;
+    void *indptr_d = NULL, *last_d = NULL, *qo_d = NULL;
     int rc = kl_dev_alloc(&indptr_d, sizeof(int32_t) * (size_t)(batch + 1)) || kl_dev_alloc(&last_d, sizeof(int32_t) * (size_t)batch);
     if (!rc) rc = kl_dev_upload(indptr_d, s->indptr, sizeof(int32_t) * (size_t)(batch + 1)) ||
                   kl_dev_upload(last_d, s->last, sizeof(int32_t) * (size_t)batch);
-    const size_t cache_elems = (size_t)(s->pages * ps * KV_HEADS * HEAD_DIM), q_elems = (size_t)(batch * QO_HEADS * HEAD_DIM);
+    if (!rc && s->q_len > 1) { /* every request s->q_len query rows: qo_indptr = 0, N, 2N, .. */
+        int32_t *qo = malloc(sizeof(int32_t) * (size_t)(batch + 1));
+        for (int64_t b = 0; b <= batch; b++) qo[b] = (int32_t)(b * s->q_len);
+        rc = kl_dev_alloc(&qo_d, sizeof(int32_t) * (size_t)(batch + 1)) ||
+             kl_dev_upload(qo_d, qo, sizeof(int32_t) * (size_t)(batch + 1));
+        free(qo);
+    }
+    const size_t cache_elems = (size_t)(s->pages * ps * KV_HEADS * HEAD_DIM);
+    const size_t q_elems = (size_t)(batch * s->q_len * QO_HEADS * HEAD_DIM);
     for (int i = 0; i < sets && !rc; i++) {
         struct kl_attention_decode_params *k = &s->p[i];
         *k = (struct kl_attention_decode_params){.kv_indptr = indptr_d, .kv_last_page_len = last_d, .batch = batch,
                                                  .num_qo_heads = QO_HEADS, .num_kv_heads = KV_HEADS,
                                                  .head_dim = HEAD_DIM, .page_size = ps, .num_pages = s->pages,
                                                  .max_kv_len = max_len, .sm_scale = (float)(1 / sqrt(HEAD_DIM)),
-                                                 .dtype = KL_BF16};
+                                                 .dtype = KL_BF16, .qo_indptr = qo_d,
+                                                 .max_q_len = s->q_len > 1 ? s->q_len : 0};
         k->workspace_bytes = kl_attention_decode_workspace_bytes(k, kl_attention_decode_sms());
         /* A shuffled page pool: a request's pages are scattered over the cache. */
         int32_t *idx = s->indices[i] = malloc(sizeof(int32_t) * (size_t)s->pages);
@@ -142,7 +167,8 @@ static void *setup(const struct kl_workload *w, int sets, uint64_t seed, struct 
         }
         void *bufs[7] = {0};
         const size_t sizes[7] = {2 * q_elems, 2 * cache_elems, 2 * cache_elems, sizeof(int32_t) * (size_t)s->pages,
-                                 2 * q_elems, sizeof(float) * (size_t)(batch * QO_HEADS), k->workspace_bytes};
+                                 2 * q_elems, sizeof(float) * (size_t)(batch * s->q_len * QO_HEADS),
+                                 k->workspace_bytes};
         for (int j = 0; j < 7 && !rc; j++) rc = kl_dev_alloc(&bufs[j], sizes[j]);
         k->q = bufs[0], k->k_cache = bufs[1], k->v_cache = bufs[2], k->kv_indices = bufs[3], k->out = bufs[4];
         k->lse = bufs[5], k->workspace = bufs[6];
@@ -159,7 +185,7 @@ static void *setup(const struct kl_workload *w, int sets, uint64_t seed, struct 
     if (!rc) rc = kl_dev_sync();
     if (rc) {
         kl_fail(err, "device memory for %d input sets of %s: %s", sets, w->name, kl_cuda_error_string(rc));
-        if (!s->p[0].kv_indptr) kl_dev_free(indptr_d), kl_dev_free(last_d);
+        if (!s->p[0].kv_indptr) kl_dev_free(indptr_d), kl_dev_free(last_d), kl_dev_free(qo_d);
         teardown(s);
         return NULL;
     }
@@ -176,7 +202,7 @@ static int poison(void *q, cudaStream_t stream)
 {
     struct state *s = q;
     const struct kl_attention_decode_params *k = &s->p[0];
-    const size_t rows = (size_t)(k->batch * QO_HEADS);
+    const size_t rows = (size_t)(k->batch * s->q_len * QO_HEADS);
     int rc = (int)cudaMemsetAsync(k->out, 0xff, rows * HEAD_DIM * 2, stream);
     return rc ? rc : (int)cudaMemsetAsync(k->lse, 0xff, rows * sizeof(float), stream);
 }
@@ -203,8 +229,8 @@ static int reference_request(const struct state *s, const char *q, const char *k
                              struct kl_outputs *want, struct kl_err *err)
 {
     const struct kl_attention_decode_params *k = &s->p[0];
-    const int64_t ps = k->page_size, np = s->indptr[b + 1] - s->indptr[b], row = KV_HEADS * HEAD_DIM;
-    const int64_t one[1] = {1}, two[1] = {2}, qd[3] = {1, QO_HEADS, HEAD_DIM}, cd[4] = {np, ps, KV_HEADS, HEAD_DIM};
+    const int64_t ps = k->page_size, np = s->indptr[b + 1] - s->indptr[b], row = KV_HEADS * HEAD_DIM, n = s->q_len;
+    const int64_t one[1] = {1}, two[1] = {2}, qd[3] = {n, QO_HEADS, HEAD_DIM}, cd[4] = {np, ps, KV_HEADS, HEAD_DIM};
     struct kl_attention_decode_problem *p = calloc(1, sizeof *p);
     *p = (struct kl_attention_decode_problem){.batch = 1, .num_qo_heads = QO_HEADS, .num_kv_heads = KV_HEADS,
                                               .head_dim = HEAD_DIM, .page_size = ps, .num_pages = np,
@@ -214,7 +240,11 @@ static int reference_request(const struct state *s, const char *q, const char *k
     kl_tensor_alloc(&p->kv_indices, KL_I32, 1, &np), kl_tensor_alloc(&p->kv_last_page_len, KL_I32, 1, one);
     ((int32_t *)p->kv_indptr.data)[1] = (int32_t)np;
     ((int32_t *)p->kv_last_page_len.data)[0] = s->last[b];
-    const size_t page_bytes = (size_t)(ps * row) * 2, q_bytes = (size_t)(QO_HEADS * HEAD_DIM) * 2;
+    if (n > 1) { /* its n query rows, rows b n .. of the workload's q */
+        kl_tensor_alloc(&p->qo_indptr, KL_I32, 1, two);
+        ((int32_t *)p->qo_indptr.data)[1] = (int32_t)n;
+    }
+    const size_t page_bytes = (size_t)(ps * row) * 2, q_bytes = (size_t)(n * QO_HEADS * HEAD_DIM) * 2;
     memcpy(p->q.data, q + b * q_bytes, q_bytes);
     for (int64_t j = 0; j < np; j++) {
         ((int32_t *)p->kv_indices.data)[j] = (int32_t)j;
@@ -235,7 +265,7 @@ static int reference_request(const struct state *s, const char *q, const char *k
 static int reference(const struct state *s, struct kl_err *err)
 {
     const struct kl_attention_decode_params *k = &s->p[0];
-    const size_t q_bytes = (size_t)(k->batch * QO_HEADS * HEAD_DIM) * 2;
+    const size_t q_bytes = (size_t)(k->batch * s->q_len * QO_HEADS * HEAD_DIM) * 2;
     const size_t cache_bytes = (size_t)(s->pages * k->page_size * KV_HEADS * HEAD_DIM) * 2;
     ref_free();
     char *q = malloc(q_bytes), *kc = malloc(cache_bytes), *vc = malloc(cache_bytes);
@@ -261,13 +291,14 @@ static int check(const struct kl_variant *v, void *q, struct kl_cmp *out, struct
     const struct kl_attention_decode_params *k = &s->p[0];
     if ((ref.w != s->w || ref.seed != s->seed) && reference(s, err)) return -1;
     struct kl_outputs got = {0};
-    kl_outputs_set(&got, 0, "out", KL_BF16, false, k->batch * QO_HEADS * HEAD_DIM);
-    kl_outputs_set(&got, 1, "lse", KL_F32, false, k->batch * QO_HEADS);
+    const int64_t rows = k->batch * s->q_len;
+    kl_outputs_set(&got, 0, "out", KL_BF16, false, rows * QO_HEADS * HEAD_DIM);
+    kl_outputs_set(&got, 1, "lse", KL_F32, false, rows * QO_HEADS);
     int rc = kl_out_download(&got.o[0], k->out, err) || kl_out_download(&got.o[1], k->lse, err) ? -1 : 0;
     memset(out, 0, sizeof *out);
     out->pass = true;
-    for (int64_t b = 0; b < k->batch && !rc; b++) {
-        const int64_t n[2] = {QO_HEADS * HEAD_DIM, QO_HEADS};
+    for (int64_t b = 0; b < k->batch && !rc; b++) { /* request b: its q_len query rows */
+        const int64_t n[2] = {s->q_len * QO_HEADS * HEAD_DIM, s->q_len * QO_HEADS};
         for (int i = 0; i < 2; i++) {
             struct kl_cmp c;
             kl_compare(got.o[i].v + b * n[i], ref.want[b].o[i].v, n[i], ref.want[b].o[i].policy, &c);
@@ -276,7 +307,7 @@ static int check(const struct kl_variant *v, void *q, struct kl_cmp *out, struct
     }
     kl_outputs_free(&got);
     if (rc) return rc;
-    what->checked = what->of = (double)(k->batch * QO_HEADS * (HEAD_DIM + 1));
+    what->checked = what->of = (double)(rows * QO_HEADS * (HEAD_DIM + 1));
     snprintf(what->reason, sizeof what->reason,
              "out and lse of input set 0, every request, poisoned before the replay (the split-KV workspace left as "
              "the previous launches left it), against the float64 reference");
@@ -291,6 +322,7 @@ static cJSON *params(const struct kl_workload *w)
     cJSON_AddNumberToObject(o, w->flags & RAGGED ? "max_kv_len" : "kv_len", (double)w->shape[1]);
     cJSON_AddNumberToObject(o, "kv_tokens", kv_tokens(w, &pages));
     cJSON_AddNumberToObject(o, "page_size", (double)w->shape[2]);
+    if (q_len(w) > 1) cJSON_AddNumberToObject(o, "q_len", (double)q_len(w));
     cJSON_AddNumberToObject(o, "num_qo_heads", QO_HEADS);
     cJSON_AddNumberToObject(o, "num_kv_heads", KV_HEADS);
     cJSON_AddNumberToObject(o, "head_dim", HEAD_DIM);

@@ -48,6 +48,112 @@ Test(attention_decode, reference_gives_zero_and_minus_infinity_for_an_empty_requ
     cr_assert(out[2] == 5 && out[3] == 5, "one key: out is its value");
 }
 
+Test(attention_decode, reference_draft_tokens_see_only_the_keys_up_to_their_own_worked_by_hand)
+{
+    /* One request of two keys, both new: two query rows (q_len 2 = kv_len), one head, head_dim 2,
+     * page_size 1, sm_scale 1, both queries (1, 0). Query 0 sees key 0 alone: out = v_0 = (1, 2)
+     * and lse = s_0 = 1. Query 1 sees both: scores 1 and 0, as in the two-key example above. */
+    const double q[4] = {1, 0, 1, 0}, k[4] = {1, 0, 0, 1}, v[4] = {1, 2, 3, 4};
+    const int32_t qo[2] = {0, 2}, indptr[2] = {0, 2}, indices[2] = {0, 1}, last[1] = {1};
+    double out[4], lse[2];
+    kl_attention_decode_reference_multi(q, k, v, qo, indptr, indices, last, 1, 1, 1, 2, 1, 1.0, out, lse);
+    const double e = exp(1.0), p0 = e / (e + 1), p1 = 1 / (e + 1);
+    cr_assert(out[0] == 1 && out[1] == 2 && lse[0] == 1, "query 0: out %g %g, lse %g; expected 1 2, 1", out[0], out[1],
+              lse[0]);
+    cr_assert_float_eq(out[2], p0 * 1 + p1 * 3, 1e-14);
+    cr_assert_float_eq(out[3], p0 * 2 + p1 * 4, 1e-14);
+    cr_assert_float_eq(lse[1], log(e + 1), 1e-14);
+}
+
+Test(attention_decode, reference_with_one_query_row_per_request_is_the_plain_reference)
+{
+    /* qo_indptr = 0, 1, .., batch names the same rows as NULL: the same numbers, bit for bit. */
+    const int64_t lens[3] = {40, 1, 17}, q_lens[3] = {1, 1, 1};
+    struct kl_attention_decode_problem *p = kl_attention_decode_problem_random(3, 8, 2, 64, 16, lens, KL_F32, 1, 5);
+    struct kl_attention_decode_problem *m =
+        kl_attention_decode_problem_random_multi(3, 8, 2, 64, 16, lens, q_lens, KL_F32, 1, 5);
+    struct kl_outputs a = {0}, b = {0};
+    struct kl_err err;
+    cr_assert_eq(m->rows, 3);
+    cr_assert_eq(memcmp(p->q.data, m->q.data, (size_t)kl_numel(&p->q) * sizeof(float)), 0, "not the same draw");
+    kl_attention_decode_run_reference(p, &a, &err), kl_attention_decode_run_reference(m, &b, &err);
+    for (int o = 0; o < 2; o++)
+        for (int64_t j = 0; j < a.o[o].n; j++)
+            cr_assert(a.o[o].v[j] == b.o[o].v[j], "%s[%lld]: %.17g without qo_indptr, %.17g with", a.o[o].name,
+                      (long long)j, a.o[o].v[j], b.o[o].v[j]);
+    kl_outputs_free(&a), kl_outputs_free(&b);
+    kl_attention_decode_problem_free(p), kl_attention_decode_problem_free(m);
+}
+
+Test(attention_decode, malformed_qo_indptr_is_refused_naming_the_array)
+{
+    const int64_t lens[3] = {5, 9, 3}, q_lens[3] = {2, 8, 3};
+    struct kl_attention_decode_problem *p =
+        kl_attention_decode_problem_random_multi(3, 4, 2, 8, 4, lens, q_lens, KL_F32, 1, 9);
+    int32_t *qo = p->qo_indptr.data;
+    struct kl_err err;
+    cr_assert_eq(kl_attention_decode_check_table(p, "", &err), 0, "%s", err.msg);
+    cr_assert(p->rows == 13 && p->max_q_len == 8, "rows %lld, max_q_len %lld", (long long)p->rows,
+              (long long)p->max_q_len);
+    const struct {
+        int at, value;
+        const char *says;
+    } bad[] = {{0, 1, "qo_indptr[0]"}, {2, 1, "decreases"}, {1, 6, "q_len <= kv_len"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const int32_t keep = qo[bad[i].at];
+        qo[bad[i].at] = bad[i].value;
+        cr_assert_neq(kl_attention_decode_check_table(p, "", &err), 0, "qo_indptr[%d] = %d accepted", bad[i].at,
+                      bad[i].value);
+        cr_assert(strstr(err.msg, "qo_indptr.npy") && strstr(err.msg, bad[i].says), "%s", err.msg);
+        qo[bad[i].at] = keep;
+    }
+    /* More than KL_DECODE_MAX_Q_LEN tokens in a request with the keys for them. */
+    char why[200];
+    const int32_t nine[2] = {0, 9};
+    const int64_t kv[1] = {20};
+    cr_assert_neq(kl_attention_decode_check_qo(nine, kv, 1, KL_DECODE_MAX_Q_LEN, why, sizeof why), 0);
+    cr_assert(strstr(why, "max_q_len"), "%s", why);
+    kl_attention_decode_problem_free(p);
+}
+
+Test(attention_decode, launch_checks_take_qo_indptr_only_from_variants_that_declare_it)
+{
+    /* Host-side checks only (no launch): pointers are placeholders never read. */
+    static int32_t dummy[16];
+    struct kl_attention_decode_params p = {.q = dummy, .k_cache = dummy, .v_cache = dummy, .kv_indptr = dummy,
+                                           .kv_indices = dummy, .kv_last_page_len = dummy, .out = dummy,
+                                           .lse = (float *)dummy, .batch = 2, .num_qo_heads = 8, .num_kv_heads = 2,
+                                           .head_dim = 128, .page_size = 16, .num_pages = 4, .max_kv_len = 40,
+                                           .sm_scale = 0.1f, .dtype = KL_BF16, .qo_indptr = dummy, .max_q_len = 4};
+    cr_assert_eq(kl_attention_decode_check_params(&p, "test"), cudaErrorNotSupported,
+                 "a variant that never declared several query tokens must skip them");
+    cr_assert_eq(kl_attention_decode_check_params_multi(&p, "test"), cudaSuccess);
+    p.max_q_len = 0;
+    cr_assert_eq(kl_attention_decode_check_params_multi(&p, "test"), cudaErrorInvalidValue, "max_q_len 0 accepted");
+    p.max_q_len = KL_DECODE_MAX_Q_LEN + 1;
+    cr_assert_eq(kl_attention_decode_check_params_multi(&p, "test"), cudaErrorInvalidValue, "max_q_len 9 accepted");
+    p.max_q_len = 8, p.max_kv_len = 3; /* a loose bound is still a bound (q_len <= kv_len <= 3) */
+    cr_assert_eq(kl_attention_decode_check_params_multi(&p, "test"), cudaSuccess);
+    p.qo_indptr = NULL, p.max_q_len = 0, p.max_kv_len = 40; /* one token per request: both checks agree */
+    cr_assert_eq(kl_attention_decode_check_params(&p, "test"), cudaSuccess);
+    cr_assert_eq(kl_attention_decode_check_params_multi(&p, "test"), cudaSuccess);
+}
+
+Test(attention_decode, the_workspace_holds_a_partial_for_every_draft_row)
+{
+    /* With qo_indptr the partials are per (split, request x max_q_len slot, head) and the merge
+     * counters per block of 8 of the group x max_q_len rows; without, what it always was. */
+    struct kl_attention_decode_params p = {.batch = 64, .num_qo_heads = 32, .num_kv_heads = 8, .head_dim = 128,
+                                           .page_size = 16, .max_kv_len = 8192};
+    const size_t one = kl_attention_decode_workspace_for(&p, 4);
+    cr_assert_eq(one, (64 * 8 * 4 + 255) / 256 * 256 + (size_t)4 * 64 * 32 * 130 * 4);
+    static int32_t dummy[1];
+    p.qo_indptr = dummy, p.max_q_len = 4;
+    cr_assert_eq(kl_attention_decode_workspace_for(&p, 4),
+                 (64 * 8 * 2 * 4 + 255) / 256 * 256 + (size_t)4 * 64 * 4 * 32 * 130 * 4);
+    cr_assert_eq(kl_attention_decode_q_rows(&p), 4);
+}
+
 /* A problem built by hand: batch 1, `qo` heads over `kv` kv heads, head_dim 2, page_size 2,
  * kv_len 3 (two pages, the second holding 1 token). */
 static struct kl_attention_decode_problem *tiny(int64_t qo, int64_t kv)
@@ -125,6 +231,7 @@ Test(attention_decode, catalogue_covers_the_edges_and_keeps_poison_outside_reque
 {
     char label[200];
     bool page1 = false, odd_page = false, empty = false, partial = false, gqa8 = false, mha = false;
+    bool draft8 = false, all_new = false, draft_page1 = false, mixed = false; /* several query tokens */
     for (int i = 0;; i++) {
         struct kl_attention_decode_problem *p = module()->tensor->make(i, 3, label, sizeof label);
         if (!p) break;
@@ -134,6 +241,16 @@ Test(attention_decode, catalogue_covers_the_edges_and_keeps_poison_outside_reque
         for (int64_t b = 0; b < p->batch; b++) {
             empty |= indptr[b + 1] == indptr[b];
             partial |= indptr[b + 1] > indptr[b] && last[b] < p->page_size;
+        }
+        if (p->qo_indptr.data) {
+            const int32_t *qo = p->qo_indptr.data;
+            bool one = false, more = false;
+            for (int64_t b = 0; b < p->batch; b++) {
+                const int64_t n = qo[b + 1] - qo[b];
+                draft8 |= n == 8, all_new |= n > 1 && n == kl_attention_decode_problem_kv_len(p, b);
+                one |= n == 1, more |= n > 1;
+            }
+            draft_page1 |= p->page_size == 1 && more, mixed |= one && more;
         }
         page1 |= p->page_size == 1, odd_page |= p->page_size % 2 == 1 && p->page_size > 1;
         gqa8 |= p->num_qo_heads / p->num_kv_heads == 8, mha |= p->num_qo_heads == p->num_kv_heads;
@@ -151,6 +268,8 @@ Test(attention_decode, catalogue_covers_the_edges_and_keeps_poison_outside_reque
         module()->tensor->free(p);
     }
     cr_assert(page1 && odd_page && empty && partial && gqa8 && mha);
+    cr_assert(draft8 && all_new && draft_page1 && mixed, "draft tokens: 8 %d, every key new %d, page 1 %d, mixed %d",
+              draft8, all_new, draft_page1, mixed);
 }
 
 Test(attention_decode, split_plans_cover_every_token_and_fit_the_workspace)
@@ -175,24 +294,31 @@ Test(attention_decode, split_plans_cover_every_token_and_fit_the_workspace)
 
 /* ---- the tolerance's claims, each a mutant caught on a golden (lab/core/compare.c) ---- */
 
-/* A decode batch as the mutants read it: a prefill batch of one query per request, not causal. */
+/* A decode batch as the mutants read it: a prefill batch of one query per request, not causal;
+ * with qo_indptr, its draft tokens as prefill queries, causal (the same alignment: the last
+ * query sees every key). */
 static void view(const void *problem, struct kl_attention_view *v)
 {
     const struct kl_attention_decode_problem *p = problem;
+    const int32_t *own = p->qo_indptr.data;
     int32_t *qo = malloc(sizeof(int32_t) * (size_t)(p->batch + 1));
-    for (int64_t b = 0; b <= p->batch; b++) qo[b] = (int32_t)b;
+    for (int64_t b = 0; b <= p->batch; b++) qo[b] = own ? own[b] : (int32_t)b;
     *v = (struct kl_attention_view){
-        .shape = {.batch = p->batch, .total_q = p->batch, .num_qo_heads = p->num_qo_heads,
+        .shape = {.batch = p->batch, .total_q = p->rows, .num_qo_heads = p->num_qo_heads,
                   .num_kv_heads = p->num_kv_heads, .head_dim = p->head_dim, .page_size = p->page_size,
                   .num_pages = p->num_pages, .qo_indptr = qo, .kv_indptr = p->kv_indptr.data,
                   .kv_indices = p->kv_indices.data, .kv_last_page_len = p->kv_last_page_len.data,
-                  .sm_scale = p->sm_scale, .causal = false},
+                  .sm_scale = p->sm_scale, .causal = own != NULL},
         .dtype = p->dtype, .q = kl_tensor_to_f64(&p->q), .k_cache = kl_tensor_to_f64(&p->k_cache),
         .v_cache = kl_tensor_to_f64(&p->v_cache), .qo_indptr = qo};
 }
 
 #define LONG_16BIT "long_8k_repeated_pages", "gqa4_split_kv1500_bf16", "gqa8_split_page5_fp16"
 #define LONG "gqa4_split_kv1500_bf16", "gqa8_split_page5_fp16", "mha_split_page1_fp32", "long_8k_repeated_pages"
+/* The goldens with several query tokens per request (causal within the request's new tokens). */
+#define DRAFTS                                                                                                    \
+    "multi_q1to8_gqa4_page16_bf16", "multi_page1_gqa8_fp16", "multi_mha_page16_fp32", "multi_gqa8_q8_page16_bf16", \
+        "multi_gqa4_split_bf16"
 #define SEVERAL_KV_HEADS                                                                                          \
     "bf16_gqa4_page16_partial", "gqa4_split_kv1500_bf16", "gqa8_split_page5_fp16", "page1_gqa8", "ragged_odd_page3", \
         "kv_len_0_in_batch", "fp32_gqa4_large_logits"
@@ -211,6 +337,10 @@ static const struct kl_attention_claim claims[] = {
       "fp16_mha_page16", "fp32_mha_page1", "head_dim_256", "kv_len_0_in_batch", "page1_gqa8", "ragged_odd_page3",
       "mha_split_page1_fp32"}},
     {KL_ATTN_MUTANT(LSE_LOG2, "lse in log2"), KL_CLAIM_LSE, {"*"}},
+    {KL_ATTN_MUTANT(DIAGONAL_PLUS_ONE, "a draft token sees its successor"), KL_CLAIM_OUT, {DRAFTS}},
+    {KL_ATTN_MUTANT(DIAGONAL_PLUS_ONE, "a draft token sees its successor"), KL_CLAIM_LSE, {DRAFTS}},
+    {KL_ATTN_MUTANT(DIAGONAL_MINUS_ONE, "a draft token misses its own key"), KL_CLAIM_OUT, {DRAFTS}},
+    {KL_ATTN_MUTANT(DIAGONAL_MINUS_ONE, "a draft token misses its own key"), KL_CLAIM_LSE, {DRAFTS}},
     {KL_ATTN_MUTANT(NO_MAX, "no max subtracted"), KL_CLAIM_OUT, {"large_logits"}},
     {KL_ATTN_MUTANT(NO_SM_SCALE, "sm_scale missing"), KL_CLAIM_OUT, {"*", "!kv_len_1"}}, /* 1 key: softmax is 1 */
     {KL_ATTN_MUTANT(NO_SM_SCALE, "sm_scale missing"), KL_CLAIM_LSE, {"*"}},
@@ -263,14 +393,23 @@ ParameterizedTest(int *i, attention_decode_gpu, repeated_launches_give_identical
     const struct kl_variant *v = kl_variant_at("attention_decode", *i, false);
     cr_log_info("variant %s", v->name);
     if (kl_test_skip_reason(v)) cr_skip_test("%s: %s", v->name, kl_test_skip_reason(v));
-    const int64_t lens[3] = {3000, 1, 700};
-    struct kl_attention_decode_problem *p = kl_attention_decode_problem_random(3, 8, 2, 128, 16, lens, KL_BF16, 1, 11);
-    struct kl_attention_decode_params k;
-    struct kl_err err;
-    struct kl_outputs first = {0}, again = {0};
-    cr_assert_eq(kl_tensor_upload(&kl_attention_decode_ops, p, &k, &err), 0, "%s", err.msg);
-    kl_attention_decode_launch_fn f = (kl_attention_decode_launch_fn)v->launch;
-    cr_assert_eq(f(&k, 0), cudaSuccess);
+    /* Once with one query per request, once with draft tokens (their own counters and partials). */
+    const int64_t lens[3] = {3000, 1, 700}, q_lens[3] = {8, 1, 5};
+    for (int multi = 0; multi < 2; multi++) {
+        struct kl_attention_decode_problem *p =
+            kl_attention_decode_problem_random_multi(3, 8, 2, 128, 16, lens, multi ? q_lens : NULL, KL_BF16, 1, 11);
+        struct kl_attention_decode_params k;
+        struct kl_err err;
+        struct kl_outputs first = {0}, again = {0};
+        cr_assert_eq(kl_tensor_upload(&kl_attention_decode_ops, p, &k, &err), 0, "%s", err.msg);
+        kl_attention_decode_launch_fn f = (kl_attention_decode_launch_fn)v->launch;
+        const cudaError_t rc = f(&k, 0);
+        if (multi && rc == cudaErrorNotSupported) { /* the variant does not take draft tokens */
+            kl_tensor_release(&kl_attention_decode_ops, &k);
+            kl_attention_decode_problem_free(p);
+            continue;
+    }
+    cr_assert_eq(rc, cudaSuccess, "%s: %s", v->name, cudaGetErrorString(rc));
     cr_assert_eq(kl_dev_sync(), 0);
     cr_assert_eq(kl_tensor_download(&kl_attention_decode_ops, p, &k, &first, &err), 0, "%s", err.msg);
     for (int r = 0; r < 5; r++) cr_assert_eq(f(&k, 0), cudaSuccess);
@@ -283,6 +422,37 @@ ParameterizedTest(int *i, attention_decode_gpu, repeated_launches_give_identical
                       again.o[o].v[j]);
     kl_outputs_free(&first), kl_outputs_free(&again);
     kl_tensor_release(&kl_attention_decode_ops, &k);
+    kl_attention_decode_problem_free(p);
+    }
+}
+
+Test(attention_decode_gpu, the_draft_token_variants_take_draft_tokens)
+{
+    /* v0_naive and v4_tensor_cores declare several query tokens per request: on such a problem
+     * they must run (and match the reference), not decline it as the others do. */
+    if (!kl_have_gpu()) cr_skip_test("no CUDA device");
+    const char *takes[2] = {"v0_naive", "v4_tensor_cores"};
+    const int64_t lens[4] = {37, 8, 300, 5}, q_lens[4] = {3, 8, 1, 5};
+    struct kl_attention_decode_problem *p =
+        kl_attention_decode_problem_random_multi(4, 32, 8, 128, 16, lens, q_lens, KL_BF16, 1, 13);
+    struct kl_outputs want = {0};
+    struct kl_err err;
+    kl_attention_decode_run_reference(p, &want, &err);
+    for (int i = 0; i < 2; i++) {
+        const struct kl_variant *v = kl_variant_find("attention_decode", takes[i]);
+        cr_assert(v, "%s is not registered", takes[i]);
+        if (kl_test_skip_reason(v)) continue;
+        struct kl_outputs got = {0};
+        const int rc = kl_tensor_run_variant(&kl_attention_decode_ops, v, p, &got, &err);
+        cr_assert_eq(rc, 0, "%s: %s%s", v->name, rc > 0 ? "declined: " : "", err.msg);
+        for (int o = 0; o < 2; o++) {
+            struct kl_cmp c;
+            kl_compare(got.o[o].v, want.o[o].v, want.o[o].n, want.o[o].policy, &c);
+            cr_expect(c.pass, "%s: %s rel_l2 %g", v->name, want.o[o].name, c.rel_l2);
+        }
+        kl_outputs_free(&got);
+    }
+    kl_outputs_free(&want);
     kl_attention_decode_problem_free(p);
 }
 

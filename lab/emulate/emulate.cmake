@@ -48,8 +48,11 @@ function(kl_add_emulator module target driver mutants)
   endforeach()
   add_test(NAME ${module}_emulator_mutants COMMAND ${target} --mutants)
   set_tests_properties(${module}_emulator_mutants PROPERTIES LABELS cpu TIMEOUT 900)
-  # gen.py itself: new variant files picked up, stale mutants and unemulated PTX stop it, lines kept
-  add_test(NAME ${module}_emulator_gen COMMAND ${Python3_EXECUTABLE} ${KL_EMU_SRC}/test_gen.py ${PROJECT_SOURCE_DIR}
-                                              ${mutants})
-  set_tests_properties(${module}_emulator_gen PROPERTIES LABELS cpu TIMEOUT 300)
+  # gen.py itself: new variant files picked up, stale mutants and unemulated PTX stop it, lines kept (its
+  # checks name attention_prefill's files, so it runs with that module)
+  if(module STREQUAL "attention_prefill")
+    add_test(NAME ${module}_emulator_gen COMMAND ${Python3_EXECUTABLE} ${KL_EMU_SRC}/test_gen.py ${PROJECT_SOURCE_DIR}
+                                                ${mutants})
+    set_tests_properties(${module}_emulator_gen PROPERTIES LABELS cpu TIMEOUT 300)
+  endif()
 endfunction()

@@ -1,5 +1,5 @@
-/* A CPU emulation of the CUDA a tensor-core kernel uses (attention_prefill's today), so that the kernels' exact
- * source (gen.py copies it) runs, and is checked, on a machine without a GPU.
+/* A CPU emulation of the CUDA a tensor-core kernel uses (attention_prefill's, attention_decode's), so that the
+ * kernels' exact source (gen.py copies it) runs, and is checked, on a machine without a GPU.
  *
  * Execution. Every CUDA thread of a cluster is a fiber (its own stack, switched in user space) on one
  * OS thread; a fiber runs until it blocks (a barrier, an mbarrier wait, a warp-wide instruction) and
@@ -224,6 +224,7 @@ struct cta {
     emu_dim3 block;
     unsigned rank = 0;
     std::vector<unsigned char> smem, view; /* generic bytes; the async proxy's view of them */
+    alignas(8) unsigned char scalars[64] = {}; /* static __shared__ scalars, 8 bytes each */
     std::vector<chunk> chunks;
     std::map<uint32_t, mbarrier> mbarriers;
     std::map<int, gate> named;
@@ -274,6 +275,7 @@ gate &warp_gate();
 void syncthreads(site s);
 void syncwarp(site s);
 float shfl_xor(float v, int off, unsigned mask, site s);
+uint32_t movmatrix_trans(uint32_t v, site s);
 void ldmatrix(uint32_t *r, uint32_t addr, bool trans, site s);
 void mma_16816(float *d, const uint32_t *a, uint32_t b0, uint32_t b1, bool bf16, site s);
 void cp_async(uint32_t dst, const void *src, int bytes, bool valid, site s);
@@ -294,6 +296,8 @@ void mbar_wait(uint32_t at, int parity, site s);
 void tma_load(uint32_t dst, const CUtensorMap *map, int c0, int c1, int c2, uint32_t bar, uint16_t cta_mask, site s);
 unsigned long long clock();
 unsigned char *dynamic_smem();
+/* Slot i (< 8, 8 bytes each) of the CTA's static __shared__ scalars (gen.py numbers them). */
+unsigned char *cta_scalar(int i);
 
 /* ---- launches ---- */
 struct launch_shape {
@@ -393,6 +397,17 @@ inline size_t __cvta_generic_to_shared(const void *p)
 }
 inline long long clock64() { return (long long)::emu::clock(); }
 template <typename T> inline T __ldg(const T *p) { return *p; }
+/* Between CTAs (a split-KV merge): the launch runs one cluster after another on one OS thread, so an
+ * earlier CTA's stores are all visible, a fence adds nothing and a read-modify-write is atomic. Not
+ * seen: a missing fence or a stale-L1 read (a kernel without them passes here). */
+inline void __threadfence() {}
+inline unsigned atomicAdd(unsigned *p, unsigned v)
+{
+    const unsigned old = *p;
+    *p = old + v;
+    return old;
+}
+template <typename T> inline T __ldcg(const T *p) { return *p; }
 inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((uint64_t)a * b) >> 32); }
 inline float __uint_as_float(uint32_t u)
 {

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Writes the emulation copy of a module's tensor-core kernels (emulator.h says what the emulation
-models). The module is attention_prefill today; its variants are the files, as the registry's are.
+models). The module is the one whose mutants file is named (lab/<module>/emulate/mutants.py:
+attention_prefill, attention_decode); its variants are the files, as the registry's are.
 
   OUT/kernels/ptx_sm80.cuh, ptx_sm90.cuh
                         kernels/ptx_*.cuh with each function holding inline PTX removed and
@@ -12,7 +13,8 @@ models). The module is attention_prefill today; its variants are the files, as t
                         caller's source site. PTX anywhere but kernels/ptx_*.cuh stops the generator.
   OUT/variants_K.cpp    the variants, SHARDS files compiled in parallel: every kernels/<module>/v*.cu that
                         includes one of those headers, unchanged but for its launch (<<<>>> and
-                        cudaLaunchKernelEx become the emulator's), its dynamic shared memory and the
+                        cudaLaunchKernelEx become the emulator's), its shared memory (the dynamic
+                        array, and a static __shared__ scalar: one per CTA) and the
                         registry (KL_VARIANT registers with the emulator), each in a namespace of its
                         own; then the planted bugs of the module's mutants file, as variants named
                         mutant_<what>.
@@ -32,7 +34,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-MODULE = "attention_prefill"
+MODULE = "attention_prefill"  # set from the mutants file's path (set_module)
 KERNELS = "kernels/" + MODULE
 # kernels/ptx_*.cuh and the files of emulated wrappers that shadow their PTX, in include order
 PTX = {"kernels/ptx_sm80.cuh": "sm80.h", "kernels/ptx_sm90.cuh": "sm90.h"}
@@ -295,8 +297,13 @@ def variant_unit(name, path, text, helpers, mutant=None):
             includes.append(line)
             lines[i] = ""
     body = "\n".join(lines)
-    body, n = re.subn(r"extern __shared__ (?:__align__\(\d+\) )?unsigned char (\w+)\[\];",
-                      r"unsigned char *\1 = ::emu::dynamic_smem();", body)
+    body, n = re.subn(r"extern __shared__ (?:__align__\(\d+\) )?(unsigned char|uint4) (\w+)\[\];",
+                      r"\1 *\2 = reinterpret_cast<\1 *>(::emu::dynamic_smem());", body)
+    slots = iter(range(1 << 30))  # each static __shared__ scalar a slot of its own in the CTA
+
+    def scalar(m):
+        return f"{m.group(1)} &{m.group(2)} = *reinterpret_cast<{m.group(1)} *>(::emu::cta_scalar({next(slots)}));"
+    body = re.sub(r"__shared__ (bool|int|unsigned|float) (\w+);", scalar, body)
     body = name_operands(emulated_launches(body))
     emu_name = mutant["name"] if mutant else name
     defs = {
@@ -315,8 +322,16 @@ def variant_unit(name, path, text, helpers, mutant=None):
     return includes, "\n".join(out)
 
 
+def set_module(mutants_path):
+    """The module is the one whose folder holds the mutants file: lab/<module>/emulate/mutants.py."""
+    global MODULE, KERNELS
+    MODULE = os.path.basename(os.path.dirname(os.path.dirname(os.path.abspath(mutants_path))))
+    KERNELS = "kernels/" + MODULE
+
+
 def load_mutants(path):
     """The MUTANTS list of a module's mutants file."""
+    set_module(path)
     spec = importlib.util.spec_from_file_location("mutants", path)
     if not spec:
         die(f"no mutants file {path}")

@@ -242,6 +242,11 @@ void clear_failure() { S.last_failure.clear(); }
 void set_last_error(cudaError_t rc) { S.last_error = rc; }
 unsigned long long clock() { return ++S.clock; }
 unsigned char *dynamic_smem() { return cur->c->smem.data(); }
+unsigned char *cta_scalar(int i)
+{
+    if (i < 0 || i >= 8) fail("more than 8 static __shared__ scalars in one kernel: not emulated");
+    return cur->c->scalars + 8 * i;
+}
 
 /* ---- gates ---- */
 namespace {
@@ -346,6 +351,30 @@ float shfl_xor(float v, int off, unsigned mask, site s)
     float r;
     memcpy(&r, &cur->x[1], 4);
     return r;
+}
+
+/* movmatrix.sync.aligned.m8n8.trans.b16: lane l holds row l / 4, b16 columns 2 (l % 4) (low half) and
+ * 2 (l % 4) + 1 of an 8 x 8 matrix M, and receives the same of M^T: T[r][c] = M[c][r], which lane
+ * 4 c + r / 2 holds in its half r % 2. */
+uint32_t movmatrix_trans(uint32_t v, site s)
+{
+    cur->x[0] = v;
+    collective(warp_gate(), kShfl, s, false, [](std::vector<fiber *> &m) {
+        fiber *lanes[32];
+        by_lane(m, lanes, "movmatrix.trans");
+        uint32_t in[32];
+        for (int l = 0; l < 32; l++) in[l] = (uint32_t)lanes[l]->x[0];
+        for (int l = 0; l < 32; l++) {
+            const int r = l / 4;
+            uint32_t out = 0;
+            for (int h = 0; h < 2; h++) {
+                const int c = 2 * (l % 4) + h;
+                out |= ((in[4 * c + r / 2] >> (16 * (r % 2))) & 0xffffu) << (16 * h);
+            }
+            lanes[l]->x[1] = out;
+        }
+    });
+    return (uint32_t)cur->x[1];
 }
 
 /* ---- named barriers and the cluster barrier ---- */

@@ -11,10 +11,10 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t add
 {
     ::emu::ldmatrix(r, addr, true, emu_at);
 }
-/* No emulated kernel transposes fragments in registers yet: a kernel that does fails here, by name. */
-__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t)
+/* A warp-wide transpose of one 8 x 8 b16 matrix in the mma fragment layout (runtime.cpp). */
+__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x, ::emu::site emu_at = EMU_HERE)
 {
-    ::emu::fail("movmatrix.trans is not emulated (lab/emulate/sm80.h)");
+    return ::emu::movmatrix_trans(x, emu_at);
 }
 template <typename T>
 __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,

@@ -1,0 +1,243 @@
+/* Runs attention_decode's tensor-core variant (its exact source, lab/emulate/gen.py's copy) on the CPU under
+ * the emulation of lab/emulate/emulator.h, through its own launcher, and judges out and lse against the
+ * float64 reference with the module's policy (lab/core/compare.c's attention rows, given what
+ * lab/attention_decode/module.c gives them). Problems with one query per request and with draft tokens
+ * (qo_indptr): q_len 1..8 mixed, q_len = kv_len, an empty request, page sizes 1, 3, 5 and 16, GQA 1 to 8,
+ * head_dim 64/128/256, split requests whose last chunk ends before some draft tokens' limits. Each runs
+ * twice on one workspace (the merge counters must come back to zero). Cache slots past a request's keys
+ * hold NaN, as do the outputs before the launch.
+ *   decode_emulator [--problem N] [NAME...]   the variants named, or all of them
+ *   decode_emulator --mutants [NAME...]       every planted bug of mutants.py must fail with its expected
+ *                                             message on a problem its variant passes
+ *   decode_emulator --list                    the variants and mutants built in */
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/attention_decode/attention_decode.h"
+#include "tc_headers.h"
+extern "C" {
+#include "compare.h"
+#include "kernels/dtype.h"
+#include "reference/attention_decode.h"
+}
+
+namespace {
+
+struct problem {
+    const char *label;
+    enum kl_dtype dtype;
+    int head_dim, qo_heads, kv_heads, page;
+    std::vector<int> kv_lens, q_lens; /* q_lens empty: qo_indptr NULL, one query per request */
+    unsigned seed;
+};
+
+const std::vector<problem> &problems()
+{
+    static const std::vector<problem> ps = {
+        {"one query, GQA 4", KL_BF16, 128, 8, 2, 16, {37, 16, 100, 5, 0}, {}, 1},
+        {"one query, split", KL_F16, 64, 8, 2, 16, {1500, 3, 700}, {}, 2},
+        {"draft tokens 1..8, q_len = kv_len", KL_BF16, 128, 8, 2, 16, {37, 16, 60, 9, 100, 23, 50, 8},
+         {1, 2, 3, 4, 5, 6, 7, 8}, 3},
+        {"8 tokens x GQA 8: 64 rows", KL_BF16, 128, 16, 2, 16, {64, 200, 8}, {8, 8, 8}, 4},
+        {"page 1, GQA 8", KL_F16, 64, 16, 2, 1, {33, 7, 5, 120}, {4, 7, 5, 2}, 5},
+        {"MHA, an empty request", KL_F16, 64, 4, 4, 16, {17, 3, 0, 40}, {8, 3, 0, 1}, 6},
+        {"head_dim 256", KL_BF16, 256, 16, 2, 16, {70, 9}, {3, 8}, 7},
+        {"split, 642 = 5 x 128 + 2", KL_BF16, 64, 8, 2, 16, {1500, 642}, {4, 8}, 8},
+        {"split, page 5", KL_BF16, 128, 8, 2, 5, {3000, 642, 6}, {4, 8, 6}, 9},
+        {"GQA 3", KL_F16, 64, 6, 2, 16, {50, 17}, {7, 2}, 10},
+        {"page 3: two warps, two tiles", KL_BF16, 128, 8, 2, 3, {40, 41}, {3, 2}, 11},
+        {"Llama 32/8, 4 tokens, 8k keys", KL_BF16, 128, 32, 8, 16, {8192, 8190}, {4, 4}, 12},
+    };
+    return ps;
+}
+
+uint16_t to16(enum kl_dtype t, float f) { return t == KL_BF16 ? kl_f32_to_bf16(f) : kl_f32_to_f16(f); }
+double from16(enum kl_dtype t, uint16_t h) { return t == KL_BF16 ? kl_bf16_to_f32(h) : kl_f16_to_f32(h); }
+
+/* PASS, or FAIL and the first line of why (stats: both outputs' errors). */
+bool check(const problem &pr, const emu::variant &variant, std::string &why)
+{
+    std::mt19937 rng(pr.seed);
+    std::normal_distribution<float> normal;
+    const int batch = (int)pr.kv_lens.size(), D = pr.head_dim;
+    const enum kl_dtype t = pr.dtype;
+    const bool multi = !pr.q_lens.empty();
+    int rows = 0, pages = 0, max_q = 1, max_kv = 0;
+    for (int b = 0; b < batch; b++) {
+        const int q = multi ? pr.q_lens[b] : 1;
+        rows += q, max_q = std::max(max_q, q), max_kv = std::max(max_kv, pr.kv_lens[b]);
+        pages += (pr.kv_lens[b] + pr.page - 1) / pr.page;
+    }
+    const int num_pages = pages + 2;
+    std::vector<int32_t> qo(batch + 1), kv_indptr(batch + 1), last(batch), indices(std::max(pages, 1));
+    std::vector<int> order(num_pages);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    for (int i = 0; i < pages; i++) indices[i] = order[i];
+    for (int b = 0; b < batch; b++) {
+        const int n = (pr.kv_lens[b] + pr.page - 1) / pr.page;
+        qo[b + 1] = qo[b] + (multi ? pr.q_lens[b] : 1);
+        kv_indptr[b + 1] = kv_indptr[b] + n;
+        last[b] = n ? pr.kv_lens[b] - (n - 1) * pr.page : 0;
+    }
+    const size_t nq = (size_t)rows * pr.qo_heads * D, nc = (size_t)num_pages * pr.page * pr.kv_heads * D;
+    const uint16_t nan16 = t == KL_BF16 ? 0x7FC0 : 0x7E00;
+    std::vector<uint16_t> q(nq), k(nc), v(nc), out(nq);
+    std::vector<float> lse((size_t)rows * pr.qo_heads);
+    std::vector<double> q64(nq), k64(nc), v64(nc);
+    for (size_t i = 0; i < nq; i++) q[i] = to16(t, normal(rng)), q64[i] = from16(t, q[i]);
+    for (size_t i = 0; i < nc; i++) k[i] = to16(t, normal(rng)), k64[i] = from16(t, k[i]);
+    for (size_t i = 0; i < nc; i++) v[i] = to16(t, normal(rng)), v64[i] = from16(t, v[i]);
+    for (int b = 0; b < batch; b++) { /* NaN past the keys of each last page: 0 x NaN shows a read of them */
+        const int n = kv_indptr[b + 1] - kv_indptr[b];
+        for (int slot = last[b]; n && slot < pr.page; slot++)
+            for (size_t e = 0; e < (size_t)pr.kv_heads * D; e++) {
+                const size_t at = ((size_t)indices[kv_indptr[b] + n - 1] * pr.page + slot) * pr.kv_heads * D + e;
+                k[at] = v[at] = nan16;
+            }
+    }
+    kl_attention_decode_params p{};
+    p.q = q.data(), p.k_cache = k.data(), p.v_cache = v.data(), p.kv_indptr = kv_indptr.data();
+    p.kv_indices = indices.data(), p.kv_last_page_len = last.data(), p.out = out.data(), p.lse = lse.data();
+    p.batch = batch, p.num_qo_heads = pr.qo_heads, p.num_kv_heads = pr.kv_heads, p.head_dim = D;
+    p.page_size = pr.page, p.num_pages = num_pages, p.max_kv_len = max_kv, p.sm_scale = 1.0f / std::sqrt((float)D);
+    p.dtype = t;
+    if (multi) p.qo_indptr = qo.data(), p.max_q_len = max_q;
+    p.workspace_bytes = kl_attention_decode_workspace_bytes(&p, kl_attention_decode_sms());
+    std::vector<unsigned char> workspace(p.workspace_bytes + 16, 0);
+    p.workspace = workspace.data();
+    for (int launch = 0; launch < 2; launch++) {
+        std::fill(out.begin(), out.end(), nan16), std::fill(lse.begin(), lse.end(), NAN);
+        emu::clear_failure();
+        const cudaError_t rc = ((kl_attention_decode_launch_fn)variant.launch)(&p, nullptr);
+        if (rc != cudaSuccess) {
+            why = emu::last_failure().empty() ? "the launcher returned " + std::string(cudaGetErrorName(rc))
+                                              : emu::last_failure().substr(0, emu::last_failure().find('\n'));
+            return false;
+        }
+    }
+    std::vector<double> want_out(nq), want_lse(lse.size()), got_out(nq), got_lse(lse.begin(), lse.end());
+    kl_attention_decode_reference_multi(q64.data(), k64.data(), v64.data(), multi ? qo.data() : nullptr,
+                                        kv_indptr.data(), indices.data(), last.data(), batch, pr.qo_heads,
+                                        pr.kv_heads, D, pr.page, p.sm_scale, want_out.data(), want_lse.data());
+    for (size_t i = 0; i < nq; i++) got_out[i] = from16(t, out[i]);
+    /* The policy's arguments as module.c computes them (kl_attention_decode_bounds): sm_scale times the
+     * largest |q| and |k| (over the attended keys), and the largest |v| there. */
+    auto norm = [D](const double *x) { return std::sqrt(std::inner_product(x, x + D, x, 0.0)); };
+    double q_norm = 0, k_norm = 0, v_max = 0;
+    for (size_t r = 0; r < nq; r += D) q_norm = std::max(q_norm, norm(&q64[r]));
+    const size_t token = (size_t)pr.kv_heads * D; /* elements of one token's row of either cache */
+    for (int b = 0; b < batch; b++)
+        for (int j = 0; j < pr.kv_lens[b]; j++) {
+            const size_t row = ((size_t)indices[kv_indptr[b] + j / pr.page] * pr.page + j % pr.page) * token;
+            for (size_t at = row; at < row + token; at += D) k_norm = std::max(k_norm, norm(&k64[at]));
+            for (size_t at = row; at < row + token; at++) v_max = std::max(v_max, std::fabs(v64[at]));
+        }
+    const double logit = p.sm_scale * q_norm * k_norm;
+    kl_cmp c_out, c_lse;
+    kl_compare(got_out.data(), want_out.data(), (int64_t)nq, kl_policy_attention_out(t, D, max_kv, logit, v_max),
+               &c_out);
+    kl_compare(got_lse.data(), want_lse.data(), (int64_t)lse.size(), kl_policy_attention_lse(D, max_kv, logit), &c_lse);
+    char s[200];
+    snprintf(s, sizeof s, "out rel_l2 %.3g max_abs %.3g, lse rel_l2 %.3g max_abs %.3g", c_out.rel_l2, c_out.max_abs,
+             c_lse.rel_l2, c_lse.max_abs);
+    why = s;
+    if (c_out.pass && c_lse.pass) return true;
+    const kl_cmp &bad = c_out.pass ? c_lse : c_out;
+    why = std::to_string(bad.n_bad) + " elements of " + (c_out.pass ? "lse" : "out") +
+          " outside the attention policy's bound (" + s + ")";
+    return false;
+}
+
+std::string describe(const problem &pr)
+{
+    std::string lens;
+    for (size_t b = 0; b < pr.kv_lens.size(); b++)
+        lens += (b ? "/" : "") + (pr.q_lens.empty() ? "" : std::to_string(pr.q_lens[b]) + ":") +
+                std::to_string(pr.kv_lens[b]);
+    char s[256];
+    snprintf(s, sizeof s, "%s (head_dim %d %s, heads %d/%d, page %d, %s %s)", pr.label, pr.head_dim,
+             kl_dtype_name(pr.dtype), pr.qo_heads, pr.kv_heads, pr.page, pr.q_lens.empty() ? "kv" : "q:kv",
+             lens.c_str());
+    return s;
+}
+
+/* The index of the first problem v fails (its reason in why), or -1; a line per problem run. */
+int run(const emu::variant &v, const std::vector<size_t> &which, std::string &why)
+{
+    for (size_t i : which) {
+        const bool pass = check(problems()[i], v, why);
+        printf("%s %s %s: %s\n", pass ? "PASS" : "FAIL", v.name.c_str(), describe(problems()[i]).c_str(), why.c_str());
+        fflush(stdout);
+        if (!pass) return (int)i;
+    }
+    return -1;
+}
+
+const emu::variant *find_variant(const std::string &name)
+{
+    for (const emu::variant &v : emu::variants())
+        if (v.name == name) return &v;
+    return nullptr;
+}
+
+int usage(const char *why)
+{
+    fprintf(stderr, "decode_emulator: %s\nusage: decode_emulator [--problem N] [NAME...]\n"
+                    "       decode_emulator --mutants [NAME...]\n       decode_emulator --list\n", why);
+    return 2;
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+    bool mutants = false, list = false;
+    std::vector<size_t> which;
+    std::vector<const emu::variant *> chosen;
+    for (int i = 1; i < argc; i++) {
+        const std::string a = argv[i];
+        if (a == "--mutants") mutants = true;
+        else if (a == "--list") list = true;
+        else if (a == "--problem" && i + 1 < argc) which.push_back((size_t)atoi(argv[++i]));
+        else if (a[0] == '-') return usage(("unknown option " + a).c_str());
+        else if (const emu::variant *v = find_variant(a)) chosen.push_back(v);
+        else return usage(("no variant or mutant named " + a).c_str());
+    }
+    if (list) {
+        for (const emu::variant &v : emu::variants()) printf("%s\n", v.name.c_str());
+        return 0;
+    }
+    for (size_t i : which)
+        if (i >= problems().size()) return usage("--problem: no such problem");
+    if (which.empty())
+        for (size_t i = 0; i < problems().size(); i++) which.push_back(i);
+    if (chosen.empty())
+        for (const emu::variant &v : emu::variants())
+            if (v.mutant_of.empty() != mutants) chosen.push_back(&v);
+    int good = 0, bad = 0;
+    for (const emu::variant *v : chosen) {
+        std::string why;
+        const int at = run(*v, which, why);
+        if (v->mutant_of.empty()) {
+            (at < 0 ? good : bad)++;
+            continue;
+        }
+        /* A mutant: caught when it fails with its message on a problem its variant passes. */
+        std::string base_why;
+        const bool base_passes = at >= 0 && check(problems()[at], *find_variant(v->mutant_of), base_why);
+        const bool caught = at >= 0 && base_passes && why.find(v->expect) != std::string::npos;
+        const std::string said = at < 0           ? "passed every problem"
+                                 : !base_passes ? v->mutant_of + " itself fails there: " + base_why
+                                                : why;
+        printf("%s %s (%s): %s\n", caught ? "CAUGHT" : "MISSED", v->name.c_str(), v->mutant_of.c_str(), said.c_str());
+        (caught ? good : bad)++;
+    }
+    printf(mutants ? "%d mutants caught, %d missed\n" : "%d variants passed, %d failed\n", good, bad);
+    return bad != 0;
+}
