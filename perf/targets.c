@@ -54,7 +54,8 @@ int kl_targets_load(struct kl_targets *t, const char *dir, int cc, struct kl_err
             fclose(f);
             kl_targets_free(t);
             return kl_fail(err, "%s:%d: unknown metric '%s' (bw_frac, tc_frac, read_frac, copy_same_bytes_frac, "
-                                "floor_frac, latency_us, latency_vs_nccl, busbw_frac, memcmp_frac or gated_variant)",
+                                "floor_frac, latency_us, latency_vs_nccl, busbw_frac, memcmp_frac, time_vs_composite or "
+                                "gated_variant)",
                            t->path, lineno, r.metric);
         }
         char *end;
@@ -111,13 +112,14 @@ const struct kl_variant *kl_gated_variant(const char *module, int cc, struct kl_
 
 bool kl_metric_lower_is_better(const char *metric)
 {
-    return strcmp(metric, "latency_us") == 0 || strcmp(metric, "latency_vs_nccl") == 0;
+    return strcmp(metric, "latency_us") == 0 || strcmp(metric, "latency_vs_nccl") == 0 ||
+           strcmp(metric, "time_vs_composite") == 0;
 }
 
 bool kl_metric_known(const char *metric)
 {
     static const char *known[] = {"bw_frac",    "tc_frac",         "read_frac",  "copy_same_bytes_frac", "floor_frac",
-                                  "latency_us", "latency_vs_nccl", "busbw_frac", "memcmp_frac"};
+                                  "latency_us", "latency_vs_nccl", "busbw_frac", "memcmp_frac", "time_vs_composite"};
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         if (strcmp(metric, known[i]) == 0) return true;
     return false;

@@ -31,6 +31,18 @@ __device__ __forceinline__ uint32_t e4m3x2(float a, float b)
     return (uint32_t)__nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
 }
 
+/* VEC consecutive elements at x as floats: one 16-byte load, or one element. */
+template <typename T, int VEC> __device__ __forceinline__ void load_chunk(const T *x, float (&out)[VEC])
+{
+    if constexpr (VEC > 1) {
+        const uint4 a = *reinterpret_cast<const uint4 *>(x);
+#pragma unroll
+        for (int r = 0; r < VEC; r++) out[r] = kl::elem_f32<T>(a, r);
+    } else {
+        out[0] = kl::to_f32(x[0]);
+    }
+}
+
 /* VEC elements (8, or 1 for odd shapes) of head h of token blockIdx.x, starting at element e0. */
 template <typename T, bool NEOX, int VEC>
 static __global__ void __launch_bounds__(kThreads)
@@ -72,26 +84,13 @@ static __global__ void __launch_bounds__(kThreads)
 
     const T *x = qkv + (t * heads + h) * (int64_t)head_dim;
     float xv[VEC], o[VEC];
-    if constexpr (VEC > 1) {
-        const uint4 a = *reinterpret_cast<const uint4 *>(x + e0);
-#pragma unroll
-        for (int r = 0; r < VEC; r++) xv[r] = kl::elem_f32<T>(a, r);
-    } else {
-        xv[0] = kl::to_f32(x[e0]);
-    }
+    load_chunk<T, VEC>(x + e0, xv);
 #pragma unroll
     for (int r = 0; r < VEC; r++) o[r] = xv[r];
     if (rotate) {
         float p[VEC]; /* each element's partner */
         if constexpr (NEOX) {
-            const int pe = first_half ? e0 + half : e0 - half;
-            if constexpr (VEC > 1) {
-                const uint4 b = *reinterpret_cast<const uint4 *>(x + pe);
-#pragma unroll
-                for (int r = 0; r < VEC; r++) p[r] = kl::elem_f32<T>(b, r);
-            } else {
-                p[0] = kl::to_f32(x[pe]);
-            }
+            load_chunk<T, VEC>(x + (first_half ? e0 + half : e0 - half), p);
         } else if constexpr (VEC > 1) {
 #pragma unroll
             for (int r = 0; r < VEC; r++) p[r] = xv[r ^ 1];
