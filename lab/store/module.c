@@ -274,4 +274,5 @@ KL_TENSOR_OPS(kl_store_ops, struct kl_store_params, kl_store_launch_fn, .load = 
 #undef B
 
 KL_MODULE(store, .summary = "K/V scatter into a paged KV cache (slot mapping); fused RoPE + FP8 quantize + store", .min_cc = 70, .in_place = "k_cache, v_cache",
+          .tolerance = kl_e4m3_tolerance_text,
           .learning_step = 3, .tensor = &kl_store_ops, .perf = &kl_store_perf);
