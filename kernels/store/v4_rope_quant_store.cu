@@ -1,7 +1,7 @@
 /* v4_rope_quant_store: the fused family's first rung: RoPE, FP8 (e4m3) quantization and the paged store in one
  * kernel, where a decoder otherwise runs rope (q and k rotated in place) and then store (k and v copied to the
- * cache): the fused kernel reads the QKV projection's row once, and writes q once and K/V as one byte an
- * element, where the pair reads q, k twice, writes them twice and stores two bytes an element.
+ * cache): one launch instead of two, k read once instead of twice (rope, then store) and never written back,
+ * and K/V stored at one byte an element instead of two; q is read and written once either way.
  * Work mapping: a thread owns one chunk of 8 elements (16 bytes of bf16/fp16) of one head of one token:
  * grid tokens x (heads x chunks a head, in blocks of <= 256), heads = q heads, then k, then v, as the qkv row
  * holds them, so a warp reads 512 contiguous bytes. A q or k chunk inside rotary_dim is rotated in float32
