@@ -1,4 +1,4 @@
-/* Conversions between float and the 16-bit types, round to nearest, ties to even.
+/* Conversions between float and the 16-bit and 8-bit types, round to nearest, ties to even.
  * Tested on the edge values (largest finite, smallest subnormal, ties, overflow to Inf, NaN)
  * in lab/core/test_core.c. */
 #include "dtype.h"
@@ -11,7 +11,7 @@ static const struct {
     size_t size;
 } kinfo[KL_DTYPE_COUNT] = {
     [KL_F32] = {"fp32", 4}, [KL_F16] = {"fp16", 2}, [KL_BF16] = {"bf16", 2}, [KL_I32] = {"i32", 4},
-    [KL_I64] = {"i64", 8},  [KL_F64] = {"f64", 8},  [KL_U8] = {"u8", 1},
+    [KL_I64] = {"i64", 8},  [KL_F64] = {"f64", 8},  [KL_U8] = {"u8", 1}, [KL_FP8_E4M3] = {"fp8_e4m3", 1},
 };
 
 size_t kl_dtype_size(enum kl_dtype t) { return kinfo[t].size; }
@@ -81,12 +81,43 @@ float kl_f16_to_f32(uint16_t h)
     return bits_f32(sign | ((exp + 127 - 15) << 23) | (man << 13));
 }
 
+/* E4M3: the binade of |f| fixes the spacing of the codes around it (2^(e-3) for a normal of
+ * exponent e, 2^-9 for the subnormals below 2^-6); f / spacing is exact in double, rint rounds it
+ * to the nearest integer, ties to even (the default rounding mode), and the rounded value is
+ * rebuilt into the code. */
+uint8_t kl_f32_to_e4m3(float f)
+{
+    const uint8_t sign = (f32_bits(f) >> 31) ? 0x80 : 0;
+    if (isnan(f)) return sign | 0x7f;
+    const double a = fabs((double)f);
+    if (a >= 448) return sign | 0x7e; /* saturate; [448, 464] would round to 448 anyway */
+    int e;
+    frexp(a, &e); /* a = m 2^e, m in [0.5, 1): the binade [2^(e-1), 2^e) */
+    const double spacing = a < 0x1p-6 ? 0x1p-9 : ldexp(1.0, e - 1 - 3);
+    const double r = rint(a / spacing) * spacing; /* may carry into the next binade: still exact */
+    if (r < 0x1p-6) return sign | (uint8_t)(r / 0x1p-9); /* subnormal (code 8, 2^-6, is the first normal) */
+    frexp(r, &e);
+    const int exp = e - 1, man = (int)(r / ldexp(1.0, exp) * 8) - 8;
+    return sign | (uint8_t)((exp + 7) << 3) | (uint8_t)man;
+}
+
+float kl_e4m3_to_f32(uint8_t c)
+{
+    const int exp = (c >> 3) & 15, man = c & 7;
+    double v;
+    if (exp == 15 && man == 7) v = NAN;
+    else if (exp == 0) v = man * 0x1p-9;
+    else v = ldexp(1.0 + man / 8.0, exp - 7);
+    return (float)((c & 0x80) ? -v : v);
+}
+
 double kl_round_to(enum kl_dtype t, double v)
 {
     switch (t) {
     case KL_F32: return (double)(float)v;
     case KL_F16: return kl_f16_to_f32(kl_f32_to_f16((float)v));
     case KL_BF16: return kl_bf16_to_f32(kl_f32_to_bf16((float)v));
+    case KL_FP8_E4M3: return kl_e4m3_to_f32(kl_f32_to_e4m3((float)v));
     default: return v;
     }
 }
@@ -101,6 +132,7 @@ double kl_load_elem(enum kl_dtype t, const void *buf, size_t i)
     case KL_I64: return (double)((const int64_t *)buf)[i];
     case KL_F64: return ((const double *)buf)[i];
     case KL_U8: return ((const uint8_t *)buf)[i];
+    case KL_FP8_E4M3: return kl_e4m3_to_f32(((const uint8_t *)buf)[i]);
     default: return NAN;
     }
 }
@@ -115,6 +147,7 @@ void kl_store_elem(enum kl_dtype t, void *buf, size_t i, double v)
     case KL_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
     case KL_F64: ((double *)buf)[i] = v; break;
     case KL_U8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+    case KL_FP8_E4M3: ((uint8_t *)buf)[i] = kl_f32_to_e4m3((float)v); break;
     default: break;
     }
 }

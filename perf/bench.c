@@ -265,6 +265,7 @@ int kl_bench_module(const struct kl_bench_args *a)
         for (int j = 0; j < kl_variant_count(a->module->name, mutants); j++) {
             const struct kl_variant *v = kl_variant_at(a->module->name, j, mutants);
             if ((a->variant && strcmp(a->variant, v->name) != 0) || v->min_cc > a->ceil->dev.cc) continue;
+            if (ops->takes && !ops->takes(v, w)) continue; /* the other family's workload */
             kl_bench_progress("%s %s %s", a->module->name, v->name, w->name);
             const bool judge = judged && strcmp(judged, v->name) == 0;
             if (bench_one(a, v, w, copy_us, judge) && a->failures) ++*a->failures;

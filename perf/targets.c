@@ -55,7 +55,7 @@ int kl_targets_load(struct kl_targets *t, const char *dir, int cc, struct kl_err
             kl_targets_free(t);
             return kl_fail(err, "%s:%d: unknown metric '%s' (bw_frac, tc_frac, read_frac, copy_same_bytes_frac, "
                                 "floor_frac, latency_us, latency_vs_nccl, busbw_frac, memcmp_frac, over_allreduce_us, "
-                                "time_vs_peer, time_vs:<workload> or gated_variant)",
+                                "time_vs_composite, time_vs_peer, time_vs:<workload> or gated_variant)",
                            t->path, lineno, r.metric);
         }
         char *end;
@@ -130,15 +130,15 @@ const char *kl_metric_relation_workload(const char *metric)
 bool kl_metric_lower_is_better(const char *metric)
 {
     return strcmp(metric, "latency_us") == 0 || strcmp(metric, "latency_vs_nccl") == 0 ||
-           strcmp(metric, "over_allreduce_us") == 0 || strcmp(metric, "time_vs_peer") == 0 ||
-           kl_metric_relation_workload(metric);
+           strcmp(metric, "over_allreduce_us") == 0 || strcmp(metric, "time_vs_composite") == 0 ||
+           strcmp(metric, "time_vs_peer") == 0 || kl_metric_relation_workload(metric);
 }
 
 bool kl_metric_known(const char *metric)
 {
-    static const char *known[] = {"bw_frac",     "tc_frac",         "read_frac",  "copy_same_bytes_frac",
-                                  "floor_frac",  "latency_us",      "latency_vs_nccl", "busbw_frac",
-                                  "memcmp_frac", "over_allreduce_us", "time_vs_peer"};
+    static const char *known[] = {"bw_frac",     "tc_frac",           "read_frac",         "copy_same_bytes_frac",
+                                  "floor_frac",  "latency_us",        "latency_vs_nccl",   "busbw_frac",
+                                  "memcmp_frac", "over_allreduce_us", "time_vs_composite", "time_vs_peer"};
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         if (strcmp(metric, known[i]) == 0) return true;
     return kl_metric_relation_workload(metric) != NULL;

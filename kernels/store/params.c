@@ -8,6 +8,7 @@
 cudaError_t kl_store_check_params(const struct kl_store_params *p, const char *variant)
 {
     const char *bad = NULL;
+    if (p->fused) return cudaErrorNotSupported; /* the fused family's call: a SKIP, not an error */
     if (p->num_tokens < 0) bad = "num_tokens < 0";
     else if (p->num_tokens > INT32_MAX) bad = "num_tokens > 2^31 - 1";
     else if (p->num_kv_heads < 1) bad = "num_kv_heads < 1";
@@ -20,6 +21,31 @@ cudaError_t kl_store_check_params(const struct kl_store_params *p, const char *v
     if (!bad) return cudaSuccess;
     fprintf(stderr, "store %s: %s (num_tokens=%lld num_kv_heads=%lld head_dim=%lld num_slots=%lld)\n", variant, bad,
             (long long)p->num_tokens, (long long)p->num_kv_heads, (long long)p->head_dim, (long long)p->num_slots);
+    return cudaErrorInvalidValue;
+}
+
+cudaError_t kl_store_check_fused_params(const struct kl_store_params *p, const char *variant)
+{
+    const char *bad = NULL;
+    if (!p->fused) return cudaErrorNotSupported; /* a plain store: a SKIP, not an error */
+    if (p->num_tokens < 0) bad = "num_tokens < 0";
+    else if (p->num_tokens > INT32_MAX) bad = "num_tokens > 2^31 - 1";
+    else if (p->num_kv_heads < 1) bad = "num_kv_heads < 1";
+    else if (p->num_qo_heads < 1 || p->num_qo_heads % p->num_kv_heads) bad = "num_qo_heads must be a multiple of num_kv_heads";
+    else if (p->num_qo_heads + 2 * p->num_kv_heads > 4096) bad = "num_qo_heads + 2 * num_kv_heads > 4096";
+    else if (p->head_dim < 2 || p->head_dim > 1024) bad = "head_dim outside [2, 1024]";
+    else if (p->rotary_dim < 2 || p->rotary_dim > p->head_dim || p->rotary_dim % 2) bad = "rotary_dim must be even, in [2, head_dim]";
+    else if (p->max_pos < 1) bad = "max_pos < 1";
+    else if (p->num_slots < 0) bad = "num_slots < 0";
+    else if (p->num_tokens > 0 && (!p->qkv || !p->q_out || !p->positions || !p->cos_sin_cache || !p->slots ||
+                                   !p->k_scale || !p->v_scale))
+        bad = "qkv, q_out, positions, cos_sin_cache, slots, k_scale and v_scale must be set";
+    else if (p->num_tokens > 0 && p->num_slots > 0 && (!p->k_cache || !p->v_cache)) bad = "k_cache and v_cache must be set";
+    else if (!(p->dtype == KL_F16 || p->dtype == KL_BF16)) bad = "dtype must be fp16 or bf16 (qkv and q_out)";
+    if (!bad) return cudaSuccess;
+    fprintf(stderr, "store %s: %s (num_tokens=%lld qo_heads=%lld kv_heads=%lld head_dim=%lld rotary_dim=%lld)\n",
+            variant, bad, (long long)p->num_tokens, (long long)p->num_qo_heads, (long long)p->num_kv_heads,
+            (long long)p->head_dim, (long long)p->rotary_dim);
     return cudaErrorInvalidValue;
 }
 

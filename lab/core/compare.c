@@ -462,6 +462,65 @@ static void write_allreduce_rmsnorm_text(void)
         U(bf16->rtol), U(bf16->atol));
 }
 
+/* ---- FP8 E4M3 codes: the fused RoPE + quantize + store ---- */
+
+/* What a correct kernel may differ by. The code of element i is e4m3(y_i), y_i = rope(x)_i / scale
+ * (over the head's scale; kernels/store/store.h), rounded to nearest even and saturated at 448. A
+ * kernel computes y_i in float32 from inputs exact in float32 (bf16/fp16 x, float32 cos, sin and
+ * scale): two products x1 c and x2 s, their difference, a reciprocal of the scale and a product,
+ * each one rounding of at most 2^-24 of its magnitude; the reference itself rounds y_i to float32
+ * once before encoding (the encoder's input: kernels/dtype.h). With T_i = (|x1 c| + |x2 s|) / scale
+ * (|x| / scale where nothing is rotated: V, and dims past rotary_dim), every one of those magnitudes
+ * is at most T_i (|y_i| <= T_i), so the kernel's float32 y_i is within 6 x 2^-24 T_i of the float64
+ * one; KE4M3_ROUNDINGS = 8 leaves two roundings for another order of the same operations (a fused
+ * multiply-add, the scale folded into cos and sin). That slack is 2^-21 T_i: the rounding to e4m3
+ * (spacing 2^-3 relative) hides it except within 2^-21 T_i of a tie between two codes. So the policy
+ * is bit-exactness where it can apply: an element's code must be one that rounding some value in
+ * [y_i - slack_i, y_i + slack_i] gives, i.e. the reference's code, or its neighbour only where y_i
+ * is that close to the tie between them. NaN stays NaN (e4m3 has one NaN of each sign; the sign of
+ * a NaN is not judged); a zero carries the sign of y_i unless |y_i| <= slack_i (the kernel may
+ * compute the other sign of a value that small); -0 in gives -0 out (slack 0).
+ * The value error that follows: a code stands for code x scale; rounding to e4m3 moves a normal
+ * (|y| >= 2^-6) by at most 2^-4 |y| (unit roundoff: 3 mantissa bits), a subnormal by at most 2^-10
+ * (half of the spacing 2^-9), and saturation moves |y| > 448 to 448. So |dequant - x| <= 2^-4 |x| +
+ * 2^-10 scale, plus one code step (2^-3 relative) only where the tie rule allows it. This bound is
+ * what the attention reading the cache inherits; it is not what we check, which is the codes.
+ * What it catches (lab/store/test_store_fp8.c, each planted in a copy of the reference and judged
+ * on the goldens): no saturation (a value past 464 becomes NaN, as an unsaturated conversion gives),
+ * the scale applied twice, RoPE applied after the quantization, and on the GPU the wrong head's
+ * scale (lab/store/mutants.cu). A kernel in float32 passes (the test's float32 stand-in). */
+static const double KE4M3_ROUNDINGS = 8, KE4M3_U32 = 0x1p-24;
+
+double kl_e4m3_slack(double terms) { return KE4M3_ROUNDINGS * KE4M3_U32 * terms; }
+
+char kl_e4m3_tolerance_text[1536];
+
+struct kl_policy kl_policy_e4m3(const double *pre, const double *slack)
+{
+    return (struct kl_policy){.why = kl_e4m3_tolerance_text, .e4m3_pre = pre, .e4m3_slack = slack};
+}
+
+static void write_e4m3_text(void)
+{
+    char *b = kl_e4m3_tolerance_text;
+    const size_t len = sizeof kl_e4m3_tolerance_text;
+    size_t off = 0;
+    put(b, len, &off,
+        "FP8 E4M3 caches (the fused RoPE + quantize + store): each code is judged, not its value. The code is "
+        "e4m3(y), y = rope(x) / scale, rounded to nearest even and saturated at 448. A kernel computes y in float32 "
+        "from exact inputs: a handful of roundings, each at most %s of T = (abs(x1 c) + abs(x2 s)) / scale (abs(x) / "
+        "scale where nothing rotates), so its y is within slack = %g x %s T of the float64 one (six roundings, and "
+        "two more for another order of the same operations). ",
+        P2(KE4M3_U32), KE4M3_ROUNDINGS, P2(KE4M3_U32));
+    put(b, len, &off,
+        "Rounding to e4m3 (spacing 2^-3 relative) hides that slack except next to a tie, so a code must be one that "
+        "rounding some value within slack of y gives: the reference's code, or its neighbour only where y lies "
+        "within slack of the tie between them. NaN stays NaN; a zero keeps the sign of y unless abs(y) <= slack, so "
+        "-0 stays -0. In value terms a stored code x scale differs from x by at most 2^-4 abs(x) for a normal code "
+        "(unit roundoff, 3 mantissa bits), 2^-10 scale for a subnormal one (half their spacing 2^-9), and by the "
+        "saturation where abs(x) / scale > 448; that is the error attention inherits from the cache.");
+}
+
 /* ---- the story: the tiny decoder's logits against its float64 forward pass ---- */
 
 /* reference/story.c propagates the variance of every bf16 rounding to a sigma per logit; the
@@ -500,9 +559,22 @@ __attribute__((constructor)) static void write_texts(void)
     write_allreduce_text();
     write_allreduce_rmsnorm_text();
     write_story_text();
+    write_e4m3_text();
 }
 
 static bool same_bits(double a, double b) { return memcmp(&a, &b, sizeof a) == 0; }
+
+/* Whether code g (decoded) is one that rounding a value within slack of pre gives (kl_policy_e4m3). */
+static bool e4m3_code_ok(double g, double w, double pre, double slack)
+{
+    if (same_bits(g, w)) return true;
+    if (isnan(pre) || isnan(w)) return isnan(g);
+    if (isnan(g)) return false;
+    if (g == 0 && w == 0) return fabs(pre) <= slack && slack > 0; /* a zero of the other sign */
+    const double lo = kl_e4m3_to_f32(kl_f32_to_e4m3((float)(pre - slack)));
+    const double hi = kl_e4m3_to_f32(kl_f32_to_e4m3((float)(pre + slack)));
+    return g >= lo && g <= hi;
+}
 
 void kl_compare(const double *got, const double *want, int64_t n, struct kl_policy p, struct kl_cmp *out)
 {
@@ -514,7 +586,10 @@ void kl_compare(const double *got, const double *want, int64_t n, struct kl_poli
     for (int64_t i = 0; i < n; i++) {
         double g = got[i], w = want[i], d = fabs(g - w);
         bool bad;
-        if (p.exact) {
+        if (p.e4m3_pre) {
+            bad = !e4m3_code_ok(g, w, p.e4m3_pre[i], p.e4m3_slack[i]);
+            d = !bad ? (isfinite(d) ? d : 0) : d > 0 && isfinite(d) ? d : INFINITY; /* NaN for NaN: 0 */
+        } else if (p.exact) {
             bad = !same_bits(g, w);
             /* -0 against +0 or two NaNs have no distance that says it: infinitely far. */
             d = !bad ? 0 : d > 0 && isfinite(d) ? d : INFINITY;
@@ -541,7 +616,7 @@ void kl_compare(const double *got, const double *want, int64_t n, struct kl_poli
     }
     out->rel_l2 = ref2 > 0 ? sqrt(err2 / ref2) : sqrt(err2);
     if (out->n_bad) out->rel_l2 = isinf(out->max_abs) ? INFINITY : out->rel_l2;
-    out->pass = out->n_bad == 0 && (p.exact || out->rel_l2 <= p.rel_l2);
+    out->pass = out->n_bad == 0 && (p.exact || p.e4m3_pre || out->rel_l2 <= p.rel_l2);
     if (p.bias_u > 0 && ref2 > 0) {
         out->bias = err_ref / ref2;
         out->bias_limit = KL_BIAS_SIGMAS * p.bias_u * sqrt(ref4) / ref2 + p.bias_floor;

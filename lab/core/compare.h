@@ -37,6 +37,9 @@ struct kl_policy {
     double bias_u;     /* > 0: the bias check's unit (the largest relative error of one element); 0: no check */
     double bias_floor; /* the bias a correct kernel may carry whatever the size (its float32 arithmetic's) */
     bool exact;        /* bit for bit (data movement); the numbers above are then unused */
+    /* e4m3 codes (kl_policy_e4m3): got and want hold decoded codes; pre and slack, per element, the
+     * float64 reference's value before its rounding and the float32 kernel's allowance on it. */
+    const double *e4m3_pre, *e4m3_slack;
 };
 
 /* How many spreads of a correct kernel's bias the bias check allows (compare.c says why 8). */
@@ -82,6 +85,17 @@ double kl_allreduce_residual_bound(int world, enum kl_dtype t, double s, double 
 double kl_allreduce_rmsnorm_bound(enum kl_dtype t, double ref_abs, double ref_max, double w_abs, double b_i,
                                   double b_rms, double rho);
 extern char kl_allreduce_rmsnorm_tolerance_text[];
+
+/* FP8 E4M3 outputs (the fused store's caches), in units of the scale. pre[i]: the float64 value
+ * before its rounding; slack[i] = kl_e4m3_slack(terms[i]), terms[i] the sum of the magnitudes of
+ * the terms that make it. An element passes when its code is one that rounding some value within
+ * slack[i] of pre[i] gives: the reference's own code, or its neighbour across a tie that close.
+ * NaN must stay NaN; a zero's sign must be the reference's unless |pre| <= slack. compare.c derives
+ * the slack and what the value error then is. The policy points into the arrays: they must
+ * outlive the comparison. */
+double kl_e4m3_slack(double terms);
+struct kl_policy kl_policy_e4m3(const double *pre, const double *slack);
+extern char kl_e4m3_tolerance_text[];
 
 /* The story's end-to-end check (sigma per logit: reference/story.c): |gpu - ref| <= this x sigma
  * per logit; ||gpu - ref|| <= kl_story_norm_ratio x ||sigma|| per step. */

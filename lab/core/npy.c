@@ -236,7 +236,8 @@ int kl_npy_write(const char *path, const struct kl_tensor *t, struct kl_err *err
     case KL_F64: descr = "<f8"; break;
     case KL_I32: descr = "<i4"; break;
     case KL_I64: descr = "<i8"; break;
-    case KL_U8: descr = "|u1"; break;
+    case KL_U8:
+    case KL_FP8_E4M3: descr = "|u1"; break; /* fp8 codes: the bytes as they are (CONTRACTS section 4) */
     default: /* f16/bf16 are stored widened, exactly representable in <f4 */
         kl_tensor_convert(&wide, t, KL_F32);
         src = &wide;

@@ -1,5 +1,6 @@
 /* The store lab module: golden-case loading, the check catalogue, running a variant. Tests,
  * `kernlab verify/check/bench` all come through here; the perf workloads are in perf.c. */
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -16,6 +17,9 @@ void kl_store_problem_free(struct kl_store_problem *p)
     if (!p) return;
     kl_tensor_free(&p->k), kl_tensor_free(&p->v), kl_tensor_free(&p->slots);
     kl_tensor_free(&p->k_cache), kl_tensor_free(&p->v_cache);
+    kl_tensor_free(&p->qkv), kl_tensor_free(&p->positions), kl_tensor_free(&p->cos_sin_cache);
+    kl_tensor_free(&p->k_scale), kl_tensor_free(&p->v_scale);
+    free(p->k_pre), free(p->v_pre), free(p->k_slack), free(p->v_slack);
     free(p);
 }
 
@@ -26,6 +30,7 @@ static void free_problem(void *p) { kl_store_problem_free(p); }
 static void set_outputs(const void *prob, struct kl_outputs *o)
 {
     const struct kl_store_problem *p = prob;
+    if (p->fused) return kl_store_fused_outputs(p, o);
     int64_t n = p->num_slots * p->num_kv_heads * p->head_dim;
     kl_outputs_set(o, 0, "k_cache_out", p->dtype, true, n);
     kl_outputs_set(o, 1, "v_cache_out", p->dtype, true, n);
@@ -33,6 +38,13 @@ static void set_outputs(const void *prob, struct kl_outputs *o)
 
 static void *load(const struct kl_case *c, struct kl_outputs *expected, struct kl_err *err)
 {
+    /* A fused case says what its caches hold (lab/CONTRACTS.md section 4). */
+    const cJSON *kv = c->params ? cJSON_GetObjectItemCaseSensitive(c->params, "kv_dtype") : NULL;
+    if (kv && !(cJSON_IsString(kv) && strcmp(kv->valuestring, "fp8_e4m3") == 0)) {
+        kl_fail(err, "%s/meta.json: params.kv_dtype must be \"fp8_e4m3\" (or absent: the plain store)", c->dir);
+        return NULL;
+    }
+    if (kv) return kl_store_fused_load(c, expected, err);
     struct kl_store_problem *p = calloc(1, sizeof *p);
     struct kl_tensor k = {0}, v = {0}, kc = {0}, vc = {0}, kco = {0}, vco = {0};
     char path[1200];
@@ -186,7 +198,7 @@ static const struct edge {
 
 static void *make(int i, uint64_t seed, char *label, size_t len)
 {
-    if (i >= N_EDGES + N_RANDOM) return NULL;
+    if (i >= N_EDGES + N_RANDOM) return kl_store_fused_make(i - N_EDGES - N_RANDOM, seed, label, len);
     struct kl_rng rng;
     kl_rng_seed(&rng, seed * 1000003u + (uint64_t)i);
     struct edge e;
@@ -212,6 +224,7 @@ static void *make(int i, uint64_t seed, char *label, size_t len)
 static int reference(const void *prob, struct kl_outputs *out, struct kl_err *err)
 {
     const struct kl_store_problem *p = prob;
+    if (p->fused) return kl_store_fused_reference(p, out, err);
     double *k = kl_tensor_to_f64(&p->k), *v = kl_tensor_to_f64(&p->v);
     double *kc = kl_tensor_to_f64(&p->k_cache), *vc = kl_tensor_to_f64(&p->v_cache);
     set_outputs(p, out);
@@ -231,17 +244,35 @@ static void device(const void *prob, void *params, struct kl_dev_buf *b)
     const struct kl_store_problem *p = prob;
     *(struct kl_store_params *)params = (struct kl_store_params){
         .num_tokens = p->num_tokens, .num_kv_heads = p->num_kv_heads, .head_dim = p->head_dim,
-        .num_slots = p->num_slots, .dtype = p->dtype, .validate = true};
-    const struct kl_tensor *src[5] = {&p->k, &p->v, &p->slots, &p->k_cache, &p->v_cache};
-    for (int i = 0; i < 5; i++) b[i] = kl_buf_tensor(src[i], true);
+        .num_slots = p->num_slots, .dtype = p->dtype, .validate = true, .fused = p->fused,
+        .num_qo_heads = p->num_qo_heads, .rotary_dim = p->rotary_dim, .max_pos = p->max_pos, .is_neox = p->is_neox};
+    /* In buf_field's order; a family's buffers the other does not take stay unallocated (NULL).
+     * q_out starts poisoned: an element the kernel never writes is NaN and fails. */
+    const struct kl_tensor *src[11] = {&p->k, &p->v, &p->slots, &p->k_cache, &p->v_cache, &p->qkv, NULL,
+                                       &p->positions, &p->cos_sin_cache, &p->k_scale, &p->v_scale};
+    const bool plain_buf[11] = {1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0}, fused_buf[11] = {0, 0, 1, 1, 1, 1, 0, 1, 1, 1, 1};
+    for (int i = 0; i < 11; i++)
+        b[i] = (p->fused ? fused_buf[i] : plain_buf[i]) ? kl_buf_tensor(src[i], true) : (struct kl_dev_buf){0};
+    if (p->fused) b[6] = kl_buf_fill((size_t)(p->num_tokens * p->num_qo_heads * p->head_dim) * kl_dtype_size(p->dtype), 0xff, true);
+}
+
+/* A plain variant on a fused problem, or a fused one on a plain problem: a SKIP with the reason. */
+static void declined(const struct kl_variant *v, const void *prob, struct kl_err *err)
+{
+    const struct kl_store_problem *p = prob;
+    kl_fail(err, "%s: %s", v->name, p->fused ? "a plain store; this case is the fused RoPE + e4m3 quantize + store"
+                                             : "a fused RoPE + e4m3 quantize + store; this case is a plain store");
 }
 
 #define B(field) offsetof(struct kl_store_params, field)
 KL_TENSOR_OPS(kl_store_ops, struct kl_store_params, kl_store_launch_fn, .load = load, .make = make,
-              .reference = reference, .free = free_problem, .n_bufs = 5,
-              .buf_field = {B(k), B(v), B(slots), B(k_cache), B(v_cache)}, .out_field = {B(k_cache), B(v_cache)},
-              .device = device, .outputs = set_outputs);
+              .reference = reference, .free = free_problem, .n_bufs = 11,
+              .buf_field = {B(k), B(v), B(slots), B(k_cache), B(v_cache), B(qkv), B(q_out), B(positions),
+                            B(cos_sin_cache), B(k_scale), B(v_scale)},
+              .out_field = {B(k_cache), B(v_cache), B(q_out)}, .device = device, .outputs = set_outputs,
+              .declined = declined);
 #undef B
 
-KL_MODULE(store, .summary = "K/V scatter into a paged KV cache (slot mapping)", .min_cc = 70, .in_place = "k_cache, v_cache",
+KL_MODULE(store, .summary = "K/V scatter into a paged KV cache (slot mapping); fused RoPE + FP8 quantize + store", .min_cc = 70, .in_place = "k_cache, v_cache",
+          .tolerance = kl_e4m3_tolerance_text,
           .learning_step = 3, .tensor = &kl_store_ops, .perf = &kl_store_perf);

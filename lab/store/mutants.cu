@@ -4,7 +4,14 @@
  *                         tokens overwrite the last slots of the cache
  *   v_gets_k              the V cache receives the K rows (a copy-paste of the K line)
  *   last_head_dropped     the head loop stops at num_kv_heads - 1
- *   slot_stride_head_dim  the slot offset uses head_dim as the slot stride, forgetting kv heads */
+ *   slot_stride_head_dim  the slot offset uses head_dim as the slot stride, forgetting kv heads
+ * and of the fused RoPE + e4m3 quantize + store, one thread an element (the arithmetic of
+ * v4_rope_quant_store's one-element path) with one bug:
+ *   fused_head0_scale     every kv head quantized with head 0's scale (a per-tensor scale read as if
+ *                         per head)
+ *   fused_no_saturation   the conversion without saturation: past 464 a value becomes NaN */
+#include <cuda_fp8.h>
+
 #include "kernels/common.cuh"
 #include "kernels/store/store.h"
 #include "lab/core/registry.h"
@@ -55,3 +62,52 @@ KL_VARIANT(store, mutant_last_head_dropped, launch<LAST_HEAD_DROPPED>, .min_cc =
            .summary = "the last kv head of every token is never stored", .mutant = 1);
 KL_VARIANT(store, mutant_slot_stride_head_dim, launch<SLOT_STRIDE_HEAD_DIM>, .min_cc = 70,
            .summary = "slot stride head_dim instead of num_kv_heads * head_dim", .mutant = 1);
+
+enum fused_bug { HEAD0_SCALE, NO_SATURATION };
+
+template <typename T, int BUG>
+static __global__ void fused_mutant(const struct kl_store_params p)
+{
+    const int64_t heads = p.num_qo_heads + 2 * p.num_kv_heads, row = heads * p.head_dim;
+    const int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, t = e / row;
+    if (t >= p.num_tokens) return;
+    const int64_t h = e % row / p.head_dim, i = e % p.head_dim, pos = p.positions[t], slot = p.slots[t];
+    const bool is_q = h < p.num_qo_heads, is_v = h >= p.num_qo_heads + p.num_kv_heads;
+    const int64_t kh = is_v ? h - p.num_qo_heads - p.num_kv_heads : h - p.num_qo_heads, half = p.rotary_dim / 2;
+    const T *x = (const T *)p.qkv + t * row + h * p.head_dim;
+    float y = kl::to_f32(x[i]);
+    if (!is_v && i < p.rotary_dim) {
+        const bool first = p.is_neox ? i < half : (i & 1) == 0;
+        const int64_t col = p.is_neox ? (first ? i : i - half) : i / 2;
+        const int64_t partner = p.is_neox ? (first ? i + half : i - half) : i ^ 1;
+        const float c = p.cos_sin_cache[pos * p.rotary_dim + col], s = p.cos_sin_cache[pos * p.rotary_dim + half + col];
+        const float xp = kl::to_f32(x[partner]);
+        y = fmaf(y, c, first ? -(xp * s) : xp * s);
+    }
+    if (is_q) {
+        ((T *)p.q_out)[(t * p.num_qo_heads + h) * p.head_dim + i] = kl::from_f32<T>(y);
+        return;
+    }
+    if (slot < 0 || slot >= p.num_slots) return;
+    const float scale = (is_v ? p.v_scale : p.k_scale)[BUG == HEAD0_SCALE ? 0 : kh];
+    uint8_t *cache = (uint8_t *)(is_v ? p.v_cache : p.k_cache);
+    cache[(slot * p.num_kv_heads + kh) * p.head_dim + i] = (uint8_t)__nv_cvt_float_to_fp8(
+        y * __frcp_rn(scale), BUG == NO_SATURATION ? __NV_NOSAT : __NV_SATFINITE, __NV_E4M3);
+}
+
+template <int BUG>
+static cudaError_t launch_fused(const struct kl_store_params *p, cudaStream_t stream)
+{
+    cudaError_t rc = kl_store_check_fused_params(p, "mutant");
+    if (rc != cudaSuccess || p->num_tokens == 0) return rc;
+    const int64_t n = p->num_tokens * (p->num_qo_heads + 2 * p->num_kv_heads) * p->head_dim;
+    const unsigned blocks = (unsigned)((n + 255) / 256);
+    if (p->dtype == KL_BF16) fused_mutant<__nv_bfloat16, BUG><<<blocks, 256, 0, stream>>>(*p);
+    else fused_mutant<__half, BUG><<<blocks, 256, 0, stream>>>(*p);
+    return cudaGetLastError();
+}
+
+KL_VARIANT(store, mutant_fused_head0_scale, launch_fused<HEAD0_SCALE>, .min_cc = 80,
+           .summary = "fused: every kv head quantized with head 0's scale", .mutant = 1);
+KL_VARIANT(store, mutant_fused_no_saturation, launch_fused<NO_SATURATION>, .min_cc = 80,
+           .summary = "fused: e4m3 conversion without saturation (NaN past 464)", .mutant = 1);

@@ -27,8 +27,12 @@ enum copy { BITS, NEGATIVE_ZERO_AS_POSITIVE, NAN_CANONICALISED };
 
 /* The cache as it was, then each token's rows at its slot: the bits moved as they are (BITS), or
  * through arithmetic that loses them: a + 0 (-0 becomes +0), a NaN rebuilt as the default one. */
+int kl_store_test_fused_f32(const void *prob, struct kl_outputs *o, struct kl_err *err); /* test_store_fp8.c */
+
+/* A fused case is no copy: these stand-ins hand it to a correct float32 model of the fused kernel. */
 static int copy_rows(const struct kl_store_problem *p, struct kl_outputs *o, enum copy how)
 {
+    if (p->fused) return kl_store_test_fused_f32(p, o, NULL);
     const int64_t row = p->num_kv_heads * p->head_dim, n = p->num_slots * row;
     const int64_t *slots = p->slots.data;
     kl_outputs_set(o, 0, "k_cache_out", p->dtype, true, n);
@@ -170,12 +174,20 @@ Test(store_gpu, launchers_reject_bad_shapes_without_launching)
     for (int i = 0; i < kl_variant_count("store", false); i++) {
         const struct kl_variant *v = kl_variant_at("store", i, false);
         kl_store_launch_fn f = (kl_store_launch_fn)v->launch;
-        struct kl_store_params bad = {.num_tokens = 4, .num_kv_heads = 0, .head_dim = 128, .num_slots = 8,
-                                      .dtype = KL_BF16};
-        cr_expect_eq(f(&bad, 0), cudaErrorInvalidValue, "%s accepted num_kv_heads=0", v->name);
-        bad.num_kv_heads = 8, bad.head_dim = 0;
-        cr_expect_eq(f(&bad, 0), cudaErrorInvalidValue, "%s accepted head_dim=0", v->name);
-        bad.head_dim = 128; /* pointers unset with tokens to store */
-        cr_expect_eq(f(&bad, 0), cudaErrorInvalidValue, "%s accepted NULL pointers", v->name);
+        /* Each family rejects its own bad calls and declines the other family's (a SKIP). */
+        for (int fused = 0; fused < 2; fused++) {
+            struct kl_store_params bad = {.num_tokens = 4, .num_kv_heads = 0, .head_dim = 128, .num_slots = 8,
+                                          .dtype = KL_BF16, .fused = fused, .num_qo_heads = 8, .rotary_dim = 128,
+                                          .max_pos = 16};
+            cudaError_t rc = f(&bad, 0);
+            const bool declines = rc == cudaErrorNotSupported;
+            cr_expect(rc == cudaErrorInvalidValue || declines, "%s accepted num_kv_heads=0", v->name);
+            bad.num_kv_heads = 8, bad.head_dim = 0;
+            cr_expect_eq(f(&bad, 0), declines ? cudaErrorNotSupported : cudaErrorInvalidValue,
+                         "%s accepted head_dim=0", v->name);
+            bad.head_dim = 128; /* pointers unset with tokens to store */
+            cr_expect_eq(f(&bad, 0), declines ? cudaErrorNotSupported : cudaErrorInvalidValue,
+                         "%s accepted NULL pointers", v->name);
+        }
     }
 }
