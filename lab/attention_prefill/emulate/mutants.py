@@ -126,4 +126,11 @@ MUTANTS = [
                    "")],
         "expect": "which had exited",
     },
+    {   # the problem set: every position of the diagonal (v11 leaves the mask out of one tile too many)
+        "name": "mutant_whole_past_diagonal",
+        "variant": "v11_diag_mask_exp2",
+        "edits": [("        const int whole = min(n, mask_from / BN);\n",
+                   "        const int whole = min(n, mask_from / BN + 1);\n")],
+        "expect": "elements of out",
+    },
 ]
