@@ -38,8 +38,9 @@ __device__ __forceinline__ void mask_tile(float (&s)[MT][NT][4], int k0, int lan
  * row max is over the 4 threads of a group (two shuffles); l stays a per-thread partial sum until
  * the epilogue, since all 4 threads of a row rescale alike. Requires sm_scale > 0 (the max of raw
  * logits is then the max of scaled ones). A row that has seen no key yet has m = -inf; it subtracts
- * 0 instead, so 2^(-inf) = 0 and never -inf - -inf. */
-template <int MT, int NT>
+ * 0 instead, so 2^(-inf) = 0 and never -inf - -inf. kWhole: the row sees every key of this tile (an
+ * unmasked tile of finite logits), so its max is finite and that guard is left out. */
+template <bool kWhole = false, int MT, int NT>
 __device__ __forceinline__ float softmax_row(float (&s)[MT][NT][4], float (&m)[MT][2], float (&l)[MT][2], int mt,
                                              int h, float scale_log2)
 {
@@ -49,7 +50,7 @@ __device__ __forceinline__ float softmax_row(float (&s)[MT][NT][4], float (&m)[M
         mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float ref = mx == -INFINITY ? 0.f : mx * scale_log2;
+    const float ref = !kWhole && mx == -INFINITY ? 0.f : mx * scale_log2;
     const float alpha = exp2_fast(fmaf(m[mt][h], scale_log2, -ref));
     m[mt][h] = mx;
     float sum = 0.f;
@@ -82,15 +83,15 @@ __device__ __forceinline__ void online_softmax(float (&s)[MT][NT][4], float (&m)
 }
 
 /* Every row of the tile, the output's scale factors returned for later (rescale_rows): a kernel
- * whose previous P V is still running may not touch o yet. */
-template <int MT, int NT>
+ * whose previous P V is still running may not touch o yet. kWhole as in softmax_row. */
+template <bool kWhole = false, int MT, int NT>
 __device__ __forceinline__ void softmax_rows(float (&s)[MT][NT][4], float (&m)[MT][2], float (&l)[MT][2],
                                              float (&alpha)[MT][2], float scale_log2)
 {
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-        for (int h = 0; h < 2; h++) alpha[mt][h] = softmax_row(s, m, l, mt, h, scale_log2);
+        for (int h = 0; h < 2; h++) alpha[mt][h] = softmax_row<kWhole>(s, m, l, mt, h, scale_log2);
 }
 
 /* o *= alpha, row by row (alpha from softmax_rows). */

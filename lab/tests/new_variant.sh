@@ -107,13 +107,15 @@ if [ $rc -eq 0 ] && [ -s "$f" ]; then
 else bad "radix: rc=$rc $(cat "$tmp/err")"; fi
 
 # ---- attention_prefill: the exercises start from the tensor-core kernels (v10_pingpong).
+# The copy takes the number after the module's highest (v11 and up exist beside v10).
+pn=$(($(ls kernels/attention_prefill | sed -n 's/^v\([0-9]*\)_.*\.cu$/\1/p' | sort -n | tail -1) + 1))
 nv attention_prefill --from v10_pingpong; rc=$?
-f=$src/kernels/attention_prefill/v11_my_idea.cu
-[ $rc -eq 0 ] && [ -s "$f" ] && ok "attention_prefill --from v10_pingpong: v11_my_idea.cu" || bad "prefill: rc=$rc $(cat "$tmp/err")"
+f=$src/kernels/attention_prefill/v${pn}_my_idea.cu
+[ $rc -eq 0 ] && [ -s "$f" ] && ok "attention_prefill --from v10_pingpong: v${pn}_my_idea.cu" || bad "prefill: rc=$rc $(cat "$tmp/err")"
 body "$f"
 old=$(grep -nE 'prefill_v10\b|"[^"]*v10_pingpong' "$tmp/body")
-[ -z "$old" ] && grep -q 'prefill_v11<T, D>' "$tmp/body" && grep -qE 'KL_VARIANT\(attention_prefill, v11_my_idea, launch, \.min_cc = 90' "$f" \
-  && ok "no old kernel name or message left (prefill_v10 -> prefill_v11)" || bad "prefill: old names left: $old"
+[ -z "$old" ] && grep -q "prefill_v${pn}<T, D>" "$tmp/body" && grep -qE "KL_VARIANT\(attention_prefill, v${pn}_my_idea, launch, \.min_cc = 90" "$f" \
+  && ok "no old kernel name or message left (prefill_v10 -> prefill_v${pn})" || bad "prefill: old names left: $old"
 diff <(grep '^#include' kernels/attention_prefill/v10_pingpong.cu) <(grep '^#include' "$f") > /dev/null \
   && grep -q '^namespace {' "$f" && grep -q '^} // namespace' "$f" \
   && ok "the same includes and anonymous namespace (what the emulator takes a variant file by)" || bad "prefill structure"
@@ -122,7 +124,7 @@ if [ -x "$nvcc" ]; then
   if "$nvcc" -std=c++20 --expt-relaxed-constexpr -D_GNU_SOURCE -I"$src" --generate-code=arch=compute_90a,code=sm_90a \
        -x cu -c "$f" -o "$tmp/prefill.o" 2> "$tmp/nvcc_err"; then
     c=$(clashes "$tmp/prefill.o")
-    [ -z "$c" ] && grep -q kl_variant_ptr_attention_prefill_v11_my_idea <(strong "$tmp/prefill.o") \
+    [ -z "$c" ] && grep -q kl_variant_ptr_attention_prefill_v${pn}_my_idea <(strong "$tmp/prefill.o") \
       && ok "the prefill copy compiles (nvcc -c, sm_90a) and defines nothing kernlab defines" || bad "prefill copy would not link: $c"
   else bad "the prefill copy does not compile: $(grep -m5 error "$tmp/nvcc_err")"; fi
   f=$src/kernels/rmsnorm/v4_my_idea.cu

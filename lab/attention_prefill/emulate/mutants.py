@@ -126,4 +126,32 @@ MUTANTS = [
                    "")],
         "expect": "which had exited",
     },
+    {   # the problem set: every position of the diagonal (v11 leaves the mask out of one tile too many)
+        "name": "mutant_whole_past_diagonal",
+        "variant": "v11_diag_mask_exp2",
+        "edits": [("        const int whole = min(n, mask_from / BN);\n",
+                   "        const int whole = min(n, mask_from / BN + 1);\n")],
+        "expect": "elements of out",
+    },
+    {   # v12: a page-number list read before the barrier that publishes it (stale numbers, wrong rows)
+        "name": "mutant_page_list_unpublished",
+        "variant": "v12_paged_gather",
+        "edits": [("            next = page_number(step + 2); /* in flight under the next step's waits and copies */\n"
+                   "            named_sync(kPagesBarrier, 128);\n",
+                   "            next = page_number(step + 2); /* in flight under the next step's waits and copies */\n")],
+        "expect": "elements of out",
+    },
+    {   # v12: two lists, so tile j + 1's overwrites tile j - 1's while its V rows are still being issued
+        "name": "mutant_two_page_lists",
+        "variant": "v12_paged_gather",
+        "edits": [("constexpr int kPageLists = 3;", "constexpr int kPageLists = 2;")],
+        "expect": "elements of out",
+    },
+    {   # v12: the next work tile's first list stored while the previous work tile's last V is still issued
+        "name": "mutant_page_list_reused_early",
+        "variant": "v12_paged_gather",
+        "edits": [("    int32_t next = page_number(0);\n    named_sync(kPagesBarrier, 128);\n",
+                   "    int32_t next = page_number(0);\n")],
+        "expect": "elements of out",
+    },
 ]
