@@ -3,13 +3,18 @@
  * boundary, its reduced slice) with one bug of the kind its design argues away:
  *   twoshot_gather_never_empty  only the first half of each slot (the x slices) is emptied: the
  *                               reduced slices of call e are still there in call e + 3, and the
- *                               copy-out takes them at once (a stale slice from three calls back)
+ *                               copy-out takes them at once (a stale slice from three calls back);
+ *                               the back-to-back calls see another call's sums
  *   twoshot_polls_world_minus_1 the reducer polls world - 1 sources: the last rank's x slice is
- *                               read once, arrived or not (with that rank late: the sentinel, NaN)
+ *                               read once, arrived or not; with that rank late (the back-to-back
+ *                               calls), or started second (any one-call job), it reads the
+ *                               sentinel and sums to NaN
  *   twoshot_raw_reduced         the reduced slice is sent as it is: a NaN sum rounds to the
- *                               sentinel's bits in fp16 and bf16, and the peers wait for it forever
+ *                               sentinel's bits in fp16 and bf16, and the peers wait for it until
+ *                               the spin timeout (the sentinel-valued inputs)
  *   twoshot_owner_keeps_raw     the peers get the NaN sum as sent (the next NaN down), the owner
- *                               keeps the rounded bits (the sentinel's): the ranks' bits differ */
+ *                               keeps the rounded bits (the sentinel's): the ranks' bits differ
+ *                               (the sentinel-valued inputs) */
 #include "kernels/allreduce/lamport.cuh"
 #include "lab/core/registry.h"
 
