@@ -1,22 +1,22 @@
 /* v6_switch: the best of the ladder by size: the barrier-free one-shot (v8) for small messages,
- * the one-shot with a barrier (v4) or the two-shot (v5) for medium ones, NCCL (v0) beyond.
+ * the barrier-free two-shot (v9) for medium ones at worlds above 2, NCCL (v0) beyond.
  *
  * What changed: nothing in the kernels; a serving engine picks per call the way vLLM and SGLang
- * do (custom all-reduce up to a size, NCCL above). The thresholds at world 2 come from the
- * measured crossovers in the guide's size-switch table (2 GPUs): the Lamport one-shot is the
- * fastest up to 1 MB (it needs no barrier, but every rank stores its whole input into every
- * peer and then clears a set, so its cost per byte is the highest of the custom ones), the
- * one-shot with a barrier from there to the last size where it beat NCCL, NCCL's ring beyond.
- * Worlds 3-8 were not measured: their thresholds are predictions from the same cost model (the
- * one-shots' reads grow with world x n, the two-shot's with 2 (world-1)/world x n):
- *   world 2:    Lamport one-shot up to 1 MB, one-shot up to 16 MB, then NCCL
- *   world 3-4:  Lamport one-shot up to 512 KB, two-shot up to 16 MB, then NCCL
- *   world 5-8:  Lamport one-shot up to 256 KB, two-shot up to 16 MB, then NCCL
- * KL_AR_LAMPORT_MAX / KL_AR_ONESHOT_MAX / KL_AR_TWOSHOT_MAX (bytes) override them for an
- * experiment; every rank inherits the same environment, so every rank takes the same branch (it
- * must: a collective).
- * Work mapping and bound: those of the variant it calls. Expect the fastest of v0, v4, v5 and v8
- * at every size.
+ * do (custom all-reduce up to a size, NCCL above). Only the Lamport variants and NCCL are in the
+ * choice: a Lamport call empties the buffer set the previous call used, so every custom call on a
+ * communicator must be a Lamport one (a v4 call in between would advance the call number and
+ * leave a set full, and a later Lamport call would read it as fresh data); NCCL does not touch
+ * the call number. The thresholds at world 2 come from the measured crossovers in the guide's
+ * size-switch table (2 GPUs): the Lamport one-shot is the fastest custom variant up to 1 MB and
+ * within a few percent of the one-shot with a barrier at 8 MB, NCCL's ring wins from 64 MB.
+ * Worlds 3-8 were not measured: their thresholds are predictions from the cost model (the
+ * one-shot's traffic grows with world x n, the two-shot's with 2 (world-1)/world x n):
+ *   world 2:    Lamport one-shot up to 16 MB, then NCCL
+ *   world 3-4:  Lamport one-shot up to 512 KB, Lamport two-shot up to 16 MB, then NCCL
+ *   world 5-8:  Lamport one-shot up to 256 KB, Lamport two-shot up to 16 MB, then NCCL
+ * KL_AR_ONESHOT_MAX / KL_AR_TWOSHOT_MAX (bytes) override them for an experiment; every rank
+ * inherits the same environment, so every rank takes the same branch (it must: a collective).
+ * Work mapping and bound: those of the variant it calls.
  * Run alone: build/kernlab bench allreduce --variant v6_switch */
 #include <stdlib.h>
 
@@ -31,16 +31,12 @@ static int64_t limit(const char *env, int64_t fallback)
 
 static const char *choose(int64_t bytes, int world)
 {
-    static int64_t lamport_env = -2, oneshot_env = -2, twoshot_env = -2; /* read once; -1: not set */
-    if (lamport_env == -2)
-        lamport_env = limit("KL_AR_LAMPORT_MAX", -1), oneshot_env = limit("KL_AR_ONESHOT_MAX", -1),
-        twoshot_env = limit("KL_AR_TWOSHOT_MAX", -1);
-    const int64_t lamport = lamport_env >= 0 ? lamport_env : world <= 2 ? 1ll << 20 : world <= 4 ? 512ll << 10 : 256ll << 10;
-    const int64_t oneshot = oneshot_env >= 0 ? oneshot_env : world <= 2 ? 16ll << 20 : 0;
+    static int64_t oneshot_env = -2, twoshot_env = -2; /* read once; -1: not set */
+    if (oneshot_env == -2) oneshot_env = limit("KL_AR_ONESHOT_MAX", -1), twoshot_env = limit("KL_AR_TWOSHOT_MAX", -1);
+    const int64_t oneshot = oneshot_env >= 0 ? oneshot_env : world <= 2 ? 16ll << 20 : world <= 4 ? 512ll << 10 : 256ll << 10;
     const int64_t twoshot = twoshot_env >= 0 ? twoshot_env : world <= 2 ? 0 : 16ll << 20;
-    if (bytes <= lamport) return "v8_lamport_pdl";
-    if (bytes <= oneshot) return "v4_oneshot_one_barrier";
-    if (bytes <= twoshot) return "v5_twoshot_vec16";
+    if (bytes <= oneshot) return "v8_lamport_pdl";
+    if (bytes <= twoshot) return "v9_lamport_twoshot";
     return "v0_nccl";
 }
 
@@ -57,4 +53,4 @@ static cudaError_t launch(const struct kl_allreduce_params *p, cudaStream_t stre
 KL_AR_OPS(ops, launch, KL_AR_NEEDS_PEERS | KL_AR_NEEDS_LAMPORT | KL_AR_NEEDS_NCCL)
 
 KL_VARIANT(allreduce, v6_switch, ops, .min_cc = 70,
-           .summary = "by size: Lamport one-shot (v8), one-shot (v4), two-shot (v5) or NCCL (v0), as serving engines switch");
+           .summary = "by size: Lamport one-shot (v8), Lamport two-shot (v9) or NCCL (v0), as serving engines switch");

@@ -65,6 +65,7 @@ static const char *ar_picked(const cJSON *r)
 {
     const char *k = kl_json_str(r, "counters.launch.kernel", "");
     if (strstr(k, "lamport_v8")) return "Lamport one-shot (v8)";
+    if (strstr(k, "lamport_v9")) return "Lamport two-shot (v9)";
     if (strstr(k, "oneshot_v4")) return "one-shot (v4)";
     if (strstr(k, "twoshot_v5")) return "two-shot (v5)";
     if (strstr(k, "nccl") || strstr(k, "Nccl")) return "NCCL";
@@ -291,18 +292,19 @@ static void ar_curves(FILE *f, const struct kl_guide *md)
 static void ar_switch(FILE *f, const struct kl_guide *md)
 {
     int worlds[8], nw = ar_worlds(md, worlds, 8);
-    static const char *kcand[] = {"v0_nccl", "v8_lamport_pdl", "v4_oneshot_one_barrier", "v5_twoshot_vec16"};
-    static const char *klabel[] = {"NCCL", "Lamport one-shot (v8)", "one-shot (v4)", "two-shot (v5)"};
+    static const char *kcand[] = {"v0_nccl", "v8_lamport_pdl", "v9_lamport_twoshot"};
+    static const char *klabel[] = {"NCCL", "Lamport one-shot (v8)", "Lamport two-shot (v9)"};
     enum { NC = sizeof kcand / sizeof *kcand };
-    fprintf(f, "## The size switch\n\n`v6_switch` picks the Lamport one-shot, the one-shot, the two-shot or NCCL by "
-               "size and world with thresholds fixed in kernels/allreduce/v6_switch.cu. The table puts what it launched "
-               "(the kernel the activity record saw) beside the fastest of the four in this run; where they differ, "
-               "move the threshold.\n\n");
+    fprintf(f, "## The size switch\n\n`v6_switch` picks the Lamport one-shot, the Lamport two-shot or NCCL by size and "
+               "world with thresholds fixed in kernels/allreduce/v6_switch.cu (only barrier-free variants and NCCL may "
+               "share a communicator: its opening comment says why). The table puts what it launched (the kernel the "
+               "activity record saw) beside the fastest of the three in this run; where they differ, move the "
+               "threshold.\n\n");
     for (int k = 0; k < nw; k++) {
         const char *sizes[32];
         int ns = ar_sizes(md, worlds[k], sizes, 32);
-        fprintf(f, "| world %d | NCCL us | Lamport one-shot us | one-shot us | two-shot us | fastest | v6 launched | v6 us "
-                   "|\n|---|---|---|---|---|---|---|---|\n",
+        fprintf(f, "| world %d | NCCL us | Lamport one-shot us | Lamport two-shot us | fastest | v6 launched | v6 us "
+                   "|\n|---|---|---|---|---|---|---|\n",
                 worlds[k]);
         for (int s = 0; s < ns; s++) {
             double t[NC];
@@ -313,8 +315,8 @@ static void ar_switch(FILE *f, const struct kl_guide *md)
                 if (isfinite(t[c]) && (best < 0 || t[c] < t[best])) best = c;
             }
             const cJSON *v6 = kl_guide_row(md, "v6_switch", sizes[s]);
-            fprintf(f, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", sizes[s], KL_F("%.2f", t[0]), KL_F("%.2f", t[1]),
-                    KL_F("%.2f", t[2]), KL_F("%.2f", t[3]),
+            fprintf(f, "| %s | %s | %s | %s | %s | %s | %s |\n", sizes[s], KL_F("%.2f", t[0]), KL_F("%.2f", t[1]),
+                    KL_F("%.2f", t[2]),
                     best >= 0 ? klabel[best] : "-", v6 ? ar_picked(v6) : "-", v6 ? KL_F("%.2f", kl_json_num(v6, "time_us.median")) : "-");
         }
         fprintf(f, "\n");

@@ -26,7 +26,7 @@ grep -Eq "^├── flag barrier +1\.89 us" "$g" || { echo "the story lacks the
 grep -q "^## Execution story: one decode-size all-reduce, v8_lamport_pdl" "$g" || { echo "no story of v8"; exit 1; }
 grep -Eq "^├── data wait +2\.56 us" "$g" || { echo "the Lamport story lacks its data wait"; exit 1; }
 [ "$(grep -c '^├── flag barrier' "$g")" -eq 1 ] || { echo "a barrier printed in the Lamport story"; exit 1; }
-grep -Eq "^\| 64MB-world2 \| 229\.70 \| - \| 209\.86 \| 217\.72 \| one-shot \(v4\) \| NCCL \| 229\.70 \|" "$g" \
+grep -Eq "^\| 64MB-world2 \| 229\.70 \| 209\.86 \| - \| Lamport one-shot \(v8\) \| NCCL \| 229\.70 \|" "$g" \
   || { echo "the switch table does not show where v6 and the fastest disagree"; exit 1; }
 grep -Eq "^\| 8KB-world2 \| v6_switch \| latency_vs_nccl \| 0\.373 \| <= 0\.50 \| \*\*pass\*\*" "$g" \
   || { echo "the gate row for 8KB is wrong (lower is better)"; exit 1; }
