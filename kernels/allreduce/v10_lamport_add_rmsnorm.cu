@@ -74,6 +74,21 @@ template <typename T> __device__ __forceinline__ chunk chunk_at(int64_t t, int64
     return {t * hidden + k * V, left <= 0 ? 0 : left < V ? (int)left : V};
 }
 
+/* The first m elements of chunk i0 of our slot from rank s, polled element by element (a row off the
+ * 16-byte units). Out of line: the rare path's loops would otherwise crowd the fast path's registers. */
+template <typename T>
+static __device__ __noinline__ uint4 poll_elems(const peers &P, const lamport_bufs &L, uint32_t set, int s, int64_t i0,
+                                                int m, uint32_t e)
+{
+    constexpr int V = 16 / sizeof(T);
+    uint32_t b[4] = {0, 0, 0, 0};
+    const T *slot = lamport_slot<T>(L, P, P.rank, set, s) + i0;
+#pragma unroll
+    for (int j = 0; j < V; j++)
+        if (j < m) set_elem<T>(b, j, wait_elem<T>(P, slot + j, e, s));
+    return make_uint4(b[0], b[1], b[2], b[3]);
+}
+
 template <typename T, int C>
 static __global__ void __launch_bounds__(kRowThreads)
     fused_v10(const T *x, const T *residual, const T *weight, T *out, T *residual_out, int64_t tokens, int64_t hidden,
@@ -142,14 +157,7 @@ static __global__ void __launch_bounds__(kRowThreads)
             } else {
 #pragma unroll
                 for (int s = 0; s < KL_AR_MAX_RANKS; s++)
-                    if (s < P.world && s != P.rank) {
-                        uint32_t b[4] = {0, 0, 0, 0};
-                        const T *slot = lamport_slot<T>(L, P, P.rank, set, s) + i0;
-#pragma unroll
-                        for (int j = 0; j < V; j++)
-                            if (j < m) set_elem<T>(b, j, wait_elem<T>(P, slot + j, e, s));
-                        w[s] = make_uint4(b[0], b[1], b[2], b[3]);
-                    }
+                    if (s < P.world && s != P.rank) w[s] = poll_elems<T>(P, L, set, s, i0, m, e);
             }
             const uint4 mine = unit_sendable<T>(chunk_bits(x + i0, m, io));
 #pragma unroll
