@@ -133,11 +133,38 @@ ParameterizedTestParameters(store_gpu, slots_past_the_cache_are_reported_and_nev
     return kl_test_variants(false);
 }
 
+/* The fused family: the same two bad slots in a fused problem; the stored tokens' codes under the e4m3
+ * policy, the rest of both caches unchanged (the reference skips bad slots too), q_out for every token. */
+static void fused_slots_past_the_cache(const struct kl_variant *v)
+{
+    const struct kl_store_fused_shape sh = {6, 4, 2, 64, 64, 32, 16, true, KL_BF16, KL_SLOTS_RANDOM, 0, 0.01};
+    struct kl_store_problem *p = kl_store_fused_random(&sh, 5);
+    int64_t *slots = p->slots.data;
+    slots[2] = 16, slots[4] = (int64_t)1 << 40;
+    struct kl_store_params k;
+    struct kl_err err;
+    struct kl_outputs got = {0}, want = {0};
+    struct kl_verdict vd;
+    cr_assert_eq(kl_tensor_upload(&kl_store_ops, p, &k, &err), 0, "%s", err.msg);
+    cr_expect_eq(((kl_store_launch_fn)v->launch)(&k, 0), cudaErrorInvalidValue, "%s did not report slot 16 of 16",
+                 v->name);
+    cr_assert_eq(kl_dev_sync(), 0, "%s: the device is in error after an out-of-range slot", v->name);
+    cr_assert_neq(kl_store_ops.reference(p, &want, &err), 0, "the reference did not count the bad slots");
+    cr_assert_eq(kl_tensor_download(&kl_store_ops, p, &k, &got, &err), 0, "%s", err.msg);
+    kl_compare_outputs(&got, &want, false, &vd);
+    cr_expect_eq(vd.status, KL_PASS, "%s: %s", v->name, vd.why);
+    kl_outputs_free(&got), kl_outputs_free(&want);
+    kl_tensor_release(&kl_store_ops, &k);
+    kl_store_problem_free(p);
+}
+
 ParameterizedTest(int *i, store_gpu, slots_past_the_cache_are_reported_and_never_written)
 {
     const struct kl_variant *v = kl_variant_at("store", *i, false);
     cr_log_info("variant %s", v->name);
     if (kl_test_skip_reason(v)) cr_skip_test("%s: %s", v->name, kl_test_skip_reason(v));
+    const struct kl_store_params plain = {.num_kv_heads = 2, .head_dim = 64, .dtype = KL_BF16};
+    if (((kl_store_launch_fn)v->launch)(&plain, 0) == cudaErrorNotSupported) return fused_slots_past_the_cache(v);
     /* 6 tokens into 16 slots; tokens 2 and 4 point past the cache (num_slots, and far past). */
     struct kl_store_problem *p = kl_store_problem_random(6, 2, 64, 16, KL_BF16, KL_SLOTS_RANDOM, 0, false, 5);
     int64_t *slots = p->slots.data;
