@@ -391,6 +391,14 @@ inline float __shfl_xor_sync(unsigned mask, float v, int off, int width = 32, ::
     if (width != 32) ::emu::fail("__shfl_xor_sync: only whole-warp shuffles are emulated");
     return ::emu::shfl_xor(v, off, mask, s);
 }
+/* A whole-warp vote, as the minimum of the lanes' predicates over five shuffles: the same answer, and
+ * the same checks (every lane present, one mask) as __shfl_xor_sync. */
+inline int __all_sync(unsigned mask, int pred, ::emu::site s = EMU_HERE)
+{
+    float all = pred ? 1.f : 0.f;
+    for (int off = 1; off < 32; off *= 2) all = std::min(all, ::emu::shfl_xor(all, off, mask, s));
+    return all != 0.f;
+}
 inline size_t __cvta_generic_to_shared(const void *p)
 {
     return (size_t)((const unsigned char *)p - ::emu::cur->c->smem.data());

@@ -37,6 +37,7 @@ struct problem {
     bool causal;
     std::vector<int> q_lens, kv_lens;
     unsigned seed;
+    float k_ramp = 0; /* key j of a request scaled by 1 + k_ramp j: its logits grow along the keys */
 };
 
 /* A batch of short requests whose kv_len - q_len takes every value 0 .. tile - 1: every position of
@@ -66,6 +67,10 @@ std::vector<problem> problems(bool full)
         {"gather page 3, four tiles", KL_F16, 64, 2, 1, 3, true, {20, 150}, {420, 150}, 7},
         {"packed pairs, page 16", KL_BF16, 128, 4, 1, 16, true, {100, 20}, {300, 20}, 8},
         {"five key tiles, gqa 1", KL_F16, 128, 2, 2, 16, true, {130}, {600}, 9},
+        /* each key tile's max well above the last one's (by more than 2^8 after the scale): a row must
+         * move its max and rescale at every tile (v13's lazy rescale included); in fp16, a P formed
+         * against a stale max overflows. Page 1. */
+        {"keys growing along the request, page 1", KL_F16, 128, 2, 1, 1, true, {64}, {400}, 15, 1.f / 32},
     };
     if (full) {
         ps.push_back({"full: gqa 4, two requests", KL_BF16, 128, 8, 2, 16, true, {150, 1}, {150, 260}, 10});
@@ -152,6 +157,12 @@ verdict check(const problem &pr, const emu::variant &v, std::string &stats)
     for (size_t i = 0; i < nq; i++) q[i] = to16(t, normal(rng)), q64[i] = from16(t, q[i]);
     for (size_t i = 0; i < nc; i++) k[i] = to16(t, normal(rng)), k64[i] = from16(t, k[i]);
     for (size_t i = 0; i < nc; i++) vv[i] = to16(t, normal(rng)), v64[i] = from16(t, vv[i]);
+    for (int b = 0; pr.k_ramp != 0 && b < batch; b++)
+        for (int j = 0; j < pr.kv_lens[b]; j++)
+            for (size_t e = 0; e < (size_t)pr.kv_heads * D; e++) {
+                const size_t at = ((size_t)indices[kv_indptr[b] + j / pr.page] * pr.page + j % pr.page) * pr.kv_heads * D + e;
+                k[at] = to16(t, (float)k64[at] * (1.f + pr.k_ramp * (float)j)), k64[at] = from16(t, k[at]);
+            }
     /* The slots of a request's last page past its keys hold NaN, as an uninitialised cache may: a kernel
      * whose P V reads them (0 x NaN = NaN) fails. The reference never reads them. */
     for (int b = 0; b < batch; b++) {

@@ -154,4 +154,19 @@ MUTANTS = [
                    "    int32_t next = page_number(0);\n")],
         "expect": "elements of out",
     },
+    {   # the problem set: a max that jumps by more than 2^8 between key tiles (v13 never rescaling O)
+        "name": "mutant_lazy_never_rescales",
+        "variant": "v13_lazy_rescale",
+        "edits": [("            if (!__all_sync(0xffffffffu, alpha[0][0] == 1.f && alpha[0][1] == 1.f)) rescale_rows(o, alpha);\n",
+                   "            if (!__all_sync(0xffffffffu, true)) rescale_rows(o, alpha);\n")],
+        "expect": "elements of out",
+    },
+    {   # v13: a row keeping its first max for good: on the growing keys P overflows fp16 to inf, and the
+        # P V product then forms inf x 0 (FE_INVALID), which the emulation reports as a poisoned accumulator
+        "name": "mutant_lazy_keeps_always",
+        "variant": "v13_lazy_rescale",
+        "edits": [("        const bool keep = (mx - m[0][h]) * scale_log2 <= kLazyLog2;\n",
+                   "        const bool keep = m[0][h] != -INFINITY;\n")],
+        "expect": "accumulator o of the wgmma",
+    },
 ]
