@@ -23,11 +23,15 @@ const struct kl_targets *kl_rep_targets_of(const cJSON *r, const struct kl_targe
     return r && kl_json_num(r, "device.cc") == 0 ? &kl_rep_cpu_targets : gpu;
 }
 
-/* The source path relative to the repository, for links that work on GitHub and locally. */
+/* The source path relative to the repository, for links that work on GitHub and locally.
+ * __FILE__ is absolute, or relative to the build directory when a compiler cache rewrote the
+ * paths (ccache's base_dir: "../kernels/..."); every source lies under the repository. */
 const char *kl_rep_rel_path(const char *file)
 {
     size_t n = strlen(KL_SOURCE_DIR);
-    return strncmp(file, KL_SOURCE_DIR, n) == 0 && file[n] == '/' ? file + n + 1 : file;
+    if (strncmp(file, KL_SOURCE_DIR, n) == 0 && file[n] == '/') return file + n + 1;
+    while (strncmp(file, "../", 3) == 0 || strncmp(file, "./", 2) == 0) file += file[1] == '/' ? 2 : 3;
+    return file;
 }
 
 /* What the guide quotes of a variant's file, as lab/report/tools/variant_notes.c wrote it at build
