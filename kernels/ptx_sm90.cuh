@@ -1,6 +1,6 @@
 /* sm_90a PTX, one named inline wrapper per instruction: warpgroup MMA (wgmma) and the shared-memory
  * descriptors of its operands, the 128-byte-swizzled tile those descriptors name, the async-proxy
- * fence, named barriers, mbarriers, bulk tensor copies (TMA), clusters, register reallocation
+ * fence, named barriers, mbarriers, bulk copies and bulk tensor copies (TMA), clusters, register reallocation
  * (setmaxnreg) and Programmatic Dependent Launch (griddepcontrol). lab/emulate/ shadows each wrapper
  * that holds PTX with an emulated one of the same name and signature. Inline device code only.
  *
@@ -254,6 +254,17 @@ __device__ __forceinline__ void mbar_wait(uint64_t *bar, int parity)
                      : "r"(addr), "r"(parity)
                      : "memory");
     } while (!done);
+}
+
+/* ---- bulk copies (cp.async.bulk, no tensor map) ---- */
+
+/* `bytes` contiguous bytes of global memory at src into shared memory at dst, counted in bytes on
+ * `bar` (the copy's complete_tx). bytes a multiple of 16, src and dst 16-byte aligned. */
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void *src, uint32_t bytes, uint64_t *bar)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(smem_addr(bar))
+                 : "memory");
 }
 
 /* ---- bulk tensor copies (TMA) ---- */

@@ -300,6 +300,7 @@ static const struct edge {
     {2, 8, 2, 128, 16, {3000, 700, -1}, KL_BF16, 1, "long requests: many splits"},
     {1, 8, 1, 128, 16, {20000, -1}, KL_F16, 1, "one long request: every split of it merged"},
     {33, 8, 2, 128, 16, {-2, 1, 300}, KL_BF16, 1, "33 ragged requests"},
+    {64, 32, 8, 128, 16, {-2, 300, 700}, KL_BF16, 1, "64 requests of one chunk each: ring stages reused"},
     {0, 8, 2, 128, 16, {-1}, KL_BF16, 1, "empty batch"},
 };
 #define N_EDGES ((int)(sizeof kedges / sizeof kedges[0]))

@@ -12,6 +12,9 @@
  *   no_rescale            the accumulator is not rescaled when the running max grows (l is)
  *   kv_head_zero          every qo head reads kv head 0
  *   no_sm_scale           the logits are q.k, sm_scale never applied
+ *   tail_rows_unmasked    keys padded to a multiple of 16 with copies of the last key, whose scores are
+ *                         not masked: what v5_bulk_ring computes if it drops the mask on the rows past a
+ *                         chunk's end (its copies repeat the last token so every tile has one byte count)
  * lab/core/compare.c's attention rationale claims to catch each class; their float64 twins
  * (lab/attention_prefill/mutants_reference.c) show on the CPU which goldens catch them.
  * These read one query token per request and skip problems with several (qo_indptr). One more
@@ -37,7 +40,8 @@ enum bug {
     LAST_KEY_DROPPED,
     NO_RESCALE,
     KV_HEAD_ZERO,
-    NO_SM_SCALE
+    NO_SM_SCALE,
+    TAIL_UNMASKED
 };
 
 template <typename T, int BUG>
@@ -51,8 +55,9 @@ static __global__ void decode_mutant(const kl_attention_decode_params p)
     if (n == 0) return kl::decode::write_empty<T>(p, b, h, threadIdx.x, blockDim.x);
     const T *q = static_cast<const T *>(p.q) + ((int64_t)b * p.num_qo_heads + h) * d;
     float m = BUG == NO_MAX ? 0.f : -INFINITY, l = 0, acc[2] = {0, 0};
-    for (int t = 0; t < n; t++) {
-        const int64_t at = kl::decode::kv_offset(p, b, t, g);
+    const int keys = BUG == TAIL_UNMASKED ? (n + 15) / 16 * 16 : n;
+    for (int t = 0; t < keys; t++) {
+        const int64_t at = kl::decode::kv_offset(p, b, min(t, n - 1), g);
         const T *k = static_cast<const T *>(p.k_cache) + at, *v = static_cast<const T *>(p.v_cache) + at;
         float part = 0;
         for (int i = threadIdx.x; i < d; i += blockDim.x) part += kl::to_f32(q[i]) * kl::to_f32(k[i]);
@@ -106,6 +111,8 @@ KL_VARIANT(attention_decode, mutant_kv_head_zero, launch<KV_HEAD_ZERO>, .min_cc 
            .summary = "every qo head reads kv head 0", .mutant = 1);
 KL_VARIANT(attention_decode, mutant_no_sm_scale, launch<NO_SM_SCALE>, .min_cc = 70,
            .summary = "sm_scale never applied", .mutant = 1);
+KL_VARIANT(attention_decode, mutant_tail_rows_unmasked, launch<TAIL_UNMASKED>, .min_cc = 70,
+           .summary = "keys padded to 16 with unmasked copies of the last key", .mutant = 1);
 
 /* v4 in a namespace of its own (its headers are already in, so only its code lands there), with
  * its registration left out: v4_tensor_cores is registered once, by its own object. */

@@ -213,8 +213,9 @@ struct mbarrier {
         unsigned char map[128];
         int c[3];
         uint32_t bytes, note;
+        const unsigned char *src;    /* a plain bulk copy's source (map unused); null for a TMA copy */
     };
-    std::vector<copy> copies;        /* TMA copies counted on this phase, not yet landed */
+    std::vector<copy> copies;        /* bulk copies counted on this phase, not yet landed */
     std::vector<fiber *> waiters;
     std::vector<uint8_t> guards;     /* chunks this barrier hands back when a phase completes */
     bool guards_any = false;
@@ -294,6 +295,7 @@ void mbar_init(uint32_t at, int count, site s);
 void mbar_arrive(unsigned rank, uint32_t at, uint32_t expect_bytes, site s);
 void mbar_wait(uint32_t at, int parity, site s);
 void tma_load(uint32_t dst, const CUtensorMap *map, int c0, int c1, int c2, uint32_t bar, uint16_t cta_mask, site s);
+void bulk_load(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar, site s);
 unsigned long long clock();
 unsigned char *dynamic_smem();
 /* Slot i (< 8, 8 bytes each) of the CTA's static __shared__ scalars (gen.py numbers them). */

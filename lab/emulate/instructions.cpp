@@ -559,6 +559,8 @@ void land_copy(mbarrier &b, const mbarrier::copy &cp)
     memcpy(&m, cp.map, sizeof m);
     cta &c = *cp.dst_cta;
     uint32_t at = cp.dst;
+    /* A plain bulk copy brings its bytes as they are; its map is zeros (an empty box: no loop below). */
+    if (cp.src) memcpy(c.smem.data() + cp.dst, cp.src, cp.bytes);
     for (uint32_t z = 0; z < m.box[2]; z++)
         for (uint32_t y = 0; y < m.box[1]; y++)
             for (uint32_t x = 0; x < m.box[0]; x++, at += m.elem_bytes) {
@@ -621,7 +623,7 @@ void try_complete(cta &c, mbarrier &b, uint32_t n)
     int64_t pending_bytes = 0;
     for (const auto &cp : b.copies) pending_bytes += cp.bytes;
     if (pending_bytes > b.tx)
-        fail("the TMA copies counted on the mbarrier at " + hex(b.off) + " carry " + std::to_string(pending_bytes) +
+        fail("the bulk copies counted on the mbarrier at " + hex(b.off) + " carry " + std::to_string(pending_bytes) +
              " bytes, more than the " + std::to_string(b.tx) + " its arrivals announced");
     if (pending_bytes < b.tx) return;
     for (const auto &cp : b.copies) land_copy(b, cp);
@@ -708,12 +710,29 @@ void tma_load(uint32_t dst, const CUtensorMap *map, int c0, int c1, int c2, uint
         mbarrier &b = find_mbarrier(c, bar, chain);
         const uint32_t n = add_note("the TMA copy", chain, bar, b.completed);
         for (uint32_t ch = dst / 16; ch < (dst + bytes) / 16; ch++) start_copy_into(c, ch, n, "bulk tensor copy", chain);
-        mbarrier::copy cp{&c, dst, {}, {c0, c1, c2}, bytes, n};
+        mbarrier::copy cp{&c, dst, {}, {c0, c1, c2}, bytes, n, nullptr};
         memcpy(cp.map, map, sizeof cp.map);
         b.copies.push_back(cp);
         b.tx_seen = true;
         try_complete(c, b, n);
     }
+}
+
+void bulk_load(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar, site s)
+{
+    fiber *f = cur;
+    const uint32_t chain = chain_child(f->chain, s);
+    cta &c = *f->c;
+    if (dst % 16 || (uintptr_t)src % 16 || bytes % 16 || bytes == 0)
+        fail("bulk copy at " + chain_text(chain) + ": " + std::to_string(bytes) + " bytes from " + hex((uint32_t)(uintptr_t)src) +
+             " to " + hex(dst) + " (the size and both addresses must be multiples of 16)");
+    if (dst + bytes > c.smem.size()) fail("bulk copy at " + chain_text(chain) + " past the end of shared memory");
+    mbarrier &b = find_mbarrier(c, bar, chain);
+    const uint32_t n = add_note("the bulk copy", chain, bar, b.completed);
+    for (uint32_t ch = dst / 16; ch < (dst + bytes) / 16; ch++) start_copy_into(c, ch, n, "bulk copy", chain);
+    b.copies.push_back({&c, dst, {}, {0, 0, 0}, bytes, n, static_cast<const unsigned char *>(src)});
+    b.tx_seen = true;
+    try_complete(c, b, n);
 }
 
 } // namespace emu

@@ -1,4 +1,4 @@
-/* The emulated wrappers of kernels/ptx_sm90.cuh (wgmma, fences, named barriers, mbarriers, bulk tensor
+/* The emulated wrappers of kernels/ptx_sm90.cuh (wgmma, fences, named barriers, mbarriers, bulk and bulk tensor
  * copies, clusters, setmaxnreg): gen.py removes every function of that header whose body holds inline
  * PTX and includes this file in its place (inside namespace kl::ptx), so the names and signatures must
  * stay those of sm90.cuh. Each takes the caller's source site as a trailing default argument; gen.py
@@ -54,6 +54,11 @@ __device__ __forceinline__ void mbar_wait(uint64_t *bar, int parity, ::emu::site
     ::emu::mbar_wait(smem_addr(bar), parity, emu_at);
 }
 /* A copy lands when the mbarrier phase counting its bytes completes (emulator.h). */
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void *src, uint32_t bytes, uint64_t *bar,
+                                          ::emu::site emu_at = EMU_HERE)
+{
+    ::emu::bulk_load(dst, src, bytes, smem_addr(bar), emu_at);
+}
 __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap *map, int c0, int c1, int c2, uint64_t *bar,
                                             ::emu::site emu_at = EMU_HERE)
 {
