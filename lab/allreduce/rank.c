@@ -35,8 +35,9 @@ struct ctx {
 /* x and out of a job: one element past a 16-byte boundary when the job asks for it; in a
  * symmetric window when the variant needs one (kl_ar_buffer_alloc). A fused job (hidden > 0) also
  * has residual, weight and residual_out; its out and residual_out sit in one allocation,
- * residual_out at the next 16 bytes after out (in place: x and residual so), so one record of
- * n_rec elements from rec keeps both. A plain job records out (n elements). */
+ * residual_out a fixed pad after out (in place: x and residual so; a misaligned out makes a
+ * misaligned residual_out), so one record of n_rec elements from rec keeps both, and the ranks'
+ * records have the same length. A plain job records out (n elements). */
 struct bufs {
     struct kl_ar_buffer x_alloc, out_alloc;
     void *x, *out;
@@ -52,14 +53,14 @@ static int alloc_bufs(struct ctx *x, const struct kl_ar_job *j, struct bufs *B)
     const size_t off = j->misaligned == 1 || (j->misaligned == 2 && x->r->rank == x->b->world - 1) ? es : 0;
     const unsigned needs = x->ops->needs;
     memset(B, 0, sizeof *B);
-    if (j->hidden) { /* [x or out | pad to 16 | residual or residual_out] */
-        const size_t gap = ((size_t)j->n * es + off + 15) / 16 * 16; /* out (from off) ends before it */
-        B->n_rec = (int64_t)((gap - off) / es) + j->n;
+    if (j->hidden) { /* [x or out | pad | residual or residual_out], the pad the same on every rank */
+        const size_t gap = ((size_t)j->n * es + 15) / 16 * 16 + 16; /* from out to residual_out */
+        B->n_rec = (int64_t)(gap / es) + j->n; /* so the ranks' records, pad included, compare equal */
         if (kl_ar_buffer_alloc(x->r, x->c, needs, gap + bytes, &B->out_alloc)) return -1;
         CK(cudaMemset(B->out_alloc.ptr, 0xff, gap + bytes), "poisoning out and residual_out");
         CK(cudaMalloc(&B->w_alloc, (size_t)j->hidden * es), "cudaMalloc of the weight");
         B->w = B->w_alloc;
-        B->out = (char *)B->out_alloc.ptr + off, B->ro = (char *)B->out_alloc.ptr + gap, B->rec = B->out;
+        B->out = (char *)B->out_alloc.ptr + off, B->ro = (char *)B->out + gap, B->rec = B->out;
         if (j->in_place) {
             B->x = B->out, B->res = B->ro;
         } else {
