@@ -39,11 +39,12 @@ template <typename T, int HD, int CW, int STAGES_> struct ring_shape {
     static constexpr uint32_t ROW_BYTES = HD * sizeof(T);
     static constexpr uint32_t TILE_BYTES = 32 * ROW_BYTES; /* what one stage's 32 copies bring */
     static constexpr int ROW = HD + 2;               /* merged rows: acc, m, l */
-    static constexpr int SMEM = STAGES * SLOT * 16;
+    static constexpr int RING = STAGES * SLOT * 16;          /* bytes of the ring */
+    static constexpr int SMEM = RING + 2 * STAGES * 8;       /* the ring, then its full and empty barriers */
     static constexpr int AHEAD = 4;                  /* groups of 32 tokens whose pages are looked up early */
     /* Stage s is always consumed by warp s % CW, so its empty barrier has one arriving thread. */
     static_assert(STAGES % CW == 0, "each stage belongs to one consumer warp");
-    static_assert((CW + 1) * 8 * ROW * 4 <= SMEM, "the merge reuses the ring");
+    static_assert((CW + 1) * 8 * ROW * 4 <= RING, "the merge reuses the ring");
 };
 
 template <typename T, int HD, int CW, int STAGES>
@@ -52,7 +53,7 @@ static __global__ void __launch_bounds__(32 * (CW + 1)) decode_v5(const kl_atten
 #if KL_SM90A
     using S = ring_shape<T, HD, CW, STAGES>;
     extern __shared__ uint4 ring[];
-    __shared__ uint64_t full[STAGES], empty[STAGES];
+    uint64_t *full = reinterpret_cast<uint64_t *>(ring + S::RING / 16), *empty = full + STAGES; /* after the ring */
     __shared__ bool last;
     /* Set up before waiting on the previous kernel: this overlaps its tail. */
     if (threadIdx.x == 0) {

@@ -276,6 +276,7 @@ gate &warp_gate();
 void syncthreads(site s);
 void syncwarp(site s);
 float shfl_xor(float v, int off, unsigned mask, site s);
+uint32_t shfl_idx(uint32_t v, int src, unsigned mask, site s);
 uint32_t movmatrix_trans(uint32_t v, site s);
 void ldmatrix(uint32_t *r, uint32_t addr, bool trans, site s);
 void mma_16816(float *d, const uint32_t *a, uint32_t b0, uint32_t b1, bool bf16, site s);
@@ -392,6 +393,11 @@ inline float __shfl_xor_sync(unsigned mask, float v, int off, int width = 32, ::
 {
     if (width != 32) ::emu::fail("__shfl_xor_sync: only whole-warp shuffles are emulated");
     return ::emu::shfl_xor(v, off, mask, s);
+}
+inline int __shfl_sync(unsigned mask, int v, int src, int width = 32, ::emu::site s = EMU_HERE)
+{
+    if (width != 32) ::emu::fail("__shfl_sync: only whole-warp shuffles are emulated");
+    return (int)::emu::shfl_idx((uint32_t)v, src, mask, s);
 }
 /* A whole-warp vote, as the minimum of the lanes' predicates over five shuffles: the same answer, and
  * the same checks (every lane present, one mask) as __shfl_xor_sync. */

@@ -353,6 +353,19 @@ float shfl_xor(float v, int off, unsigned mask, site s)
     return r;
 }
 
+/* __shfl_sync: lane l receives the 32-bit value of lane src(l) % 32. */
+uint32_t shfl_idx(uint32_t v, int src, unsigned mask, site s)
+{
+    if (mask != 0xffffffffu) fail("__shfl_sync with a partial mask: not emulated");
+    cur->x[0] = v, cur->x[2] = (uint64_t)(src & 31);
+    collective(warp_gate(), kShfl, s, false, [](std::vector<fiber *> &m) {
+        fiber *lanes[32];
+        by_lane(m, lanes, "__shfl_sync");
+        for (int l = 0; l < 32; l++) lanes[l]->x[1] = lanes[lanes[l]->x[2]]->x[0];
+    });
+    return (uint32_t)cur->x[1];
+}
+
 /* movmatrix.sync.aligned.m8n8.trans.b16: lane l holds row l / 4, b16 columns 2 (l % 4) (low half) and
  * 2 (l % 4) + 1 of an 8 x 8 matrix M, and receives the same of M^T: T[r][c] = M[c][r], which lane
  * 4 c + r / 2 holds in its half r % 2. */
