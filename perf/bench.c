@@ -110,6 +110,15 @@ static int bench_one(const struct kl_bench_args *a, const struct kl_variant *v, 
         return -1;
     }
     struct launch_ctx lc = {ops, v, state};
+    /* A variant that declines the workload (cudaErrorNotSupported: a dtype, a head_dim, draft
+     * tokens it does not handle) has no row, as the checkers SKIP it; it is not a failure. */
+    if (launch_set(&lc, 0, 0) == cudaErrorNotSupported) {
+        (void)cudaGetLastError();
+        fprintf(stderr, "bench %s %s %s: skipped: the variant does not take this workload\n", a->module->name, v->name,
+                w->name);
+        ops->teardown(state);
+        return 0;
+    }
     struct kl_result r = {.module = a->module->name, .variant = v->name, .workload = w->name};
     r.device = c->dev;
     r.device.read_gbs = c->read_gbs;
