@@ -7,11 +7,11 @@
  * communicator must be a Lamport one (a v4 call in between would advance the call number and
  * leave a set full, and a later Lamport call would read it as fresh data); NCCL does not touch
  * the call number. The thresholds at world 2 come from the measured crossovers in the guide's
- * size-switch table (2 GPUs): the Lamport one-shot is the fastest custom variant up to 1 MB and
- * within a few percent of the one-shot with a barrier at 8 MB, NCCL's ring wins from 64 MB.
- * Worlds 3-8 were not measured: their thresholds are predictions from the cost model (the
- * one-shot's traffic grows with world x n, the two-shot's with 2 (world-1)/world x n):
- *   world 2:    Lamport one-shot up to 16 MB, then NCCL
+ * size-switch table (2 GPUs): the Lamport one-shot is the fastest up to 1 MB (no barrier, but
+ * every rank stores its whole input into every peer), the Lamport two-shot from there to 64 MB
+ * (each rank moves 2 (world-1)/world of the bytes), NCCL's ring beyond. Worlds 3-8 were not
+ * measured: their thresholds are predictions from the same cost model:
+ *   world 2:    Lamport one-shot up to 1 MB, Lamport two-shot up to 64 MB, then NCCL
  *   world 3-4:  Lamport one-shot up to 512 KB, Lamport two-shot up to 16 MB, then NCCL
  *   world 5-8:  Lamport one-shot up to 256 KB, Lamport two-shot up to 16 MB, then NCCL
  * KL_AR_ONESHOT_MAX / KL_AR_TWOSHOT_MAX (bytes) override them for an experiment; every rank
@@ -33,8 +33,8 @@ static const char *choose(int64_t bytes, int world)
 {
     static int64_t oneshot_env = -2, twoshot_env = -2; /* read once; -1: not set */
     if (oneshot_env == -2) oneshot_env = limit("KL_AR_ONESHOT_MAX", -1), twoshot_env = limit("KL_AR_TWOSHOT_MAX", -1);
-    const int64_t oneshot = oneshot_env >= 0 ? oneshot_env : world <= 2 ? 16ll << 20 : world <= 4 ? 512ll << 10 : 256ll << 10;
-    const int64_t twoshot = twoshot_env >= 0 ? twoshot_env : world <= 2 ? 0 : 16ll << 20;
+    const int64_t oneshot = oneshot_env >= 0 ? oneshot_env : world <= 2 ? 1ll << 20 : world <= 4 ? 512ll << 10 : 256ll << 10;
+    const int64_t twoshot = twoshot_env >= 0 ? twoshot_env : world <= 2 ? 64ll << 20 : 16ll << 20;
     if (bytes <= oneshot) return "v8_lamport_pdl";
     if (bytes <= twoshot) return "v9_lamport_twoshot";
     return "v0_nccl";

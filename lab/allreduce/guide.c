@@ -274,7 +274,9 @@ static void ar_curves(FILE *f, const struct kl_guide *md)
             for (int i = 0; i < md->n_variants; i++) {
                 const cJSON *r = kl_guide_row(md, md->variants[i], sizes[s]);
                 if (!r) continue;
-                const cJSON *nccl = kl_guide_row(md, "v0_nccl", sizes[s]);
+                /* A row without the bench's ratios (a peer's): against the faster NCCL, as the bench does. */
+                const cJSON *nccl = kl_guide_row(md, "v0_nccl", sizes[s]), *sym = kl_guide_row(md, "v0_nccl_symmetric", sizes[s]);
+                if (sym && (!nccl || kl_json_num(sym, "time_us.median") < kl_json_num(nccl, "time_us.median"))) nccl = sym;
                 double vs = kl_json_num(r, "latency_vs_nccl"), frac = kl_json_num(r, "busbw_frac");
                 if (!isfinite(vs) && nccl) vs = kl_json_num(r, "time_us.median") / kl_json_num(nccl, "time_us.median");
                 if (!isfinite(frac) && nccl) frac = kl_json_num(r, "busbw_gbs") / kl_json_num(nccl, "busbw_gbs");
