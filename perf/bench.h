@@ -126,9 +126,6 @@ struct kl_perf_ops {
     /* Optional: module fields for the results line (top level), added after the re-check
      * (attention_prefill: the work counted and CTA 0's timeline). */
     void (*extra)(void *state, struct cJSON *extra);
-    /* Optional: whether variant v runs workload w, for a module with two families of variants
-     * (store: the plain copy and the fused RoPE + FP8 quantize + store); NULL: every one runs all. */
-    bool (*takes)(const struct kl_variant *v, const struct kl_workload *w);
     /* The kernel overwrites its inputs (rope rotates q and k in place): the bench gives it at
      * least two input sets, so set 0 is launched once in the checked graph replay and its output
      * is exactly one application of the kernel to the restored inputs. */

@@ -229,15 +229,6 @@ static cJSON *params(const struct kl_workload *w)
     return o;
 }
 
-/* A variant runs its own family's workloads: a call with no tokens tells (the launchers decline
- * the other family's before any CUDA call). */
-static bool takes(const struct kl_variant *v, const struct kl_workload *w)
-{
-    const struct kl_store_params p = {.num_kv_heads = 8, .head_dim = 128, .dtype = KL_BF16, .fused = w->flags & FUSED,
-                                      .num_qo_heads = 32, .rotary_dim = 128, .max_pos = 1};
-    return ((kl_store_launch_fn)v->launch)(&p, NULL) != cudaErrorNotSupported;
-}
-
 /* ---- the fused workloads ---- */
 
 struct fused_state {
@@ -461,5 +452,4 @@ const struct kl_perf_ops kl_store_perf = {
     .teardown = teardown,
     .params = params,
     .extra = fused_extra,
-    .takes = takes,
 };
