@@ -10,8 +10,9 @@
  * elements, rows of a page num_kv_heads * head_dim apart), counted in bytes on the tile's "full"
  * mbarrier. Tile i lives in ring stage i % STAGES and belongs to consumer warp i % 4; that warp
  * waits on the full barrier, computes S^T = K Q^T and O^T += V^T P^T with mma.sync exactly as v4,
- * and hands the stage back on its "empty" mbarrier, which the producer waits on before refilling
- * it. So each barrier has one arriving thread, each warp runs at its own pace, and STAGES (8, or 4
+ * and hands the stage back on its "empty" mbarrier (every lane arrives: an arrival releases only
+ * its own thread's reads), which the producer waits on before refilling it. So no block-wide
+ * barrier runs in the key loop, each warp runs at its own pace, and STAGES (8, or 4
  * for head_dim 256) tiles of every CTA are in flight. The row pages are looked up 4 x 32 tokens
  * ahead into the producer's registers, so no copy waits on a page-table load. Rows are stored
  * head_dim + 8 elements apart (a bulk copy cannot swizzle): the 8 rows one ldmatrix reads then
@@ -42,7 +43,7 @@ template <typename T, int HD, int CW, int STAGES_> struct ring_shape {
     static constexpr int RING = STAGES * SLOT * 16;          /* bytes of the ring */
     static constexpr int SMEM = RING + 2 * STAGES * 8;       /* the ring, then its full and empty barriers */
     static constexpr int AHEAD = 4;                  /* groups of 32 tokens whose pages are looked up early */
-    /* Stage s is always consumed by warp s % CW, so its empty barrier has one arriving thread. */
+    /* Stage s is always consumed by warp s % CW, so its empty barrier counts that warp's 32 lanes. */
     static_assert(STAGES % CW == 0, "each stage belongs to one consumer warp");
     static_assert((CW + 1) * 8 * ROW * 4 <= RING, "the merge reuses the ring");
 };
@@ -57,7 +58,7 @@ static __global__ void __launch_bounds__(32 * (CW + 1)) decode_v5(const kl_atten
     __shared__ bool last;
     /* Set up before waiting on the previous kernel: this overlaps its tail. */
     if (threadIdx.x == 0) {
-        for (int s = 0; s < STAGES; s++) kl::ptx::mbar_init(&full[s], 1), kl::ptx::mbar_init(&empty[s], 1);
+        for (int s = 0; s < STAGES; s++) kl::ptx::mbar_init(&full[s], 1), kl::ptx::mbar_init(&empty[s], 32);
         kl::ptx::mbar_init_fence();
     }
     __syncthreads(); /* the barriers are initialised before any thread or copy uses them */
@@ -178,11 +179,11 @@ static __global__ void __launch_bounds__(32 * (CW + 1)) decode_v5(const kl_atten
                     a, kl::ptx::smem_addr(vs + (i8 + 8 * (mat >> 1)) * S::PITCH + 2 * mt + (mat & 1)));
                 kl::ptx::mma_16816<T>(o[mt], a, pb[0], pb[1]);
             }
-            /* Every lane's reads of the stage are done (ldmatrix wrote registers the mmas read);
-             * the warp's meeting orders them before lane 0's arrival, which lets the producer
-             * overwrite the stage. */
-            __syncwarp();
-            if (lane == 0) kl::ptx::mbar_arrive(&empty[st]);
+            /* This lane's reads of the stage are done (ldmatrix wrote registers the mmas read).
+             * Every lane arrives: an arrival releases only the arriving thread's own reads, so
+             * the 32nd arrival, which lets the producer overwrite the stage, comes after all of
+             * them. */
+            kl::ptx::mbar_arrive(&empty[st]);
         }
     }
     /* Every tile issued was waited for by its consumer, so no copy is in flight: the ring becomes
