@@ -87,6 +87,31 @@ static int poison_set0(void *p, cudaStream_t s)
     return c->ops->poison(c->state, s);
 }
 
+bool kl_bench_wants(const struct kl_bench_args *a, const char *name)
+{
+    if (!a->workload) return true;
+    for (const char *p = a->workload;; p++) {
+        const size_t len = strcspn(p, ",");
+        if (len == strlen(name) && strncmp(p, name, len) == 0) return true;
+        p += len;
+        if (!*p) return false;
+    }
+}
+
+/* The first name of the list that is none of the module's workloads (an empty name counts), or NULL. */
+static const char *unknown_workload(const struct kl_perf_ops *ops, const char *list)
+{
+    for (const char *p = list;; p++) {
+        const size_t len = strcspn(p, ",");
+        bool found = false;
+        for (int i = 0; i < ops->n_workloads; i++)
+            found |= strlen(ops->workloads[i].name) == len && strncmp(p, ops->workloads[i].name, len) == 0;
+        if (!found) return p;
+        p += len;
+        if (!*p) return NULL;
+    }
+}
+
 /* One (variant, workload): timed, its last timed repetition re-checked, profiled, placed on the
  * roofline, judged when v is the variant the gate judges (judge), written as a results line. */
 static int bench_one(const struct kl_bench_args *a, const struct kl_variant *v, const struct kl_workload *w,
@@ -265,7 +290,7 @@ int kl_bench_module(const struct kl_bench_args *a)
     int ran = 0;
     for (int i = 0; i < ops->n_workloads; i++) {
         const struct kl_workload *w = &ops->workloads[i];
-        if (a->workload && strcmp(a->workload, w->name) != 0) continue;
+        if (!kl_bench_wants(a, w->name)) continue;
         struct kl_timing t;
         struct kl_err err = {{0}};
         double copy_us = 0;
@@ -403,7 +428,7 @@ static int close_results(FILE *f, const char *tmp, const char *json, bool comple
 enum { BENCH_VARIANT, BENCH_WORKLOAD, BENCH_JSON, BENCH_GATE, BENCH_COUNTERS, BENCH_PEERS, BENCH_SEED };
 static const struct kl_opt bench_opts[] = {
     [BENCH_VARIANT] = {"--variant", KL_OPT_VALUE, "NAME", "this variant only (default: every variant this GPU runs)"},
-    [BENCH_WORKLOAD] = {"--workload", KL_OPT_VALUE, "NAME", "this workload only (default: all of the module's)"},
+    [BENCH_WORKLOAD] = {"--workload", KL_OPT_VALUE, "NAME[,NAME]", "these workloads only (default: all of the module's)"},
     [BENCH_JSON] = {"--json", KL_OPT_VALUE, "FILE", "results, one JSON line per row; FILE is replaced when the run completes"},
     [BENCH_GATE] = {"--gate", KL_OPT_FLAG, NULL, "judge the gated variant's rows against perf/targets/<arch>.csv"},
     [BENCH_COUNTERS] = {"--counters", KL_OPT_FLAG, NULL, "CUPTI counters per row (DRAM bytes, throughput, stalls)"},
@@ -445,9 +470,10 @@ int kl_cmd_bench(int argc, char **argv)
     if (one && a.variant && !asked)
         return kl_usage_error(&kl_bench_command, "--variant '%s': no such variant of %s", a.variant, one->name);
     if (one && a.workload && one->perf && !one->bench) {
-        bool found = false;
-        for (int i = 0; i < one->perf->n_workloads; i++) found |= strcmp(one->perf->workloads[i].name, a.workload) == 0;
-        if (!found) return kl_usage_error(&kl_bench_command, "--workload '%s': no such workload of %s", a.workload, one->name);
+        const char *unknown = unknown_workload(one->perf, a.workload);
+        if (unknown)
+            return kl_usage_error(&kl_bench_command, "--workload '%.*s': no such workload of %s",
+                                  (int)strcspn(unknown, ","), unknown, one->name);
     }
     char why[256], tmp[1024];
     const int cc = kl_device_cc(why, sizeof why);

@@ -165,7 +165,7 @@ void kl_bench_progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)
 struct kl_bench_args {
     const struct kl_module *module;
     const char *variant;  /* NULL: every variant this machine runs */
-    const char *workload; /* NULL: every workload of the module */
+    const char *workload; /* NULL: every workload of the module; else names separated by commas */
     FILE *json;           /* results lines go here, or NULL */
     const char *json_path; /* the file json writes (the relation metrics read the run's rows back), or NULL */
     bool gate;            /* compare with perf/targets/<arch>.csv */
@@ -291,6 +291,8 @@ extern const struct kl_command kl_ceilings_command;
 extern const struct kl_command kl_bench_command;
 int kl_cmd_ceilings(int argc, char **argv);
 int kl_cmd_bench(int argc, char **argv);
+/* Whether the run takes this workload: a->workload is NULL or names it in its comma list. */
+bool kl_bench_wants(const struct kl_bench_args *a, const char *workload);
 
 #ifdef __cplusplus
 }

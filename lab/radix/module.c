@@ -544,7 +544,7 @@ static int radix_bench(const struct kl_bench_args *args)
     }
     int nw = (int)(sizeof workloads / sizeof *workloads), any = 0;
     for (int i = 0; i < nw; i++)
-        any |= !args->workload || strcmp(args->workload, workloads[i].name) == 0;
+        any |= kl_bench_wants(args, workloads[i].name);
     if (!any) {
         fprintf(stderr, "bench radix: no workload named \"%s\" (have:", args->workload);
         for (int i = 0; i < nw; i++)
@@ -578,14 +578,14 @@ static int radix_bench(const struct kl_bench_args *args)
         struct corpus c;
         bool need = false;
         for (int i = 0; i < nw; i++)
-            need |= workloads[i].page == page && (!args->workload || strcmp(args->workload, workloads[i].name) == 0);
+            need |= workloads[i].page == page && kl_bench_wants(args, workloads[i].name);
         if (!need) continue;
         corpus_init(&c, page);
         struct kl_radix *t = NULL;
         char desc[128];
         for (int wi = 0; wi < nw; wi++) {
             const struct workload *w = &workloads[wi];
-            if (w->page != page || (args->workload && strcmp(args->workload, w->name) != 0)) continue;
+            if (w->page != page || !kl_bench_wants(args, w->name)) continue;
             base.w = w;
             if (w->churn) {
                 bench_churn(&base, &c, nv, vs, buf, &failures);

@@ -204,6 +204,12 @@ run 2 bench_badwl "$kl" bench radix --workload nosuch --json "$h/bench/existing.
 run 0 bench_cpu "$kl" bench radix --variant v0_scalar --workload match_hot_p1 --json "$h/bench/existing.jsonl"
 [ "$(grep -c '"module":"radix"' "$h/bench/existing.jsonl")" -eq 1 ] && [ "$(ls -A "$h/bench")" = existing.jsonl ] \
   && ok "a completed bench replaces --json with its rows, no stray files" || bad "bench radix: $(ls -A "$h/bench") $(cat "$tmp/e_bench_cpu")"
+run 0 bench_two "$kl" bench radix --variant v0_scalar --workload match_hot_p1,match_cold_p16 --json "$h/bench/two.jsonl"
+[ "$(grep -c '"workload":"match_hot_p1"' "$h/bench/two.jsonl")" -eq 1 ] && [ "$(grep -c '"workload":"match_cold_p16"' "$h/bench/two.jsonl")" -eq 1 ] \
+  && [ "$(wc -l < "$h/bench/two.jsonl")" -eq 2 ] && ok "bench --workload A,B runs both workloads and no other" || bad "bench --workload A,B: $(cut -c1-80 "$h/bench/two.jsonl")"
+run 2 bench_badwl2 "$kl" bench rmsnorm --workload decode-64,nosuch
+grep -q "'nosuch': no such workload" "$tmp/e_bench_badwl2" && ok "bench --workload A,nosuch names the unknown one" || bad "bench --workload A,nosuch: $(cat "$tmp/e_bench_badwl2")"
+rm -f "$h/bench/two.jsonl"
 echo keep > "$h/bench/existing.jsonl"
 if ! "$(dirname "$kl")/kl_gpu_guard" true > /dev/null 2>&1; then
   run 77 bench_nogpu "$kl" bench rmsnorm --json "$h/bench/existing.jsonl"

@@ -102,7 +102,7 @@ def main():
         device["read_gbs"] = ceil["read_gbs"]
     today = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     with open(args.json, "a") as out:
-        for case in mod.cases(torch, args.workload):
+        for case in (c for only in (args.workload.split(",") if args.workload else [None]) for c in mod.cases(torch, only)):
             before = clocks.read(torch)
             t, timing, sets = time_case(torch, case, ceil)
             after = clocks.read(torch)
