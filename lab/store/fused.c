@@ -232,7 +232,7 @@ struct kl_store_problem *kl_store_fused_random(const struct kl_store_fused_shape
 }
 
 /* The fused problems of the catalogue: decode and prefill shapes, GQA, both RoPE styles, partial
- * rotary, scales small enough that values saturate, skipped tokens, odd head_dim. */
+ * rotary, scales small enough that values saturate, skipped tokens, odd head_dim, odd token counts. */
 static const struct fused_edge {
     struct kl_store_fused_shape s;
     const char *what;
@@ -243,6 +243,10 @@ static const struct fused_edge {
     {{20, 6, 2, 80, 80, 100, 64, true, KL_BF16, KL_SLOTS_RANDOM, 3, 0.05}, "fused head_dim 80"},
     {{7, 3, 1, 6, 4, 10, 16, false, KL_F16, KL_SLOTS_RANDOM, 1, 0.02}, "fused rows not whole 16-byte vectors"},
     {{16, 8, 8, 128, 128, 64, 32, true, KL_BF16, KL_SLOTS_RANDOM, 8, 0.01}, "fused every token skipped"},
+    /* Odd token counts: the last tile of a variant that carries several tokens a thread is part-full. */
+    {{37, 8, 2, 136, 128, 200, 96, true, KL_BF16, KL_SLOTS_RANDOM, 3, 0.05}, "fused odd tokens, 17 chunks a head"},
+    {{33, 6, 3, 72, 48, 80, 64, false, KL_F16, KL_SLOTS_SEQUENTIAL, 2, 0.03}, "fused odd tokens, interleaved partial"},
+    {{45, 4, 1, 128, 96, 300, 64, true, KL_F16, KL_SLOTS_RANDOM, 1, 0.03}, "fused odd tokens, neox partial"},
 };
 
 struct kl_store_problem *kl_store_fused_make(int i, uint64_t seed, char *label, size_t len)

@@ -9,7 +9,9 @@
  * v4_rope_quant_store's one-element path) with one bug:
  *   fused_head0_scale     every kv head quantized with head 0's scale (a per-tensor scale read as if
  *                         per head)
- *   fused_no_saturation   the conversion without saturation: past 464 a value becomes NaN */
+ *   fused_no_saturation   the conversion without saturation: past 464 a value becomes NaN
+ *   fused_tile_tail_dropped  the last token of an odd count never processed, as a variant carrying
+ *                         tokens in tiles of two (v5_tile_inflight) would with its grid rounded down */
 #include <cuda_fp8.h>
 
 #include "kernels/common.cuh"
@@ -63,14 +65,14 @@ KL_VARIANT(store, mutant_last_head_dropped, launch<LAST_HEAD_DROPPED>, .min_cc =
 KL_VARIANT(store, mutant_slot_stride_head_dim, launch<SLOT_STRIDE_HEAD_DIM>, .min_cc = 70,
            .summary = "slot stride head_dim instead of num_kv_heads * head_dim", .mutant = 1);
 
-enum fused_bug { HEAD0_SCALE, NO_SATURATION };
+enum fused_bug { HEAD0_SCALE, NO_SATURATION, TILE_TAIL_DROPPED };
 
 template <typename T, int BUG>
 static __global__ void fused_mutant(const struct kl_store_params p)
 {
     const int64_t heads = p.num_qo_heads + 2 * p.num_kv_heads, row = heads * p.head_dim;
     const int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, t = e / row;
-    if (t >= p.num_tokens) return;
+    if (t >= (BUG == TILE_TAIL_DROPPED ? p.num_tokens / 2 * 2 : p.num_tokens)) return;
     const int64_t h = e % row / p.head_dim, i = e % p.head_dim, pos = p.positions[t], slot = p.slots[t];
     const bool is_q = h < p.num_qo_heads, is_v = h >= p.num_qo_heads + p.num_kv_heads;
     const int64_t kh = is_v ? h - p.num_qo_heads - p.num_kv_heads : h - p.num_qo_heads, half = p.rotary_dim / 2;
@@ -111,3 +113,5 @@ KL_VARIANT(store, mutant_fused_head0_scale, launch_fused<HEAD0_SCALE>, .min_cc =
            .summary = "fused: every kv head quantized with head 0's scale", .mutant = 1);
 KL_VARIANT(store, mutant_fused_no_saturation, launch_fused<NO_SATURATION>, .min_cc = 80,
            .summary = "fused: e4m3 conversion without saturation (NaN past 464)", .mutant = 1);
+KL_VARIANT(store, mutant_fused_tile_tail_dropped, launch_fused<TILE_TAIL_DROPPED>, .min_cc = 80,
+           .summary = "fused: the last token of an odd count is never rotated, quantized or stored", .mutant = 1);

@@ -1,0 +1,259 @@
+/* v5_tile_inflight: the fused RoPE + e4m3 quantize + store with four 16-byte qkv loads in flight a thread.
+ * From v4: a v4 thread loads one 16-byte chunk (and, neox, its partner again), then its position, then 2-4
+ * cos/sin loads for 16 bytes of data, computes and exits: few bytes in flight per SM, so it stalls on
+ * long_scoreboard well under the DRAM bandwidth. Here a thread owns a PAIR of chunks of one head (neox
+ * rotary: both halves of its pairs, chunks i and i + m, so no chunk is loaded twice; elsewhere chunks j and
+ * j + ceil(n/2), lanes on consecutive chunks so every access instruction stays coalesced) for a TILE of
+ * kTile consecutive tokens, and issues all 2 x kTile qkv loads first; the block loads the tile's cos/sin
+ * rows once into shared memory under them, so no thread holds the table in registers across the wait.
+ * Grid: token tiles x (heads x pairs a head, in blocks of <= 256): a quarter of v4's threads.
+ * The arithmetic is v4's, operation for operation: RoPE in float32 as fmaf(x, c, -+(p * s)), K/V times
+ * __frcp_rn(scale), cvt.rn.satfinite e4m3x2; q_out one 16-byte store a chunk, a cache row 8 bytes.
+ * A small grid (a decode batch) is a programmatic dependent on sm_90 (slots, positions, the table and the
+ * scales before griddepcontrol.wait, qkv after), as v4. Shapes v4 runs one element a thread, and rotary
+ * spans past the table (> 256): v4's own launcher.
+ * Bound: DRAM bandwidth on qkv read + q written + K/V bytes written (lab/store/perf.c's fused model).
+ * Run alone: build/kernlab bench store --variant v5_tile_inflight --workload fused-prefill-8k */
+#include <cuda_fp8.h>
+#include <stdio.h>
+
+#include "kernels/common.cuh"
+#include "kernels/store/store.h"
+#include "kernels/variant.h"
+
+constexpr int kThreads = 256;       /* at most, per block; a token's pairs take ceil(pairs / 256) blocks */
+constexpr int kThreadsPerSm = 1024; /* few tokens: the grid fits beside the previous kernel's blocks (PDL) */
+constexpr int kTile = 2;            /* tokens a thread carries: 4 x 16 B of qkv in flight */
+constexpr int kMinBlocks = 4;       /* per SM: caps registers at 64, 1024 threads x 64 B in flight */
+constexpr int kMaxRotary = 256;     /* the shared cos/sin table's row; a longer rotary span: v4 */
+
+static __device__ unsigned bad_slot; /* see store.h: set when a slot >= num_slots is skipped */
+
+/* Two floats to two e4m3 codes, round to nearest even, saturating at +-448 (NaN stays NaN); the first in
+ * the low byte, as the cache row holds them. */
+__device__ __forceinline__ uint32_t e4m3x2(float a, float b)
+{
+    return (uint32_t)__nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
+}
+
+/* A chunk's 8 values times inv_scale as 8 codes: one 8-byte store of a cache row. */
+__device__ __forceinline__ uint2 quant8(const float (&o)[8], float inv_scale)
+{
+    uint32_t w[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+        w[r] = e4m3x2(o[4 * r] * inv_scale, o[4 * r + 1] * inv_scale) |
+               e4m3x2(o[4 * r + 2] * inv_scale, o[4 * r + 3] * inv_scale) << 16;
+    return make_uint2(w[0], w[1]);
+}
+
+/* qkv is read once: at many tokens an evict-first load keeps it from pushing the cache rows attention reads
+ * next out of L2; a decode batch's qkv was just written by the GEMM and sits in L2 either way. */
+template <bool STREAM> __device__ __forceinline__ uint4 load16(const void *p)
+{
+    if constexpr (STREAM) return __ldcs(reinterpret_cast<const uint4 *>(p));
+    else return *reinterpret_cast<const uint4 *>(p);
+}
+
+/* Chunks a and b (b where has_b) of one head for each token of the tile inside num_tokens: x is the head's
+ * row of token t0, rows `width` elements apart. */
+template <typename T, bool STREAM>
+__device__ __forceinline__ void load_tile(const T *x, int width, int64_t t0, int64_t num_tokens, int a, int b,
+                                          bool has_b, uint4 (&xa)[kTile], uint4 (&xb)[kTile])
+{
+#pragma unroll
+    for (int u = 0; u < kTile; u++) {
+        if (t0 + u >= num_tokens) break;
+        xa[u] = load16<STREAM>(x + (int64_t)u * width + 8 * a);
+        if (has_b) xb[u] = load16<STREAM>(x + (int64_t)u * width + 8 * b);
+    }
+}
+
+/* One chunk out, packed x in, as v4 computes it: unrotated, the value itself; rotated,
+ * x1' = x1 c - x2 s and x2' = x2 c + x1 s, the first of a pair subtracting its partner's share. Neox: the
+ * partner is the same element of the other half's chunk p (first: this chunk is in the first half),
+ * column r; interleaved: the neighbour r ^ 1 in this chunk, column koff + r / 2, even r first. Elements
+ * are unpacked as used, so only the packed words stay live (registers). */
+template <typename T, bool NEOX>
+__device__ __forceinline__ void chunk_out(const uint4 &x, const uint4 &p, bool rot, const float (&c)[8],
+                                          const float (&s)[8], int koff, bool first, float (&o)[8])
+{
+#pragma unroll
+    for (int r = 0; r < 8; r++) {
+        const float xr = kl::elem_f32<T>(x, r);
+        if (!rot) {
+            o[r] = xr;
+            continue;
+        }
+        const int k = NEOX ? r : koff + r / 2;
+        const float pr = NEOX ? kl::elem_f32<T>(p, r) : kl::elem_f32<T>(x, r ^ 1);
+        const bool sub = NEOX ? first : (r & 1) == 0;
+        o[r] = fmaf(xr, c[k], sub ? -(pr * s[k]) : pr * s[k]);
+    }
+}
+
+/* Four floats at p (16-byte aligned, shared memory) into out[0..3]. */
+__device__ __forceinline__ void lds4(const float *p, float *out)
+{
+    const float4 v = *reinterpret_cast<const float4 *>(p);
+    out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
+}
+
+/* Pair j (blockIdx.y * blockDim.x + threadIdx.x) of tokens kTile * blockIdx.x .. + kTile - 1. A head of
+ * C = head_dim / 8 chunks has m = rotary_dim / 16 neox pairs (i, i + m) (m = 0 interleaved), then the
+ * n = C - 2m chunks left as pairs (2m + i', 2m + i' + ceil(n / 2)), the second absent when n is odd; every
+ * head (q, k and v) is cut the same way, so pairs = m + ceil(n / 2) a head. */
+template <typename T, bool NEOX, bool PDL>
+static __global__ void __launch_bounds__(kThreads, kMinBlocks)
+    rope_quant_store_v5(const T *__restrict__ qkv, T *q_out, const int64_t *__restrict__ positions,
+                        const int64_t *__restrict__ slots, const float *__restrict__ cos_sin,
+                        const float *__restrict__ k_scale, const float *__restrict__ v_scale, uint8_t *k_cache,
+                        uint8_t *v_cache, int64_t num_tokens, int q_heads, int kv_heads, int head_dim,
+                        int rotary_dim, int64_t max_pos, int64_t num_slots, int m, int rest, int pairs)
+{
+    static_assert(sizeof(T) == 2, "a chunk is 8 elements of 16 bits: one 16-byte word");
+    /* The tile's cos/sin rows, loaded once a block: a thread would otherwise hold 16 floats a token in
+     * registers across the DRAM wait, and issue more cos/sin loads than qkv loads. */
+    __shared__ __align__(16) float table[kTile][kMaxRotary];
+    const int heads = q_heads + 2 * kv_heads, chunks = head_dim / 8, half = rotary_dim / 2;
+    const int j = blockIdx.y * blockDim.x + threadIdx.x, h = j / pairs, i = j - h * pairs;
+    const bool is_q = h < q_heads, is_v = h >= q_heads + kv_heads, live = h < heads;
+    const int kh = is_v ? h - q_heads - kv_heads : h - q_heads; /* the kv head of a k or v pair */
+    const int a = i < m ? i : m + i, b = i < m ? i + m : m + i + rest; /* chunk indices in the head */
+    const bool has_b = b < chunks;
+    /* Which chunks are rotated (q and k heads): neox, a neox pair (a in the first half, b = a + m in the
+     * second, both on cos/sin columns 8a..8a+7); interleaved, each chunk inside rotary_dim on its own
+     * columns 4a..4a+3 and 4b..4b+3 (b > a: b rotated implies a rotated). */
+    const bool rot_a = live && !is_v && (NEOX ? i < m : 8 * a < rotary_dim);
+    const bool rot_b = rot_a && has_b && (NEOX || 8 * b < rotary_dim);
+    const int64_t t0 = (int64_t)blockIdx.x * kTile;
+    const T *x0 = qkv + (t0 * heads + h) * (int64_t)head_dim; /* head h of token t0 */
+
+    uint4 xa[kTile], xb[kTile];
+    /* Many tokens (no PDL): qkv is no pending output of a kernel still running, so its loads go out first,
+     * all 2 x kTile of them, and overlap the position -> cos/sin chain below (two dependent trips). */
+    if constexpr (!PDL)
+        if (live) load_tile<T, true>(x0, heads * head_dim, t0, num_tokens, a, b, has_b, xa, xb);
+
+    /* Before the wait: the scheduler's slots and positions (copied in before the forward pass), the cos/sin
+     * table and the scales (constants): nothing a kernel of this step writes. */
+    int64_t slot[kTile];
+    bool rotate_u[kTile];
+#pragma unroll
+    for (int u = 0; u < kTile; u++) {
+        const bool in = t0 + u < num_tokens;
+        const int64_t pos = in ? __ldg(positions + t0 + u) : -1;
+        slot[u] = in && !is_q ? __ldg(slots + t0 + u) : -1;
+        rotate_u[u] = rot_a && pos >= 0 && pos < max_pos; /* else left as it is */
+    }
+    /* Row u of the table: cos_sin's row of token t0 + u, 16 bytes a thread (rotary_dim % 8 == 0 and the
+     * table 16-byte aligned: the launcher checked); rows no thread rotates with are left unset. */
+    const int quads = rotary_dim / 4;
+    for (int e = threadIdx.x; e < kTile * quads; e += blockDim.x) {
+        const int u = e / quads, q4 = e - u * quads;
+        const int64_t pos = t0 + u < num_tokens ? __ldg(positions + t0 + u) : -1;
+        if (pos >= 0 && pos < max_pos)
+            *reinterpret_cast<float4 *>(&table[u][4 * q4]) =
+                __ldg(reinterpret_cast<const float4 *>(cos_sin + pos * rotary_dim) + q4);
+    }
+    const float inv_scale = is_q || !live ? 1.0f : __frcp_rn(__ldg((is_v ? v_scale : k_scale) + kh));
+    __syncthreads(); /* the table is whole before any thread reads another's quads */
+    if constexpr (PDL) {
+        kl::pdl_release();
+        kl::pdl_wait(); /* qkv comes from the kernel before us (the QKV GEMM) */
+        if (live) load_tile<T, false>(x0, heads * head_dim, t0, num_tokens, a, b, has_b, xa, xb);
+    }
+    if (!live) return;
+
+#pragma unroll
+    for (int u = 0; u < kTile; u++) {
+        const int64_t t = t0 + u;
+        if (t >= num_tokens) break; /* the last tile's tail */
+        if (!is_q && slot[u] < 0) continue; /* a skipped token's q is still rotated and written */
+        if (!is_q && slot[u] >= num_slots) {
+            if (a == 0) bad_slot = 1;
+            continue;
+        }
+        /* neox: c, s = columns 8a..8a+7 for both chunks; interleaved: 4a..4a+3, then 4b..4b+3 */
+        float c[8], s[8], o[8];
+        if (rotate_u[u]) {
+            const float *row = table[u];
+            if constexpr (NEOX) {
+                lds4(row + 8 * a, c), lds4(row + 8 * a + 4, c + 4);
+                lds4(row + half + 8 * a, s), lds4(row + half + 8 * a + 4, s + 4);
+            } else {
+                lds4(row + 4 * a, c), lds4(row + half + 4 * a, s);
+                if (rot_b) lds4(row + 4 * b, c + 4), lds4(row + half + 4 * b, s + 4);
+            }
+        }
+        const uint4 wa = xa[u], wb = has_b ? xb[u] : wa; /* wb unused where has_b is false */
+        if (is_q) {
+            T *dst = q_out + (t * q_heads + h) * (int64_t)head_dim;
+            chunk_out<T, NEOX>(wa, wb, rotate_u[u], c, s, 0, true, o);
+            *reinterpret_cast<uint4 *>(dst + 8 * a) = kl::pack<T>(o);
+            if (!has_b) continue;
+            chunk_out<T, NEOX>(wb, wa, rotate_u[u] && rot_b, c, s, 4, false, o);
+            *reinterpret_cast<uint4 *>(dst + 8 * b) = kl::pack<T>(o);
+            continue;
+        }
+        /* plain stores: attention reads the cache rows back soon */
+        uint8_t *dst = (is_v ? v_cache : k_cache) + (slot[u] * kv_heads + kh) * (int64_t)head_dim;
+        chunk_out<T, NEOX>(wa, wb, rotate_u[u], c, s, 0, true, o);
+        *reinterpret_cast<uint2 *>(dst + 8 * a) = quant8(o, inv_scale);
+        if (!has_b) continue;
+        chunk_out<T, NEOX>(wb, wa, rotate_u[u] && rot_b, c, s, 4, false, o);
+        *reinterpret_cast<uint2 *>(dst + 8 * b) = quant8(o, inv_scale);
+    }
+}
+
+template <typename T, bool NEOX>
+static cudaError_t launch_k(const struct kl_store_params *p, int cc, cudaStream_t stream)
+{
+    const int chunks = (int)(p->head_dim / 8), m = NEOX ? (int)(p->rotary_dim / 16) : 0;
+    const int rest = (chunks - 2 * m + 1) / 2, pairs = m + rest;
+    unsigned per_token, threads;
+    kl::split_even((p->num_qo_heads + 2 * p->num_kv_heads) * pairs, kThreads, &per_token, &threads);
+    const int64_t tiles = (p->num_tokens + kTile - 1) / kTile;
+    /* PDL where the grid is small enough to start beside the previous kernel's blocks (a decode batch). */
+    const bool pdl = cc >= 90 && tiles * per_token * threads <= (int64_t)kl::this_device().sms * kThreadsPerSm;
+    auto kernel = pdl ? rope_quant_store_v5<T, NEOX, true> : rope_quant_store_v5<T, NEOX, false>;
+    return kl::launch_pdl(kernel, dim3((unsigned)tiles, per_token), dim3(threads), pdl, stream, (const T *)p->qkv,
+                          (T *)p->q_out, p->positions, p->slots, p->cos_sin_cache, p->k_scale, p->v_scale,
+                          (uint8_t *)p->k_cache, (uint8_t *)p->v_cache, p->num_tokens, (int)p->num_qo_heads,
+                          (int)p->num_kv_heads, (int)p->head_dim, (int)p->rotary_dim, p->max_pos, p->num_slots, m,
+                          rest, pairs);
+}
+
+static bool aligned(const void *p, uintptr_t n) { return ((uintptr_t)p & (n - 1)) == 0; }
+
+static cudaError_t launch(const struct kl_store_params *p, cudaStream_t stream)
+{
+    cudaError_t rc = kl_store_check_fused_params(p, "v5_tile_inflight");
+    if (rc != cudaSuccess || p->num_tokens == 0) return rc;
+    /* v4's vector condition: 8-element chunks, each inside one half of the rotary span or outside it, and
+     * every access aligned (qkv, q_out 16 bytes, cache rows 8 bytes, cos/sin rows 16 bytes). */
+    const bool vec = p->head_dim % 8 == 0 && p->rotary_dim % (p->is_neox ? 16 : 8) == 0 &&
+                     p->rotary_dim <= kMaxRotary && aligned(p->qkv, 16) &&
+                     aligned(p->q_out, 16) && aligned(p->cos_sin_cache, 16) && aligned(p->k_cache, 8) &&
+                     aligned(p->v_cache, 8);
+    if (!vec) { /* v4's own launcher: its scalar path, or its chunks for a rotary span past the table */
+        const struct kl_variant *v4 = kl_variant_find("store", "v4_rope_quant_store");
+        if (!v4) {
+            fprintf(stderr, "store v5_tile_inflight: v4_rope_quant_store is not built\n");
+            return cudaErrorInvalidValue;
+        }
+        return ((kl_store_launch_fn)v4->launch)(p, stream);
+    }
+    unsigned *flag;
+    if ((rc = cudaGetSymbolAddress((void **)&flag, bad_slot)) != cudaSuccess) return rc;
+    if ((rc = kl_store_validate_begin(p, flag, stream)) != cudaSuccess) return rc;
+    const int cc = kl::this_device().cc;
+    if (p->dtype == KL_BF16)
+        rc = p->is_neox ? launch_k<__nv_bfloat16, true>(p, cc, stream) : launch_k<__nv_bfloat16, false>(p, cc, stream);
+    else rc = p->is_neox ? launch_k<__half, true>(p, cc, stream) : launch_k<__half, false>(p, cc, stream);
+    if (rc != cudaSuccess) return rc;
+    return kl_store_validate_end(p, flag, stream, "v5_tile_inflight");
+}
+
+KL_VARIANT(store, v5_tile_inflight, launch, .min_cc = 80,
+           .summary = "fused: a thread owns both chunks of a pair for 2 tokens, 4 x 16 B qkv loads before any use");
