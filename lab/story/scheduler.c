@@ -582,7 +582,7 @@ static int story_body(struct story *st, size_t free_before, const struct kl_stor
              mem->weights_bytes / 1e9);
     const double t = host_us();
     st->m = kl_story_model_new(&o->model, o->prompt, 2, mem->kv_pages, max_len + ps, o->prompt + o->steps, o->seed,
-                               st->err);
+                               o->kv_fp8, st->err);
     if (!st->m) return -1;
     const double weights_ms = (host_us() - t) * 1e-3;
     progress(st, "weights ready in %.0f ms; kernels: index %s, rmsnorm %s, rope %s, store %s, prefill %s, decode %s",

@@ -80,6 +80,7 @@ struct kl_story_options {
     bool graph;       /* decode again as a captured CUDA graph */
     bool control;     /* prefill request 2 from scratch as well (the radix hit's control) */
     bool keep_logits; /* keep every forward's logits on the host (the tests) */
+    bool kv_fp8;      /* decode from an FP8 (e4m3) KV cache (model.h), not the bf16 one */
     FILE *progress;   /* a line per long phase, or NULL */
 };
 
