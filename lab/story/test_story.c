@@ -335,6 +335,113 @@ Test(story, the_fp8_reference_differs_from_bf16_only_where_decode_reads_the_cach
     host_model_free(&h);
 }
 
+/* ---- the ops of an FP8 forward pass (dry: no device) ---- */
+
+struct op_log {
+    struct kl_story_op ops[64];
+    int n;
+};
+
+static void log_op(void *ctx, const struct kl_story_op *op, int begin)
+{
+    struct op_log *g = ctx;
+    if (begin && g->n < 64) g->ops[g->n++] = *op;
+}
+
+/* One layer of the tiny model, one pass (a 40-token prefill or a decode step of 2), ops logged. */
+static void dry_pass(bool fp8, bool decode, struct kl_story_model *m, struct op_log *log)
+{
+    static char arena[1 << 22];
+    static void *caches[4];
+    static float scales[4];
+    memset(log, 0, sizeof *log);
+    *m = (struct kl_story_model){.cfg = kl_story_tiny,
+                                 .max_tokens = 64,
+                                 .max_batch = 2,
+                                 .kv_pages = 16,
+                                 .max_pos = 128,
+                                 .decode_kv_bound = 100,
+                                 .dry = true,
+                                 .hook = log_op,
+                                 .hook_ctx = log,
+                                 .kv_fp8 = fp8};
+    m->cfg.layers = 1;
+    static struct kl_story_layer_weights lw;
+    m->layer = &lw, m->k_cache = &caches[0], m->v_cache = &caches[1], m->k_fp8 = &caches[2], m->v_fp8 = &caches[3];
+    for (int i = 0; i < 4; i++)
+        caches[i] = arena + (1 << 21) + i * 1024;
+    m->kv_scale = scales;
+    void **bufs[] = {&m->x,    &m->res[0], &m->res[1], &m->hn,  &m->q,  &m->k,  &m->v,
+                     &m->attn, &m->o,      &m->gu,     &m->act, &m->mo, &m->qkv};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        *bufs[i] = arena + i * (1 << 16);
+    const struct kl_story_batch b = {.decode = decode,
+                                     .tokens = decode ? 2 : 40,
+                                     .batch = decode ? 2 : 1,
+                                     .max_q_len = decode ? 1 : 40,
+                                     .max_kv_len = decode ? 60 : 40};
+    cr_assert_eq(kl_story_forward(m, &b), cudaSuccess);
+}
+
+static const struct kl_story_op *find_op(const struct op_log *log, enum kl_story_op_name name, int nth)
+{
+    for (int i = 0; i < log->n; i++)
+        if (log->ops[i].name == name && nth-- == 0) return &log->ops[i];
+    return NULL;
+}
+
+Test(story, an_fp8_decode_step_runs_the_fused_store_and_reads_the_e4m3_cache_with_its_scales)
+{
+    struct kl_story_model m;
+    struct op_log log;
+    const int kvh = kl_story_tiny.kv_heads, Q = kl_story_tiny.qo_heads * kl_story_tiny.head_dim,
+              KV = kvh * kl_story_tiny.head_dim;
+    dry_pass(true, true, &m, &log);
+    cr_assert_null(find_op(&log, KL_OP_ROPE, 0), "a decode step with an FP8 cache runs no separate rope");
+    const struct kl_story_op *g = find_op(&log, KL_OP_QKV_GEMM, 0), *st = find_op(&log, KL_OP_KV_STORE, 0),
+                             *at = find_op(&log, KL_OP_ATTENTION, 0);
+    cr_assert(g && st && at && !find_op(&log, KL_OP_KV_STORE, 1), "one kv_store (the fused one)");
+    cr_assert_eq(g->u.gemm.count, 2, "no bf16 K/V projection in a decode step");
+    cr_assert(g->u.gemm.g[0].y == m.qkv && g->u.gemm.g[0].ldy == Q + 2 * KV, "Q into the qkv rows");
+    cr_assert(g->u.gemm.g[1].y == (char *)m.qkv + 2 * Q && g->u.gemm.g[1].ldy == Q + 2 * KV &&
+                  g->u.gemm.g[1].stride_y == KV && g->u.gemm.g[1].batch == 2,
+              "K then V into the qkv rows");
+    const struct kl_store_params *sp = &st->u.store;
+    cr_assert(sp->fused && sp->qkv == m.qkv && sp->q_out == m.q && sp->k_cache == m.k_fp8[0] &&
+                  sp->v_cache == m.v_fp8[0] && sp->k_scale == m.kv_scale && sp->v_scale == m.kv_scale + kvh,
+              "the fused store writes q and the layer's e4m3 pages with its scales");
+    const struct kl_attention_decode_params *dp = &at->u.decode;
+    cr_assert_eq(at->how, KL_LAUNCH_DECODE);
+    cr_assert(dp->k_cache == m.k_fp8[0] && dp->v_cache == m.v_fp8[0] && dp->k_scale == m.kv_scale &&
+                  dp->v_scale == m.kv_scale + kvh && dp->q == m.q,
+              "decode reads the e4m3 pages with the layer's scales");
+    /* the bf16 decode step as before: rope, the plain store, no scales */
+    dry_pass(false, true, &m, &log);
+    cr_assert(find_op(&log, KL_OP_ROPE, 0) && !find_op(&log, KL_OP_KV_STORE, 0)->u.store.fused);
+    at = find_op(&log, KL_OP_ATTENTION, 0);
+    cr_assert(at->u.decode.k_scale == NULL && at->u.decode.k_cache == m.k_cache[0]);
+}
+
+Test(story, an_fp8_prefill_fills_both_caches_and_attends_over_bf16)
+{
+    struct kl_story_model m;
+    struct op_log log;
+    dry_pass(true, false, &m, &log);
+    const struct kl_story_op *g = find_op(&log, KL_OP_QKV_GEMM, 0), *fused = find_op(&log, KL_OP_KV_STORE, 0),
+                             *rope = find_op(&log, KL_OP_ROPE, 0), *plain = find_op(&log, KL_OP_KV_STORE, 1),
+                             *at = find_op(&log, KL_OP_ATTENTION, 0);
+    cr_assert(g && fused && rope && plain && at);
+    cr_assert(fused < rope && rope < plain && plain < at, "fused store, rope of K, bf16 store, attention");
+    cr_assert(g->u.gemm.count == 3 && g->u.gemm.g[2].y == m.k && g->u.gemm.g[2].batch == 2,
+              "K and V projected once more, packed, for the bf16 cache");
+    cr_assert(fused->u.store.fused && fused->u.store.k_cache == m.k_fp8[0] && fused->u.store.q_out == m.q);
+    cr_assert(rope->u.rope.q == m.k && rope->u.rope.num_kv_heads == 0 &&
+                  rope->u.rope.num_q_heads == kl_story_tiny.kv_heads,
+              "rope rotates K alone (q came rotated from the fused store)");
+    cr_assert(!plain->u.store.fused && plain->u.store.k == m.k && plain->u.store.k_cache == m.k_cache[0]);
+    cr_assert(at->how == KL_LAUNCH_PREFILL && at->u.prefill.k_cache == m.k_cache[0] && at->u.prefill.q == m.q);
+}
+
 /* The error model's figures that story.md quotes (how far inside the bound a correct bf16 pipeline
  * stays, how far outside each planted fault lands) are these tests' own measurements, committed as
  * reports/data/story-check.json: this test recomputes them (the emulation is deterministic) and
@@ -520,11 +627,15 @@ Test(story_gpu, weights_made_on_the_device_equal_the_host_formula)
 }
 
 /* The tiny decoder on the GPU against the float64 forward pass, step by step (the GPU's tokens
- * are fed to both), with the bound reference/story.c derives. */
-Test(story_gpu, tiny_decoder_matches_the_float64_forward_and_the_radix_hit_equals_a_prefill_from_scratch,
-     .timeout = 600)
+ * are fed to both), with the bound reference/story.c derives; with fp8, both decode from an FP8
+ * cache quantized with the same scales. */
+static void tiny_decoder_check(bool fp8)
 {
     need_gpu();
+    if (fp8) {
+        char why[200];
+        if (kl_story_fp8_missing(kl_device_cc(NULL, 0), why, sizeof why)) cr_skip_test("%s", why);
+    }
     struct kl_story_options o = {.model = kl_story_tiny,
                                  .prompt = 96,
                                  .shared = 64,
@@ -532,7 +643,8 @@ Test(story_gpu, tiny_decoder_matches_the_float64_forward_and_the_radix_hit_equal
                                  .seed = 7,
                                  .graph = true,
                                  .control = true,
-                                 .keep_logits = true};
+                                 .keep_logits = true,
+                                 .kv_fp8 = fp8};
     struct kl_story_result r;
     struct kl_err err = {{0}};
     cr_assert_eq(kl_story_run(&o, &r, &err), 0, "%s", err.msg);
@@ -542,8 +654,11 @@ Test(story_gpu, tiny_decoder_matches_the_float64_forward_and_the_radix_hit_equal
     double *got = malloc(sizeof(double) * V), *ref = malloc(sizeof(double) * V), *var = malloc(sizeof(double) * V);
     double worst = 0, worst_l2 = 0;
     int picks = 0;
+    float ks[KL_STORY_MAX_LAYERS * 8], vs[KL_STORY_MAX_LAYERS * 8];
+    if (fp8) host_scales(&h, ks, vs);
     for (int b = 0; b < 2; b++) {
         struct kl_story_ref_seq *s = kl_story_ref_seq_new(&h.d, o.prompt + o.steps);
+        cr_assert(s && (!fp8 || kl_story_ref_seq_fp8(s, &h.d, ks, vs) == 0));
         for (int step = 0; step <= o.steps; step++) {
             const int32_t *in = step ? &r.tokens[b][step - 1] : r.prompt[b];
             cr_assert_eq(kl_story_ref_forward(&h.d, &h.w, s, in, step ? 1 : o.prompt, KL_STORY_REF_EXACT, 0, ref, var),
@@ -583,12 +698,23 @@ Test(story_gpu, tiny_decoder_matches_the_float64_forward_and_the_radix_hit_equal
         }
         kl_story_ref_seq_free(s, &h.d);
     }
-    cr_log_info("tiny decoder: worst |gpu - float64| %.2f sigma, worst step norm %.2f x predicted; graph %s", worst,
-                worst_l2, r.graph_identical ? "bit-identical" : "within the bound");
+    cr_log_info("tiny decoder (%s KV): worst |gpu - float64| %.2f sigma, worst step norm %.2f x predicted; graph %s",
+                fp8 ? "fp8" : "bf16", worst, worst_l2, r.graph_identical ? "bit-identical" : "within the bound");
     cr_assert_eq(picks, 0, "%d greedy picks differ from float64 where the top two are clearly apart", picks);
     free(got), free(ref), free(var);
     host_model_free(&h);
     kl_story_result_free(&r);
+}
+
+Test(story_gpu, tiny_decoder_matches_the_float64_forward_and_the_radix_hit_equals_a_prefill_from_scratch,
+     .timeout = 600)
+{
+    tiny_decoder_check(false);
+}
+
+Test(story_gpu, tiny_fp8_decoder_matches_the_float64_forward_that_quantizes_the_same_way, .timeout = 600)
+{
+    tiny_decoder_check(true);
 }
 
 /* The whole command on the tiny model: CUPTI records, the Range Profiler, the files. */
