@@ -177,13 +177,6 @@ struct kl_story_model *kl_story_model_new(const struct kl_story_config *cfg, int
                                           int64_t kv_pages, int64_t max_pos, int64_t decode_kv_bound, uint64_t seed,
                                           bool kv_fp8, struct kl_err *err);
 
-/* The variants an FP8 cache needs, looked up by name: the fused RoPE + quantize + store and the
- * decode that reads e4m3 pages. */
-#define KL_STORY_FP8_STORE "v4_rope_quant_store"
-#define KL_STORY_FP8_DECODE "v6_fp8_tensor_cores"
-/* NULL, or why an FP8 cache cannot run on a device of compute capability cc (a variant missing
- * from this build, or needing a newer device), naming the variant. */
-const char *kl_story_fp8_missing(int cc, char *why, size_t len);
 void kl_story_model_free(struct kl_story_model *m);
 
 /* One forward pass on m->stream: logits of each request's last token into m->logits, their argmax

@@ -415,6 +415,10 @@ cJSON *kl_story_document(const struct kl_story_doc_info *in, const struct kl_sto
     cJSON_AddNumberToObject(mj, "mlp", c->mlp);
     cJSON_AddNumberToObject(mj, "vocab", c->vocab);
     cJSON_AddStringToObject(mj, "dtype", "bf16");
+    if (o->kv_fp8) { /* only then: a bf16 run's document is what it always was */
+        cJSON_AddStringToObject(mj, "kv", "fp8");
+        cJSON_AddStringToObject(mj, "kv_scale", "per (layer, kv head): the weights' bound on |K|, |V| over 448");
+    }
     cJSON_AddNumberToObject(mj, "page_size", KL_STORY_PAGE_SIZE);
     cJSON_AddNumberToObject(mj, "rope_theta", c->rope_theta);
     cJSON_AddNumberToObject(mj, "seed", (double)o->seed);
@@ -428,6 +432,7 @@ cJSON *kl_story_document(const struct kl_story_doc_info *in, const struct kl_sto
     for (int i = 0; i < 6; i++)
         cJSON_AddStringToObject(vj, modules[i], in->variants[i]);
     cJSON_AddStringToObject(vj, "gemm", in->gemm);
+    if (o->kv_fp8) cJSON_AddStringToObject(vj, "store_fused", KL_STORY_FP8_STORE);
     cJSON *memj = cJSON_AddObjectToObject(doc, "memory");
     cJSON_AddNumberToObject(memj, "weights_bytes", in->weights_bytes);
     cJSON_AddNumberToObject(memj, "kv_bytes", in->mem.kv_bytes);

@@ -105,6 +105,14 @@ struct kl_story_memory {
 };
 void kl_story_memory_plan(const struct kl_story_options *o, double free_bytes, struct kl_story_memory *m);
 
+/* The variants an FP8 cache (kv_fp8) needs, looked up by name: the fused RoPE + quantize + store
+ * and the decode that reads e4m3 pages. */
+#define KL_STORY_FP8_STORE "v4_rope_quant_store"
+#define KL_STORY_FP8_DECODE "v6_fp8_tensor_cores"
+/* NULL, or why an FP8 cache cannot run on a device of compute capability cc (a variant missing
+ * from this build, or needing a newer device), naming the variant (lab/story/model.c). */
+const char *kl_story_fp8_missing(int cc, char *why, size_t len);
+
 /* Runs the story. Returns 0, or -1 with err (a CUDA or cuBLAS failure, memory). */
 int kl_story_run(const struct kl_story_options *o, struct kl_story_result *r, struct kl_err *err);
 void kl_story_result_free(struct kl_story_result *r);
