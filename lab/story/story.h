@@ -14,9 +14,10 @@
  *   commit, date                      the build's commit, the run's UTC date
  *   device {name, cc, sms, l2_bytes, memory_bytes, sm_clock_mhz, mem_clock_mhz}
  *   model {name, layers, hidden, qo_heads, kv_heads, head_dim, mlp, vocab, dtype, page_size,
- *          rope_theta, seed}
+ *          rope_theta, seed}           with kv_fp8 also kv ("fp8") and kv_scale (how, in words)
  *   run {prompt, shared, steps}        request 1's prompt; request 2 shares its first `shared` tokens
- *   variants {index, rmsnorm, rope, store, attention_prefill, attention_decode, gemm}
+ *   variants {index, rmsnorm, rope, store, attention_prefill, attention_decode, gemm}  with kv_fp8
+ *                                      also store_fused; attention_decode is then the FP8 decode
  *   memory {weights_bytes, kv_bytes, kv_pages, activation_bytes, free_bytes, total_bytes, layers_fit}
  *   setup {weights_ms}                 generating the weights on the device
  *   ops ["embed", "rms_norm", ...]     op names; records below name ops by index into this list
