@@ -590,9 +590,10 @@ static int story_body(struct story *st, size_t free_before, const struct kl_stor
                                o->kv_fp8, st->err);
     if (!st->m) return -1;
     const double weights_ms = (host_us() - t) * 1e-3;
-    progress(st, "weights ready in %.0f ms; kernels: index %s, rmsnorm %s, rope %s, store %s, prefill %s, decode %s",
+    progress(st, "weights ready in %.0f ms; kernels: index %s, rmsnorm %s, rope %s, store %s, prefill %s, decode %s%s%s",
              weights_ms, st->m->v_index->name, st->m->v_rmsnorm->name, st->m->v_rope->name, st->m->v_store->name,
-             st->m->v_prefill->name, st->m->v_decode->name);
+             st->m->v_prefill->name, st->m->v_decode->name, st->m->v_fused ? "; FP8 cache by " : "",
+             st->m->v_fused ? st->m->v_fused->name : "");
     if (kl_story_cache_init(&st->cache, ps, mem->kv_pages)) return kl_fail(st->err, "out of host memory");
     int32_t *p1 = malloc(sizeof(int32_t) * (size_t)o->prompt), *p2 = malloc(sizeof(int32_t) * (size_t)o->prompt);
     if (p1 && p2) prompts(o, V, p1, p2);
