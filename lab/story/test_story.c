@@ -18,6 +18,7 @@
 #include "kernels/dtype.h"
 #include "lab/core/compare.h"
 #include "lab/core/device.h"
+#include "lab/core/json_path.h"
 #include "lab/report/report.h" /* kernlab story and its guide: a test may use every floor but the command */
 #include "lab/story/kernels.h"
 #include "lab/story/model.h"
@@ -747,5 +748,51 @@ Test(story_gpu, the_tiny_story_records_every_kernel_and_writes_its_files, .timeo
     snprintf(path, sizeof path, "%s/story.md", tmp);
     cr_assert_eq(access(path, R_OK), 0, "no story.md");
     cJSON_Delete(doc);
+    kl_story_test_remove_dir(tmp);
+}
+
+/* `--kv fp8` on the tiny model: story-fp8.json alone (no story.json, no guide), decode steps with
+ * no rope and the FP8 variants named; then a bf16 run into the same folder writes the guide with
+ * both columns. */
+Test(story_gpu, the_tiny_fp8_story_writes_its_column_of_the_guide, .timeout = 600)
+{
+    need_gpu();
+    char why[200];
+    if (kl_story_fp8_missing(kl_device_cc(NULL, 0), why, sizeof why)) cr_skip_test("%s", why);
+    char tmp[] = "/tmp/kl_story_XXXXXX";
+    cr_assert(mkdtemp(tmp));
+    char *argv[] = {"--tiny", "--prompt", "64", "--shared", "48", "--steps", "64", "--kv", "fp8", "--out", tmp};
+    cr_assert_eq(kl_cmd_story(11, argv), 0, "kernlab story --tiny --kv fp8 failed (stderr says why)");
+    char path[300];
+    snprintf(path, sizeof path, "%s/story.json", tmp);
+    cr_assert_neq(access(path, F_OK), 0, "an fp8 run wrote story.json");
+    snprintf(path, sizeof path, "%s/story-fp8.json", tmp);
+    cJSON *doc = kl_story_read_json(path);
+    cr_assert(doc, "no story-fp8.json, or not JSON");
+    cr_assert_str_eq(kl_json_str(doc, "model.kv", ""), "fp8");
+    cr_assert_str_eq(kl_json_str(doc, "variants.attention_decode", ""), KL_STORY_FP8_DECODE);
+    cr_assert_str_eq(kl_json_str(doc, "variants.store_fused", ""), KL_STORY_FP8_STORE);
+    cr_assert_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "recording"), "unattributed")->valueint, 0);
+    const cJSON *ops = cJSON_GetObjectItem(doc, "ops");
+    int rope = -1;
+    for (int i = 0; i < cJSON_GetArraySize(ops); i++)
+        if (strcmp(cJSON_GetArrayItem(ops, i)->valuestring, "rope") == 0) rope = i;
+    for (const cJSON *p = cJSON_GetObjectItem(doc, "phases")->child; p; p = p->next)
+        if (strcmp(kl_json_str(p, "name", ""), "decode") == 0)
+            for (const cJSON *st = cJSON_GetObjectItem(p, "steps")->child; st; st = st->next)
+                cr_assert_eq(cJSON_GetArrayItem(cJSON_GetObjectItem(st, "by_op"), rope)->valuedouble, 0,
+                             "a decode step with an FP8 cache ran rope");
+    cJSON_Delete(doc);
+    char *argv2[] = {"--tiny", "--prompt", "64", "--shared", "48", "--steps", "64", "--out", tmp};
+    cr_assert_eq(kl_cmd_story(9, argv2), 0, "kernlab story --tiny failed (stderr says why)");
+    snprintf(path, sizeof path, "%s/story.md", tmp);
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "no story.md");
+    char line[4096];
+    bool both = false;
+    while (fgets(line, sizeof line, f))
+        both |= strstr(line, "| eager decode, per step (2 requests) | bf16 KV | fp8 KV |") != NULL;
+    fclose(f);
+    cr_assert(both, "story.md has no bf16 and fp8 columns");
     kl_story_test_remove_dir(tmp);
 }
