@@ -30,7 +30,26 @@
  * and why, is lab/core/compare.c's, the one home of the lab's bounds (kl_story_logit_sigmas,
  * kl_story_norm_ratio); the guide's sentence is written there from the same constants.
  * The bf16 emulation below (every rounding above actually done, in float32 arithmetic) stays inside
- * these bounds; the faulty emulations show what they catch (test_story.c lists both). */
+ * these bounds; the faulty emulations show what they catch (test_story.c lists both).
+ *
+ * An FP8 cache (kl_story_ref_seq_fp8). The float64 pass quantizes its own K and V exactly as the GPU
+ * does: y = (float)(x / scale), code = e4m3(y) (kernels/dtype.h), value = code * scale, so both
+ * sides carry the same e4m3 rounding and the check is not widened by it. What can still differ is the
+ * code: the GPU's y is off by its error e (the variance carried so far; the fused store rotates in
+ * float32 and never rounds rotated K to bf16, so rope's output rounding is not counted, and its own
+ * float32 steps add (2^-23 y)^2), and where e carries y past the midpoint between y's code and a
+ * neighbour, the GPU holds the neighbour: one e4m3 step, 2^-3 of the binade, far more than e. So
+ * the value's variance is
+ *   scale^2 (step_up^2 P(e > mid_up - y) + step_down^2 P(e < mid_down - y)),   e ~ N(0, var)
+ * (kl_story_e4m3_flip_var), which the reference can compute because it knows y; a code two steps
+ * away would need e past a whole step, thousands of sigma. The attention terms then take these
+ * values and variances in place of the bf16 cache's, P rounded to bf16 as before.
+ * The scales (kl_story_kv_scales): x = rmsnorm(h) g is at most sqrt(hidden) max|g| long (its mean
+ * square is 1 before g), so by Cauchy-Schwarz |k_d| <= |x| |W_d| for row d of the projection and a
+ * rotated pair (k_d, k_d') has |rope(k)_d| <= |x| sqrt(|W_d|^2 + |W_d'|^2): that bound over 448
+ * (|W_d| for V) is a scale under which no code saturates, derived from the weights alone (no
+ * calibration pass to reproduce). The headroom costs little: e4m3 is floating point, every value
+ * above scale 2^-6 keeps its 3 mantissa bits, and only smaller ones lose bits as subnormals. */
 #include "story.h"
 
 #include <math.h>
@@ -39,6 +58,7 @@
 
 #include "attention_decode.h"
 #include "attention_prefill.h"
+#include "kernels/dtype.h"
 #include "rmsnorm.h"
 #include "rope.h"
 
@@ -113,9 +133,71 @@ struct kl_story_ref_seq *kl_story_ref_seq_new(const struct kl_story_dims *d, int
 void kl_story_ref_seq_free(struct kl_story_ref_seq *s, const struct kl_story_dims *d)
 {
     if (!s) return;
-    for (int l = 0; l < d->layers; l++)
+    for (int l = 0; l < d->layers; l++) {
         free(s->k[l]), free(s->v[l]), free(s->kvar[l]), free(s->vvar[l]);
+        free(s->kq[l]), free(s->vq[l]), free(s->kqvar[l]), free(s->vqvar[l]);
+    }
     free(s);
+}
+
+int kl_story_ref_seq_fp8(struct kl_story_ref_seq *s, const struct kl_story_dims *d, const float *k_scale,
+                         const float *v_scale)
+{
+    const size_t n = (size_t)s->capacity * (size_t)(d->kv_heads * d->head_dim);
+    s->k_scale = k_scale, s->v_scale = v_scale;
+    for (int l = 0; l < d->layers; l++) {
+        s->kq[l] = calloc(n, sizeof(double)), s->vq[l] = calloc(n, sizeof(double));
+        s->kqvar[l] = calloc(n, sizeof(double)), s->vqvar[l] = calloc(n, sizeof(double));
+        if (!s->kq[l] || !s->vq[l] || !s->kqvar[l] || !s->vqvar[l]) return -1;
+    }
+    return 0;
+}
+
+/* ---- the FP8 cache ---- */
+
+void kl_story_kv_scales(const struct kl_story_dims *d, const double *attn_norm, const double *wk, const double *wv,
+                        float *k_scale, float *v_scale)
+{
+    const int H = d->hidden, D = d->head_dim, half = D / 2;
+    double g = 0;
+    for (int i = 0; i < H; i++)
+        g = fmax(g, fabs(attn_norm[i]));
+    const double x_len = sqrt((double)H) * g;
+    for (int h = 0; h < d->kv_heads; h++) {
+        double kk = 0, vv = 0, nk[D];
+        for (int i = 0; i < D; i++) {
+            const double *rk = wk + ((size_t)h * D + i) * H, *rv = wv + ((size_t)h * D + i) * H;
+            double a = 0, b = 0;
+            for (int j = 0; j < H; j++)
+                a += rk[j] * rk[j], b += rv[j] * rv[j];
+            nk[i] = a, vv = fmax(vv, b);
+        }
+        for (int i = 0; i < half; i++) /* NeoX pairs i, i + half */
+            kk = fmax(kk, nk[i] + nk[i + half]);
+        k_scale[h] = (float)(x_len * sqrt(kk) / 448);
+        v_scale[h] = (float)(x_len * sqrt(vv) / 448);
+    }
+}
+
+/* The e4m3 value next to code c's, one step up (dir 1) or down (-1); NAN past +-448. */
+static double e4m3_neighbour(uint8_t c, int dir)
+{
+    const int neg = c & 0x80 && (c & 0x7f), mag = c & 0x7f; /* -0 counts as +0 */
+    const int away = (dir > 0) != neg;                      /* moving away from zero */
+    if (away) return mag + 1 > 0x7e ? NAN : (neg ? -1 : 1) * (double)kl_e4m3_to_f32((uint8_t)(mag + 1));
+    if (mag == 0) return dir * (double)kl_e4m3_to_f32(1); /* across zero */
+    return (neg ? -1 : 1) * (double)kl_e4m3_to_f32((uint8_t)(mag - 1));
+}
+
+double kl_story_e4m3_flip_var(double y, double var)
+{
+    if (!(var > 0) || !isfinite(y)) return 0;
+    const uint8_t c = kl_f32_to_e4m3((float)y);
+    const double v = kl_e4m3_to_f32(c), sd = sqrt(2 * var), up = e4m3_neighbour(c, 1), dn = e4m3_neighbour(c, -1);
+    double out = 0;
+    if (!isnan(up)) out += (up - v) * (up - v) * 0.5 * erfc(((v + up) / 2 - y) / sd);
+    if (!isnan(dn)) out += (v - dn) * (v - dn) * 0.5 * erfc((y - (v + dn) / 2) / sd);
+    return out;
 }
 
 /* ---- one forward pass ---- */
@@ -131,8 +213,27 @@ struct pass {
     struct kl_story_ref_seq *s;
     enum kl_story_ref_mode mode;
     int faults;
-    int n, c; /* new tokens, tokens cached before them */
+    int n, c;      /* new tokens, tokens cached before them */
+    bool fp8_read; /* attention reads the FP8 cache: a decode step of a request that has one */
 };
+
+/* The K and V a pass's attention reads (values, variances): the FP8 cache's or the bf16 one's. */
+static const double *cache_k(const struct pass *p, int l)
+{
+    return p->fp8_read ? p->s->kq[l] : p->s->k[l];
+}
+static const double *cache_v(const struct pass *p, int l)
+{
+    return p->fp8_read ? p->s->vq[l] : p->s->v[l];
+}
+static const double *cache_kvar(const struct pass *p, int l)
+{
+    return p->fp8_read ? p->s->kqvar[l] : p->s->kvar[l];
+}
+static const double *cache_vvar(const struct pass *p, int l)
+{
+    return p->fp8_read ? p->s->vqvar[l] : p->s->vvar[l];
+}
 
 static bool exact(const struct pass *p)
 {
@@ -270,7 +371,7 @@ static void attention_var(const struct pass *p, int layer, const double *q, cons
 {
     const int D = p->d->head_dim, KV = p->d->kv_heads;
     const double scale = 1 / sqrt((double)D), u = 0x1p-8;
-    const double *K = p->s->k[layer], *V = p->s->v[layer], *Kw = p->s->kvar[layer], *Vw = p->s->vvar[layer];
+    const double *K = cache_k(p, layer), *V = cache_v(p, layer), *Kw = cache_kvar(p, layer), *Vw = cache_vvar(p, layer);
     double *pr = malloc(sizeof(double) * (size_t)visible), m = -INFINITY, l = 0;
     double *C = calloc((size_t)D * D, sizeof(double)); /* C[d][e] = sum_j p_j (v_jd - o_d) k_je */
     for (int j = 0; j < visible; j++) {
@@ -317,7 +418,7 @@ static void attention_bf16(const struct pass *p, int layer, const double *q, int
     float *pr = malloc(sizeof(float) * (size_t)visible), m = -INFINITY, l = 0, acc[D];
     for (int j = 0; j < visible; j++) {
         const int jj = p->faults & KL_STORY_FAULT_WRONG_PAGE && j >= 16 && j < 32 ? j - 16 : j;
-        const double *k = p->s->k[layer] + ((size_t)jj * KV + kvh) * D;
+        const double *k = cache_k(p, layer) + ((size_t)jj * KV + kvh) * D;
         float s = 0;
         for (int e = 0; e < D; e++)
             s += (float)q[e] * (float)k[e];
@@ -330,7 +431,7 @@ static void attention_bf16(const struct pass *p, int layer, const double *q, int
         const int jj = p->faults & KL_STORY_FAULT_WRONG_PAGE && j >= 16 && j < 32 ? j - 16 : j;
         const float e = expf(pr[j] - m), pt = p->faults & KL_STORY_FAULT_NO_P_ROUNDING ? e : (float)round_bf16(e);
         l += e; /* the sum from unrounded P, as the kernels keep it */
-        const double *v = p->s->v[layer] + ((size_t)jj * KV + kvh) * D;
+        const double *v = cache_v(p, layer) + ((size_t)jj * KV + kvh) * D;
         for (int d = 0; d < D; d++)
             acc[d] += pt * (float)v[d];
     }
@@ -355,7 +456,7 @@ static int attention(const struct pass *p, int layer, const struct act *q, struc
         int rc = 0;
         if (n == 1) { /* a decode step: the decode reference */
             double lse[QH];
-            kl_attention_decode_reference(q->x, p->s->k[layer], p->s->v[layer], indptr, indices, &last, 1, QH,
+            kl_attention_decode_reference(q->x, cache_k(p, layer), cache_v(p, layer), indptr, indices, &last, 1, QH,
                                           d->kv_heads, D, 16, sm_scale, out->x, lse);
         } else {
             const struct kl_attention_prefill_shape sh = {.batch = 1,
@@ -425,13 +526,66 @@ static void append_kv(const struct pass *p, int layer, const struct act *k, cons
     }
 }
 
+/* Appends the new tokens' K and V to the FP8 cache (kl_story_ref_seq_fp8): k_pre is K before
+ * RoPE (the fused store rotates it itself, in float32, without a bf16 rounding), k after. */
+static void append_fp8(const struct pass *p, int layer, const double *k_pre, const struct act *k, const struct act *v)
+{
+    const int KV = p->d->kv_heads, D = p->d->head_dim, half = D / 2;
+    const size_t row = (size_t)KV * D, off = (size_t)p->c * row;
+    for (int t = 0; t < p->n; t++)
+        for (int h = 0; h < KV; h++) {
+            const double ks = p->s->k_scale[layer * KV + h], vs = p->s->v_scale[layer * KV + h];
+            const size_t at = ((size_t)t * KV + h) * D;
+            double *kq = p->s->kq[layer] + off + at, *vq = p->s->vq[layer] + off + at;
+            if (exact(p)) {
+                double *kw = p->s->kqvar[layer] + off + at, *vw = p->s->vqvar[layer] + off + at;
+                for (int i = 0; i < D; i++) {
+                    const double yk = (float)(k->x[at + i] / ks), yv = (float)(v->x[at + i] / vs);
+                    const double ek = (k->w[at + i] - RB(k->x[at + i])) / (ks * ks), ev = v->w[at + i] / (vs * vs);
+                    kq[i] = kl_e4m3_to_f32(kl_f32_to_e4m3((float)yk)) * ks;
+                    vq[i] = kl_e4m3_to_f32(kl_f32_to_e4m3((float)yv)) * vs;
+                    kw[i] = ks * ks * kl_story_e4m3_flip_var(yk, ek + 0x1p-46 * yk * yk);
+                    vw[i] = vs * vs * kl_story_e4m3_flip_var(yv, ev + 0x1p-46 * yv * yv);
+                }
+                continue;
+            }
+            /* the emulation: the fused store's float32 steps (fmaf rotation, times the rounded reciprocal) */
+            const int64_t pos = p->c + t;
+            const double *x = k_pre + at;
+            const float kinv = 1.f / (float)ks, vinv = 1.f / (float)vs;
+            for (int i = 0; i < D; i++) {
+                const int j = i < half ? i + half : i - half;
+                const float c = (float)p->wt->cos_sin[pos * D + i % half],
+                            sn = (float)p->wt->cos_sin[pos * D + half + i % half];
+                const float a = (float)x[i], b = (float)x[j];
+                const float r = i < half ? fmaf(a, c, -(b * sn)) : fmaf(a, c, b * sn);
+                const float y[2] = {r * kinv, (float)v->x[at + i] * vinv};
+                const double sc[2] = {ks, vs};
+                double *dst[2] = {kq + i, vq + i};
+                for (int e = 0; e < 2; e++) {
+                    const float code = kl_e4m3_to_f32(kl_f32_to_e4m3(y[e]));
+                    if (p->faults & KL_STORY_FAULT_NO_QUANT)
+                        *dst[e] = e ? v->x[at + i] : r;
+                    else
+                        *dst[e] = p->faults & KL_STORY_FAULT_NO_SCALE ? code : (float)(code * (float)sc[e]);
+                }
+            }
+        }
+}
+
 int kl_story_ref_forward(const struct kl_story_dims *d, const struct kl_story_ref_weights *w,
                          struct kl_story_ref_seq *s, const int32_t *tokens, int n, enum kl_story_ref_mode mode,
                          int faults, double *logits, double *logits_var)
 {
     if (n < 1 || s->len + n > s->capacity || s->len + n > d->max_pos || d->layers > KL_STORY_MAX_LAYERS) return -1;
-    const struct pass p = {
-        .d = d, .wt = w, .s = s, .mode = mode, .faults = mode == KL_STORY_REF_EXACT ? 0 : faults, .n = n, .c = s->len};
+    const struct pass p = {.d = d,
+                           .wt = w,
+                           .s = s,
+                           .mode = mode,
+                           .faults = mode == KL_STORY_REF_EXACT ? 0 : faults,
+                           .n = n,
+                           .c = s->len,
+                           .fp8_read = s->k_scale && n == 1};
     const size_t H = (size_t)d->hidden, QD = (size_t)d->qo_heads * d->head_dim, KD = (size_t)d->kv_heads * d->head_dim;
     const size_t M = (size_t)d->mlp, N = (size_t)n;
     const bool var = mode == KL_STORY_REF_EXACT;
@@ -443,6 +597,8 @@ int kl_story_ref_forward(const struct kl_story_dims *d, const struct kl_story_re
              act_alloc(&v, N * KD, var) | act_alloc(&att, N * QD, var) | act_alloc(&o, N * H, var) |
              act_alloc(&gu, N * 2 * M, var) | act_alloc(&a, N * M, var) | act_alloc(&mo, N * H, var) |
              act_alloc(&lg, (size_t)d->vocab, var);
+    double *k_pre = s->k_scale && !var ? malloc(sizeof(double) * N * KD) : NULL; /* the emulation's unrotated K */
+    if (s->k_scale && !var && !k_pre) rc = -1;
     for (int t = 0; !rc && t < n; t++) { /* embedding: a copy of exact bf16 rows, variance 0 */
         if (tokens[t] < 0 || tokens[t] >= d->vocab)
             rc = -1;
@@ -460,9 +616,11 @@ int kl_story_ref_forward(const struct kl_story_dims *d, const struct kl_story_re
         gemm(&p, L->wq, (int)QD, (int)H, &h, &q, false);
         gemm(&p, L->wk, (int)KD, (int)H, &h, &k, false);
         gemm(&p, L->wv, (int)KD, (int)H, &h, &v, false);
+        if (k_pre) memcpy(k_pre, k.x, sizeof(double) * N * KD);
         rope(&p, &q, d->qo_heads);
         rope(&p, &k, d->kv_heads);
         append_kv(&p, l, &k, &v);
+        if (s->k_scale) append_fp8(&p, l, k_pre, &k, &v);
         if ((rc = attention(&p, l, &q, &att))) break;
         gemm(&p, L->wo, (int)H, (int)QD, &att, &o, false);
         norm(&p, &o, resid, L->mlp_norm, &h, &res[next]), resid = &res[next], next ^= 1;
@@ -489,5 +647,6 @@ int kl_story_ref_forward(const struct kl_story_dims *d, const struct kl_story_re
     struct act *all[] = {&x, &res[0], &res[1], &h, &q, &k, &v, &att, &o, &gu, &a, &mo, &lg};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         act_free(all[i]);
+    free(k_pre);
     return rc ? -1 : 0;
 }

@@ -52,6 +52,8 @@ enum {
     KL_STORY_FAULT_WRONG_PAGE = 4,      /* keys 16..31 read from page 0 (a page-table slip) */
     KL_STORY_FAULT_EPS_X10 = 8,         /* rmsnorm eps ten times too large */
     KL_STORY_FAULT_NO_P_ROUNDING = 16,  /* P kept in float32: a legitimate kernel, not a bug */
+    KL_STORY_FAULT_NO_SCALE = 64,       /* FP8 cache: a code read without its scale (value = code) */
+    KL_STORY_FAULT_NO_QUANT = 128,      /* FP8 cache: decode reads K/V as never quantized */
 };
 
 /* One request's cache: per layer the K and V of its tokens (values, and their error variances in
@@ -60,9 +62,34 @@ struct kl_story_ref_seq {
     int len, capacity;
     double *k[KL_STORY_MAX_LAYERS], *v[KL_STORY_MAX_LAYERS];
     double *kvar[KL_STORY_MAX_LAYERS], *vvar[KL_STORY_MAX_LAYERS];
+    /* An FP8 cache (kl_story_ref_seq_fp8): scales [layers * kv_heads] for K and for V, and the
+     * values its e4m3 codes stand for (code * scale) with their error variances. */
+    const float *k_scale, *v_scale;
+    double *kq[KL_STORY_MAX_LAYERS], *vq[KL_STORY_MAX_LAYERS];
+    double *kqvar[KL_STORY_MAX_LAYERS], *vqvar[KL_STORY_MAX_LAYERS];
 };
 struct kl_story_ref_seq *kl_story_ref_seq_new(const struct kl_story_dims *d, int capacity);
 void kl_story_ref_seq_free(struct kl_story_ref_seq *s, const struct kl_story_dims *d);
+
+/* The request's decode steps read an FP8 (e4m3) cache, as `kernlab story --kv fp8` runs: every
+ * pass also quantizes its new K and V as store's fused kernel does (RoPE on the projection's k in
+ * float, the division by the kv head's scale rounded to float32, e4m3 rounding to nearest even,
+ * saturating), and a pass of ONE token (a decode step) attends over those values; a pass of several
+ * (prefill, extend) attends over the bf16 K/V as before (no FP8 prefill kernel). In EXACT mode the
+ * quantized value carries the variance of the GPU's code differing from the float64 one (story.c).
+ * The scales are kept by pointer. Call before the first pass; 0, or -1 when out of memory. */
+int kl_story_ref_seq_fp8(struct kl_story_ref_seq *s, const struct kl_story_dims *d, const float *k_scale,
+                         const float *v_scale);
+
+/* One layer's FP8 scales from its weights: attn_norm [hidden], wk and wv [kv_heads * head_dim,
+ * hidden] -> k_scale, v_scale [kv_heads]. The bound a K or V element cannot exceed, over 448 (e4m3's
+ * largest value), so no code saturates (story.c says why this bound). */
+void kl_story_kv_scales(const struct kl_story_dims *d, const double *attn_norm, const double *wk, const double *wv,
+                        float *k_scale, float *v_scale);
+
+/* Variance of e4m3(y + e) - e4m3(y) for an error e ~ N(0, var), y and var in code units: the two
+ * codes differ only where e carries y past the midpoint to a neighbouring code (story.c). */
+double kl_story_e4m3_flip_var(double y, double var);
 
 /* Runs n new tokens of the request (positions s->len .. s->len + n - 1; their K/V are appended)
  * and writes the logits of the last one to logits[vocab]; in EXACT mode also their expected

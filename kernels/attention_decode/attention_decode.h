@@ -64,6 +64,8 @@ struct kl_attention_decode_params {
                                        * non-decreasing, q_len(b) <= kv_len(b) and <= max_q_len */
     int64_t max_q_len;                /* host-side bound on every q_len when qo_indptr is set (1..
                                        * KL_DECODE_MAX_Q_LEN): sizes grids and the workspace; unread when NULL */
+    const float *k_scale;  /* [num_kv_heads] or NULL; set: both caches hold e4m3 codes, value = code * scale[kv head]; q and out stay in dtype */
+    const float *v_scale;
 };
 
 typedef cudaError_t (*kl_attention_decode_launch_fn)(const struct kl_attention_decode_params *p,

@@ -788,6 +788,7 @@ int kl_sd_write_md(const struct kl_story_doc *d, const char *path)
     section_phases(f, d);
     section_transition(f, d);
     section_decode_trend(f, d);
+    kl_sd_section_fp8(f, d);
     section_radix(f, d);
     section_gaps(f, d);
     section_kernels(f, d);

@@ -1,4 +1,5 @@
-/* `kernlab story [--layers N] [--prompt N] [--shared N] [--steps N] [--seed N] [--out DIR] [--tiny]`
+/* `kernlab story [--layers N] [--prompt N] [--shared N] [--steps N] [--seed N] [--out DIR] [--tiny]
+ *                [--kv bf16|fp8]`
  *
  * A command of the report room: it runs the decoder (lab/story/) and writes the story's guide
  * (story.c here), so it sits above both.
@@ -19,7 +20,7 @@
 
 #include <cuda_runtime_api.h>
 
-enum { STORY_LAYERS, STORY_PROMPT, STORY_SHARED, STORY_STEPS, STORY_SEED, STORY_OUT, STORY_TINY };
+enum { STORY_LAYERS, STORY_PROMPT, STORY_SHARED, STORY_STEPS, STORY_SEED, STORY_OUT, STORY_TINY, STORY_KV };
 static const struct kl_opt story_opts[] = {
     [STORY_LAYERS] = {"--layers", KL_OPT_NUMBER, "N", "decoder layers, 1-32 (default: as many as fit, 32 on an 80 GB card; --tiny: 2)", 1, 32},
     [STORY_PROMPT] = {"--prompt", KL_OPT_NUMBER, "N", "request 1's prompt tokens, 32-8192 (default 2048)", 32, 8192},
@@ -28,6 +29,7 @@ static const struct kl_opt story_opts[] = {
     [STORY_SEED] = {"--seed", KL_OPT_NUMBER, "N", "weights and prompts (default 1)"},
     [STORY_OUT] = {"--out", KL_OPT_VALUE, "DIR", "writes DIR/story.json (the results), DIR/story.md and DIR/story-trace.json (default story-out)"},
     [STORY_TINY] = {"--tiny", KL_OPT_FLAG, NULL, "the check's tiny model (hidden 256, 4/2 heads, vocab 512) instead of Llama's shapes"},
+    [STORY_KV] = {"--kv", KL_OPT_VALUE, "bf16|fp8", "the KV cache decode reads (default bf16); fp8: e4m3 with a scale per (layer, kv head), written by store's fused v4_rope_quant_store, read by attention_decode's v6_fp8_tensor_cores; prefill and extend still attend over bf16 K/V (no FP8 prefill kernel); writes DIR/story-fp8.json, not story.json"},
     {0},
 };
 const struct kl_command kl_story_command = {
@@ -36,6 +38,8 @@ const struct kl_command kl_story_command = {
     .details = "A Llama-3.1-8B-shaped decoder (random weights) serving two requests: request 1 prefills its prompt\n"
                "(a radix miss), request 2 shares a prefix and prefills only the rest (a hit), both decode together,\n"
                "then decode again as a CUDA graph. Every kernel is recorded (CUPTI) and one of each kind profiled.\n"
+               "With --kv fp8 the decode steps read an FP8 cache; story.md sets that run (story-fp8.json) beside\n"
+               "a bf16 run's story.json in the same results.\n"
                "More: lab/CONTRACTS.md section 9. exit: 0, 1 no suitable GPU or a failed run (nothing written), 2 usage\n",
     .opts = story_opts,
     .run = kl_cmd_story,
@@ -43,7 +47,7 @@ const struct kl_command kl_story_command = {
 
 int kl_cmd_story(int argc, char **argv)
 {
-    struct kl_optval opt[7];
+    struct kl_optval opt[8];
     int n, rc = kl_args_parse(&kl_story_command, argc, argv, opt, NULL, &n);
     if (rc >= 0) return rc;
     long layers = opt[STORY_LAYERS].set ? (long)opt[STORY_LAYERS].number : 0; /* 0: as many as fit */
@@ -53,11 +57,17 @@ int kl_cmd_story(int argc, char **argv)
     const unsigned long long seed = opt[STORY_SEED].set ? opt[STORY_SEED].number : 1;
     const char *out = opt[STORY_OUT].set ? opt[STORY_OUT].value : "story-out";
     const bool tiny = opt[STORY_TINY].set;
+    const char *kv = opt[STORY_KV].set ? opt[STORY_KV].value : "bf16";
+    if (strcmp(kv, "bf16") != 0 && strcmp(kv, "fp8") != 0)
+        return kl_usage_error(&kl_story_command, "--kv %s: bf16 or fp8", kv);
+    const bool fp8 = strcmp(kv, "fp8") == 0;
     if (shared >= prompt)
         return kl_usage_error(&kl_story_command, "--shared %ld >= --prompt %ld: request 2 must have a token of its own",
                               shared, prompt);
 
     char why[256];
+    /* a variant missing from the build first (any device), then one the device is too old for */
+    if (fp8 && kl_story_fp8_missing(1 << 20, why, sizeof why)) return fprintf(stderr, "kernlab story: %s\n", why), 1;
     const int cc = kl_device_cc(why, sizeof why);
     if (!cc) return fprintf(stderr, "kernlab story: needs a CUDA device (%s)\n", why), 1;
     if (cc < 80)
@@ -66,6 +76,7 @@ int kl_cmd_story(int argc, char **argv)
                        "cores); this one is sm_%d\n",
                        cc),
                1;
+    if (fp8 && kl_story_fp8_missing(cc, why, sizeof why)) return fprintf(stderr, "kernlab story: %s\n", why), 1;
 
     struct kl_story_options o = {.model = tiny ? kl_story_tiny : kl_story_llama8b,
                                  .prompt = (int)prompt,
@@ -76,6 +87,7 @@ int kl_cmd_story(int argc, char **argv)
                                  .counters = true,
                                  .graph = true,
                                  .control = true,
+                                 .kv_fp8 = fp8,
                                  .progress = stderr};
     size_t free_b = 0, total_b = 0;
     if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess)
@@ -99,12 +111,21 @@ int kl_cmd_story(int argc, char **argv)
     }
     kl_counters_shutdown();
     char path[1200];
-    snprintf(path, sizeof path, "%s/story.json", out);
+    snprintf(path, sizeof path, "%s/%s", out, fp8 ? "story-fp8.json" : "story.json");
     rc = 0;
-    /* the guide comes from the file just written, exactly as `kernlab report` will make it */
+    /* the guide comes from the file just written, exactly as `kernlab report` will make it; an FP8
+     * run is a column of the bf16 run's guide, written when a story.json sits beside it */
     if (kl_story_write_json(r.doc, path)) {
         fprintf(stderr, "kernlab story: %s: %s\n", path, strerror(errno));
         rc = 1;
+    } else if (fp8) {
+        const int g = kl_story_report_dir(out, out);
+        if (g < 0)
+            rc = 1;
+        else if (g == 0)
+            printf("wrote %s (no %s/story.json beside it: run kernlab story --out %s for the guide)\n", path, out, out);
+        else
+            printf("wrote %s, and %s/story.md with it beside %s/story.json\n", path, out, out);
     } else if (kl_story_report_dir(out, out) != 1) {
         rc = 1;
     } else {

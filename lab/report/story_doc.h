@@ -5,6 +5,7 @@
 
 #include <cjson/cJSON.h>
 #include <stddef.h>
+#include <stdio.h>
 
 /* What the report reads once. */
 struct kl_story_doc {
@@ -36,6 +37,9 @@ struct kl_sd_span {
 struct kl_sd_span kl_sd_op_span(const cJSON *e);
 
 int kl_sd_write_md(const struct kl_story_doc *d, const char *path);
+/* story.md's FP8 KV cache section: the decode step beside a --kv fp8 run's, or "not measured"
+ * (story_fp8.c). */
+void kl_sd_section_fp8(FILE *f, const struct kl_story_doc *d);
 int kl_sd_write_trace(const struct kl_story_doc *d, const char *path);
 
 #endif

@@ -63,6 +63,17 @@ int kl_story_load(const char *results_dir, cJSON **doc)
         return -1;
     }
     if (check) cJSON_AddItemToObject(root, "error_model_check", check);
+    /* A run of `kernlab story --kv fp8` beside it, when the results hold one: story.md sets its
+     * decode step beside this run's. */
+    snprintf(path, sizeof path, "%s/story-fp8.json", results_dir);
+    cJSON *fp8 = access(path, F_OK) == 0 ? kl_story_read_json(path) : NULL;
+    if (access(path, F_OK) == 0 &&
+        (!fp8 || kl_story_format_error(fp8) || strcmp(kl_json_str(fp8, "model.kv", ""), "fp8") != 0)) {
+        fprintf(stderr, "kernlab report: %s: not a story document of an FP8 KV cache run\n", path);
+        cJSON_Delete(fp8), cJSON_Delete(root);
+        return -1;
+    }
+    if (fp8) cJSON_AddItemToObject(root, "kv_fp8_run", fp8);
     *doc = root;
     return 1;
 }

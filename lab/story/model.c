@@ -27,6 +27,7 @@
 #include "lab/story/weights.h"
 #include "perf/bench.h"
 #include "reference/rope.h"
+#include "reference/story.h"
 
 const struct kl_story_config kl_story_llama8b = {.name = "Llama-3.1-8B-shaped",
                                                  .layers = 32,
@@ -83,9 +84,12 @@ void kl_story_memory_plan(const struct kl_story_options *o, double free_bytes, s
      * shared prefix may end inside), the control prefill, and one spare per request */
     m->kv_pages = (o->prompt + o->steps + ps - 1) / ps + (o->prompt - o->shared + o->steps + ps - 1) / ps + 1 +
                   (o->prompt + ps - 1) / ps + 4;
-    const double kv_per_layer = 2.0 * m->kv_pages * ps * c->kv_heads * c->head_dim * 2;
+    /* bf16 K and V, and with an FP8 cache its e4m3 copy besides (one byte an element) */
+    const double kv_per_layer = 2.0 * m->kv_pages * ps * c->kv_heads * c->head_dim * (o->kv_fp8 ? 3 : 2);
     const double fixed = 2.0 * c->vocab * c->hidden * 2 + 2.0 * c->hidden;
     m->activation_bytes = activation_bytes(c, o->prompt, 2) + 4.0 * o->prompt * c->head_dim * 2;
+    if (o->kv_fp8) /* the projection's one-row-per-token copy */
+        m->activation_bytes += 2.0 * o->prompt * ((double)c->qo_heads + 2.0 * c->kv_heads) * c->head_dim;
     m->workspace_bytes = KL_BLAS_WORKSPACE + KL_PREFILL_WORKSPACE + (64u << 20); /* + decode's, generously */
     /* what the run needs besides the layers, with 2 GB for the context, CUPTI's buffers and cuBLAS */
     const double reserve = fixed + m->activation_bytes + m->workspace_bytes + 2e9;
@@ -157,27 +161,86 @@ static const struct kl_variant *latest(const char *module, int cc, struct kl_err
     return v;
 }
 
+const char *kl_story_fp8_missing(int cc, char *why, size_t len)
+{
+    static const char *const need[2][2] = {{"store", KL_STORY_FP8_STORE}, {"attention_decode", KL_STORY_FP8_DECODE}};
+    for (int i = 0; i < 2; i++) {
+        const struct kl_variant *v = kl_variant_find(need[i][0], need[i][1]);
+        if (!v)
+            snprintf(why, len, "--kv fp8 needs %s's variant %s, which this build does not have", need[i][0],
+                     need[i][1]);
+        else if (v->min_cc > cc)
+            snprintf(why, len, "--kv fp8 needs %s's variant %s, which needs sm_%d (this device is sm_%d)", need[i][0],
+                     need[i][1], v->min_cc, cc);
+        else
+            continue;
+        return why;
+    }
+    return NULL;
+}
+
+/* The FP8 cache's scales, from the weights (kl_story_kv_scales, reference/story.c, says how and
+ * why): each layer's attention norm and K/V projection copied back and widened to float64, so the
+ * float64 forward pass, which makes the same weights on the host, computes the same floats. */
+static int fp8_scales(struct kl_story_model *m, struct kl_err *err)
+{
+    const struct kl_story_config *c = &m->cfg;
+    const size_t H = (size_t)c->hidden, KV = (size_t)c->kv_heads * c->head_dim;
+    const struct kl_story_dims d = {.hidden = c->hidden, .kv_heads = c->kv_heads, .head_dim = c->head_dim};
+    uint16_t *raw = malloc(2 * (2 * KV * H + H));
+    double *w = malloc(sizeof(double) * (2 * KV * H + H));
+    int rc = raw && w ? 0 : kl_fail(err, "out of host memory");
+    for (int l = 0; !rc && l < c->layers; l++) {
+        if (cudaMemcpy(raw, m->layer[l].wkv, 2 * 2 * KV * H, cudaMemcpyDeviceToHost) != cudaSuccess ||
+            cudaMemcpy(raw + 2 * KV * H, m->layer[l].attn_norm, 2 * H, cudaMemcpyDeviceToHost) != cudaSuccess) {
+            rc = kl_fail(err, "copying weights back for the FP8 scales: %s", cudaGetErrorString(cudaGetLastError()));
+            break;
+        }
+        for (size_t i = 0; i < 2 * KV * H + H; i++)
+            w[i] = kl_bf16_to_f32(raw[i]);
+        float *ks = m->kv_scale_host + (size_t)l * 2 * c->kv_heads;
+        kl_story_kv_scales(&d, w + 2 * KV * H, w, w + KV * H, ks, ks + c->kv_heads);
+    }
+    free(raw), free(w);
+    if (!rc && cudaMemcpy(m->kv_scale, m->kv_scale_host, sizeof(float) * 2 * c->layers * c->kv_heads,
+                          cudaMemcpyHostToDevice) != cudaSuccess)
+        rc = kl_fail(err, "uploading the FP8 scales: %s", cudaGetErrorString(cudaGetLastError()));
+    return rc;
+}
+
 struct kl_story_model *kl_story_model_new(const struct kl_story_config *cfg, int64_t max_tokens, int64_t max_batch,
                                           int64_t kv_pages, int64_t max_pos, int64_t decode_kv_bound, uint64_t seed,
-                                          struct kl_err *err)
+                                          bool kv_fp8, struct kl_err *err)
 {
     struct kl_story_model *m = calloc(1, sizeof *m);
     if (!m) return kl_fail(err, "out of host memory"), NULL;
     m->cfg = *cfg;
     m->max_tokens = max_tokens, m->max_batch = max_batch, m->kv_pages = kv_pages, m->max_pos = max_pos;
     m->decode_kv_bound = decode_kv_bound;
+    m->kv_fp8 = kv_fp8;
     m->layer = calloc((size_t)cfg->layers, sizeof *m->layer);
     m->k_cache = calloc((size_t)cfg->layers, sizeof *m->k_cache);
     m->v_cache = calloc((size_t)cfg->layers, sizeof *m->v_cache);
+    m->k_fp8 = calloc((size_t)cfg->layers, sizeof *m->k_fp8);
+    m->v_fp8 = calloc((size_t)cfg->layers, sizeof *m->v_fp8);
+    m->kv_scale_host = calloc((size_t)cfg->layers * 2 * cfg->kv_heads, sizeof(float));
     int major = 0, minor = 0;
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
     cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
     const int cc = major * 10 + minor;
-    if (!m->layer || !m->k_cache || !m->v_cache || !(m->v_index = latest("index", cc, err)) ||
-        !(m->v_rmsnorm = latest("rmsnorm", cc, err)) || !(m->v_rope = latest("rope", cc, err)) ||
-        !(m->v_store = latest("store", cc, err)) || !(m->v_prefill = latest("attention_prefill", cc, err)) ||
-        !(m->v_decode = latest("attention_decode", cc, err)))
+    char why[200];
+    if (kv_fp8 && kl_story_fp8_missing(cc, why, sizeof why)) {
+        kl_fail(err, "%s", why);
         goto fail;
+    }
+    if (!m->layer || !m->k_cache || !m->v_cache || !m->k_fp8 || !m->v_fp8 || !m->kv_scale_host) goto fail_memory;
+    if (!(m->v_index = latest("index", cc, err)) || !(m->v_rmsnorm = latest("rmsnorm", cc, err)) ||
+        !(m->v_rope = latest("rope", cc, err)) || !(m->v_store = latest("store", cc, err)) ||
+        !(m->v_prefill = latest("attention_prefill", cc, err)) || !(m->v_decode = latest("attention_decode", cc, err)))
+        goto fail;
+    if (kv_fp8) /* by name: kl_story_fp8_missing found both */
+        m->v_decode = kl_variant_find("attention_decode", KL_STORY_FP8_DECODE),
+        m->v_fused = kl_variant_find("store", KL_STORY_FP8_STORE);
     cudaError_t e = cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
         kl_fail(err, "cudaStreamCreate: %s", cudaGetErrorString(e));
@@ -221,7 +284,14 @@ struct kl_story_model *kl_story_model_new(const struct kl_story_config *cfg, int
         if (alloc_dev(&m->k_cache[l], cache, err, "the KV cache") ||
             alloc_dev(&m->v_cache[l], cache, err, "the KV cache"))
             goto fail;
+        if (kv_fp8 && (alloc_dev(&m->k_fp8[l], cache / 2, err, "the FP8 KV cache") ||
+                       alloc_dev(&m->v_fp8[l], cache / 2, err, "the FP8 KV cache")))
+            goto fail;
     }
+    if (kv_fp8 && (alloc_dev((void **)&m->kv_scale, sizeof(float) * 2 * c->layers * c->kv_heads, err, "scales") ||
+                   alloc_dev(&m->qkv, T * (Q + 2 * KV) * 2, err, "activations") ||
+                   cudaStreamSynchronize(m->stream) != cudaSuccess || fp8_scales(m, err)))
+        goto fail;
 
     /* activations; K and V share one allocation for the same reason as their weights */
     void *kv = NULL;
@@ -279,6 +349,8 @@ struct kl_story_model *kl_story_model_new(const struct kl_story_config *cfg, int
         goto fail;
     }
     return m;
+fail_memory:
+    kl_fail(err, "out of host memory");
 fail:
     kl_story_model_free(m);
     return NULL;
@@ -295,7 +367,10 @@ void kl_story_model_free(struct kl_story_model *m)
         cudaFree(L->w_gate_up), cudaFree(L->w_down);
         if (m->k_cache) cudaFree(m->k_cache[l]);
         if (m->v_cache) cudaFree(m->v_cache[l]);
+        if (m->k_fp8) cudaFree(m->k_fp8[l]);
+        if (m->v_fp8) cudaFree(m->v_fp8[l]);
     }
+    cudaFree(m->kv_scale), cudaFree(m->qkv);
     void *bufs[] = {m->x,      m->res[0],   m->res[1],  m->hn,        m->q,          m->k,
                     m->attn,   m->o,        m->gu,      m->act,       m->mo,         m->lse,
                     m->logits, m->next_ids, m->cos_sin, m->decode_ws, m->prefill_ws, m->blas_ws};
@@ -303,7 +378,7 @@ void kl_story_model_free(struct kl_story_model *m)
         cudaFree(bufs[i]);
     if (m->blas) cublasDestroy(m->blas);
     if (m->stream) cudaStreamDestroy(m->stream);
-    free(m->layer), free(m->k_cache), free(m->v_cache);
+    free(m->layer), free(m->k_cache), free(m->v_cache), free(m->k_fp8), free(m->v_fp8), free(m->kv_scale_host);
     free(m);
 }
 
@@ -313,16 +388,16 @@ static cudaError_t gemm_launch(struct kl_story_model *m, const struct kl_story_g
 {
     const float one = 1, zero = 0;
     const cudaDataType out = g->f32_out ? CUDA_R_32F : CUDA_R_16BF;
+    const int ldy = (int)(g->ldy ? g->ldy : g->n);
     cublasStatus_t s;
     if (g->batch == 1)
         s = cublasGemmEx(m->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)g->n, (int)g->m, (int)g->k, &one, g->w, CUDA_R_16BF,
-                         (int)g->k, g->x, CUDA_R_16BF, (int)g->k, &zero, g->y, out, (int)g->n, CUBLAS_COMPUTE_32F,
+                         (int)g->k, g->x, CUDA_R_16BF, (int)g->k, &zero, g->y, out, ldy, CUBLAS_COMPUTE_32F,
                          CUBLAS_GEMM_DEFAULT);
     else /* the same x for every matrix of the batch: its stride is 0 */
         s = cublasGemmStridedBatchedEx(m->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)g->n, (int)g->m, (int)g->k, &one, g->w,
                                        CUDA_R_16BF, (int)g->k, g->stride_w, g->x, CUDA_R_16BF, (int)g->k, 0, &zero,
-                                       g->y, out, (int)g->n, g->stride_y, g->batch, CUBLAS_COMPUTE_32F,
-                                       CUBLAS_GEMM_DEFAULT);
+                                       g->y, out, ldy, g->stride_y, g->batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     if (s != CUBLAS_STATUS_SUCCESS) {
         fprintf(stderr, "kernlab story: cuBLAS GEMM %lldx%lldx%lld failed: %s\n", (long long)g->m, (long long)g->n,
                 (long long)g->k, cublasGetStatusString(s));
@@ -342,7 +417,7 @@ cudaError_t kl_story_op_launch(struct kl_story_model *m, const struct kl_story_o
     case KL_LAUNCH_ROPE:
         return ((kl_rope_launch_fn)m->v_rope->launch)(&op->u.rope, s);
     case KL_LAUNCH_STORE:
-        return ((kl_store_launch_fn)m->v_store->launch)(&op->u.store, s);
+        return ((kl_store_launch_fn)(op->u.store.fused ? m->v_fused : m->v_store)->launch)(&op->u.store, s);
     case KL_LAUNCH_PREFILL:
         return ((kl_attention_prefill_launch_fn)m->v_prefill->launch)(&op->u.prefill, s);
     case KL_LAUNCH_DECODE:
@@ -425,9 +500,11 @@ static struct kl_story_op attention_op(struct kl_story_model *m, const struct kl
     const float sm_scale = 1.f / sqrtf((float)c->head_dim);
     const double kv_row = 2.0 * c->kv_heads * c->head_dim * 2; /* K and V of one token */
     if (b->decode) {
+        const bool fp8 = m->kv_fp8; /* e4m3 pages: one byte an element, and the layer's scales */
+        const float *scale = fp8 ? m->kv_scale + (size_t)l * 2 * c->kv_heads : NULL;
         op.u.decode = (struct kl_attention_decode_params){.q = m->q,
-                                                          .k_cache = m->k_cache[l],
-                                                          .v_cache = m->v_cache[l],
+                                                          .k_cache = fp8 ? m->k_fp8[l] : m->k_cache[l],
+                                                          .v_cache = fp8 ? m->v_fp8[l] : m->v_cache[l],
                                                           .kv_indptr = b->kv_indptr,
                                                           .kv_indices = b->kv_indices,
                                                           .kv_last_page_len = b->kv_last_page_len,
@@ -443,9 +520,11 @@ static struct kl_story_op attention_op(struct kl_story_model *m, const struct kl
                                                           .sm_scale = sm_scale,
                                                           .dtype = KL_BF16,
                                                           .workspace = m->decode_ws,
-                                                          .workspace_bytes = m->decode_ws_bytes};
+                                                          .workspace_bytes = m->decode_ws_bytes,
+                                                          .k_scale = scale,
+                                                          .v_scale = fp8 ? scale + c->kv_heads : NULL};
         /* every request attends max_kv_len keys at most: the model counts the bound's bytes */
-        op.bytes = b->batch * (b->max_kv_len * kv_row + 4.0 * c->qo_heads * c->head_dim);
+        op.bytes = b->batch * (b->max_kv_len * kv_row / (fp8 ? 2 : 1) + 4.0 * c->qo_heads * c->head_dim);
         op.flops = 4.0 * c->head_dim * c->qo_heads * b->batch * b->max_kv_len;
         snprintf(op.shape, sizeof op.shape, "batch %lld, kv <= %lld", (long long)b->batch, (long long)b->max_kv_len);
     } else {
@@ -477,6 +556,41 @@ static struct kl_story_op attention_op(struct kl_story_model *m, const struct kl
         op.bytes = kv * kv_row + 2.0 * 2 * q * c->qo_heads * c->head_dim;
         snprintf(op.shape, sizeof op.shape, "q %lld, kv %lld, causal", (long long)b->tokens, (long long)b->max_kv_len);
     }
+    return op;
+}
+
+/* The FP8 cache's writer (store.h's fused family): q and k rotated, q to m->q, K and V quantized
+ * with the layer's scales into the e4m3 pages at the batch's slots; one kernel where the bf16
+ * path runs rope, then store. */
+static struct kl_story_op fused_store_op(struct kl_story_model *m, const struct kl_story_batch *b, int l)
+{
+    const struct kl_story_config *c = &m->cfg;
+    const int64_t T = b->tokens, Q = (int64_t)c->qo_heads * c->head_dim, KV = (int64_t)c->kv_heads * c->head_dim;
+    const float *scale = m->kv_scale + (size_t)l * 2 * c->kv_heads;
+    struct kl_story_op op = op_new(KL_OP_KV_STORE, l, KL_LAUNCH_STORE);
+    op.u.store = (struct kl_store_params){.slots = b->slots,
+                                          .k_cache = m->k_fp8[l],
+                                          .v_cache = m->v_fp8[l],
+                                          .num_tokens = T,
+                                          .num_kv_heads = c->kv_heads,
+                                          .head_dim = c->head_dim,
+                                          .num_slots = m->kv_pages * KL_STORY_PAGE_SIZE,
+                                          .dtype = KL_BF16,
+                                          .fused = true,
+                                          .qkv = m->qkv,
+                                          .q_out = m->q,
+                                          .positions = b->positions,
+                                          .cos_sin_cache = m->cos_sin,
+                                          .k_scale = scale,
+                                          .v_scale = scale + c->kv_heads,
+                                          .num_qo_heads = c->qo_heads,
+                                          .rotary_dim = c->head_dim,
+                                          .max_pos = m->max_pos,
+                                          .is_neox = true};
+    /* qkv read, q written, one byte per K/V element, slots, positions and the cos/sin rows */
+    op.bytes = 2.0 * T * (Q + 2 * KV) + 2.0 * T * Q + 2.0 * T * KV + 16.0 * T + 4.0 * T * c->head_dim;
+    op.flops = 3.0 * T * (Q + KV) + 2.0 * T * KV;
+    snprintf(op.shape, sizeof op.shape, "%lld tokens, %d + %d heads -> e4m3", (long long)T, c->qo_heads, c->kv_heads);
     return op;
 }
 
@@ -519,49 +633,71 @@ cudaError_t kl_story_forward(struct kl_story_model *m, const struct kl_story_bat
             residual = m->res[next], next ^= 1;
         }
 
+        /* With an FP8 cache the fused store reads q, k and v in one row per token: Q, then K and V, write
+         * into qkv with its row stride; a prefill or extend projects K and V once more, packed, for the
+         * bf16 cache its attention reads (a third GEMM, where the decode steps need none). */
+        const bool fp8 = m->kv_fp8, bf16_cache = !fp8 || !b->decode;
         op = op_new(KL_OP_QKV_GEMM, l, KL_LAUNCH_GEMM);
-        op.u.gemm.count = 2;
-        op.u.gemm.g[0] = gemm_of(L->wq, m->hn, m->q, T, Q, H);
-        op.u.gemm.g[1] = gemm_of(L->wkv, m->hn, m->k, T, KV, H);
-        op.u.gemm.g[1].batch = 2, op.u.gemm.g[1].stride_w = KV * H;
-        op.u.gemm.g[1].stride_y = (int64_t)((char *)m->v - (char *)m->k) / 2;
+        op.u.gemm.count = fp8 ? 2 : 0;
+        if (fp8) {
+            const int64_t row = Q + 2 * KV;
+            op.u.gemm.g[0] = gemm_of(L->wq, m->hn, m->qkv, T, Q, H);
+            op.u.gemm.g[1] = gemm_of(L->wkv, m->hn, (char *)m->qkv + Q * 2, T, KV, H);
+            op.u.gemm.g[1].batch = 2, op.u.gemm.g[1].stride_w = KV * H, op.u.gemm.g[1].stride_y = KV;
+            op.u.gemm.g[0].ldy = op.u.gemm.g[1].ldy = row;
+        } else {
+            op.u.gemm.g[op.u.gemm.count++] = gemm_of(L->wq, m->hn, m->q, T, Q, H);
+        }
+        if (bf16_cache) {
+            struct kl_story_gemm *g = &op.u.gemm.g[op.u.gemm.count++];
+            *g = gemm_of(L->wkv, m->hn, m->k, T, KV, H);
+            g->batch = 2, g->stride_w = KV * H, g->stride_y = (int64_t)((char *)m->v - (char *)m->k) / 2;
+        }
         gemm_model(&op);
         snprintf(op.shape, sizeof op.shape, "%lld x %lld -> %lld + 2 x %lld", (long long)T, (long long)H, (long long)Q,
                  (long long)KV);
         RUN(op);
 
-        op = op_new(KL_OP_ROPE, l, KL_LAUNCH_ROPE);
-        op.u.rope = (struct kl_rope_params){.q = m->q,
-                                            .k = m->k,
-                                            .positions = b->positions,
-                                            .cos_sin_cache = m->cos_sin,
-                                            .num_tokens = T,
-                                            .num_q_heads = c->qo_heads,
-                                            .num_kv_heads = c->kv_heads,
-                                            .head_dim = c->head_dim,
-                                            .rotary_dim = c->head_dim,
-                                            .max_pos = m->max_pos,
-                                            .is_neox = true,
-                                            .dtype = KL_BF16};
-        op.bytes = 2.0 * 2 * T * (Q + KV) + 4.0 * T * c->head_dim;
-        op.flops = 3.0 * T * (Q + KV);
-        snprintf(op.shape, sizeof op.shape, "%lld tokens, %d + %d heads", (long long)T, c->qo_heads, c->kv_heads);
-        RUN(op);
+        if (fp8) RUN(fused_store_op(m, b, l));
+        if (bf16_cache) {
+            op = op_new(KL_OP_ROPE, l, KL_LAUNCH_ROPE);
+            op.u.rope = (struct kl_rope_params){.q = m->q,
+                                                .k = m->k,
+                                                .positions = b->positions,
+                                                .cos_sin_cache = m->cos_sin,
+                                                .num_tokens = T,
+                                                .num_q_heads = c->qo_heads,
+                                                .num_kv_heads = c->kv_heads,
+                                                .head_dim = c->head_dim,
+                                                .rotary_dim = c->head_dim,
+                                                .max_pos = m->max_pos,
+                                                .is_neox = true,
+                                                .dtype = KL_BF16};
+            op.bytes = 2.0 * 2 * T * (Q + KV) + 4.0 * T * c->head_dim;
+            op.flops = 3.0 * T * (Q + KV);
+            snprintf(op.shape, sizeof op.shape, "%lld tokens, %d + %d heads", (long long)T, c->qo_heads, c->kv_heads);
+            if (fp8) { /* q is rotated already (the fused store): K alone, as rope's q heads */
+                op.u.rope.q = m->k, op.u.rope.k = NULL, op.u.rope.num_q_heads = c->kv_heads, op.u.rope.num_kv_heads = 0;
+                op.bytes = 2.0 * 2 * T * KV + 4.0 * T * c->head_dim, op.flops = 3.0 * T * KV;
+                snprintf(op.shape, sizeof op.shape, "%lld tokens, %d k heads", (long long)T, c->kv_heads);
+            }
+            RUN(op);
 
-        op = op_new(KL_OP_KV_STORE, l, KL_LAUNCH_STORE);
-        op.u.store = (struct kl_store_params){.k = m->k,
-                                              .v = m->v,
-                                              .slots = b->slots,
-                                              .k_cache = m->k_cache[l],
-                                              .v_cache = m->v_cache[l],
-                                              .num_tokens = T,
-                                              .num_kv_heads = c->kv_heads,
-                                              .head_dim = c->head_dim,
-                                              .num_slots = m->kv_pages * KL_STORY_PAGE_SIZE,
-                                              .dtype = KL_BF16};
-        op.bytes = 2.0 * 2 * 2 * T * KV + 8.0 * T;
-        snprintf(op.shape, sizeof op.shape, "%lld tokens x 2 x %lld", (long long)T, (long long)KV);
-        RUN(op);
+            op = op_new(KL_OP_KV_STORE, l, KL_LAUNCH_STORE);
+            op.u.store = (struct kl_store_params){.k = m->k,
+                                                  .v = m->v,
+                                                  .slots = b->slots,
+                                                  .k_cache = m->k_cache[l],
+                                                  .v_cache = m->v_cache[l],
+                                                  .num_tokens = T,
+                                                  .num_kv_heads = c->kv_heads,
+                                                  .head_dim = c->head_dim,
+                                                  .num_slots = m->kv_pages * KL_STORY_PAGE_SIZE,
+                                                  .dtype = KL_BF16};
+            op.bytes = 2.0 * 2 * 2 * T * KV + 8.0 * T;
+            snprintf(op.shape, sizeof op.shape, "%lld tokens x 2 x %lld", (long long)T, (long long)KV);
+            RUN(op);
+        }
 
         RUN(attention_op(m, b, l));
 

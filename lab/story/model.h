@@ -71,6 +71,7 @@ struct kl_story_gemm {
     int64_t m, n, k;
     int batch;                  /* 1, or K and V as two matrices of one strided batch */
     int64_t stride_w, stride_y; /* elements between the batch's matrices */
+    int64_t ldy;                /* elements between y's rows; 0: n (rows packed) */
     bool f32_out;
 };
 
@@ -94,7 +95,7 @@ struct kl_story_op {
         struct kl_index_params index;
         struct kl_rmsnorm_params norm;
         struct {
-            struct kl_story_gemm g[2];
+            struct kl_story_gemm g[3];
             int count;
         } gemm;
         struct kl_rope_params rope;
@@ -133,8 +134,9 @@ struct kl_story_batch {
 struct kl_story_model {
     struct kl_story_config cfg;
     int64_t max_tokens, max_batch, kv_pages, max_pos, decode_kv_bound;
-    /* the variants the forward pass uses: each module's latest for this device */
-    const struct kl_variant *v_index, *v_rmsnorm, *v_rope, *v_store, *v_prefill, *v_decode;
+    /* the variants the forward pass uses: each module's latest for this device; with an FP8 cache,
+     * decode is KL_STORY_FP8_DECODE and v_fused (KL_STORY_FP8_STORE) writes the cache */
+    const struct kl_variant *v_index, *v_rmsnorm, *v_rope, *v_store, *v_prefill, *v_decode, *v_fused;
     cublasHandle_t blas;
     cudaStream_t stream;
     /* weights, bf16 */
@@ -144,6 +146,16 @@ struct kl_story_model {
     } * layer;
     /* the paged KV cache: per layer [kv_pages, page_size, kv_heads, head_dim] */
     void **k_cache, **v_cache;
+    /* kv_fp8 (`--kv fp8`): decode reads a second cache of e4m3 codes, per layer [kv_pages, page_size,
+     * kv_heads, head_dim] bytes, with float32 scales kv_scale [layers][2][kv_heads] (K's, then V's;
+     * kv_scale_host the same on the host, kl_story_kv_scales). Prefill and extend keep reading the
+     * bf16 cache above (there is no FP8 prefill kernel): every pass writes both caches, the decode
+     * steps the FP8 one only. qkv [max_tokens, (qo_heads + 2 kv_heads) head_dim] is the projection
+     * in the fused store's one-row-per-token layout. */
+    bool kv_fp8;
+    void **k_fp8, **v_fp8;
+    float *kv_scale, *kv_scale_host;
+    void *qkv;
     float *cos_sin; /* [max_pos, head_dim] */
     /* activations, sized for max_tokens rows */
     void *x, *res[2], *hn, *q, *k, *v, *attn, *o, *gu, *act, *mo;
@@ -163,7 +175,8 @@ struct kl_story_model {
  * graph replays, so both launch the same grids). Returns NULL with err. */
 struct kl_story_model *kl_story_model_new(const struct kl_story_config *cfg, int64_t max_tokens, int64_t max_batch,
                                           int64_t kv_pages, int64_t max_pos, int64_t decode_kv_bound, uint64_t seed,
-                                          struct kl_err *err);
+                                          bool kv_fp8, struct kl_err *err);
+
 void kl_story_model_free(struct kl_story_model *m);
 
 /* One forward pass on m->stream: logits of each request's last token into m->logits, their argmax

@@ -415,6 +415,10 @@ cJSON *kl_story_document(const struct kl_story_doc_info *in, const struct kl_sto
     cJSON_AddNumberToObject(mj, "mlp", c->mlp);
     cJSON_AddNumberToObject(mj, "vocab", c->vocab);
     cJSON_AddStringToObject(mj, "dtype", "bf16");
+    if (o->kv_fp8) { /* only then: a bf16 run's document is what it always was */
+        cJSON_AddStringToObject(mj, "kv", "fp8");
+        cJSON_AddStringToObject(mj, "kv_scale", "per (layer, kv head): the weights' bound on |K|, |V| over 448");
+    }
     cJSON_AddNumberToObject(mj, "page_size", KL_STORY_PAGE_SIZE);
     cJSON_AddNumberToObject(mj, "rope_theta", c->rope_theta);
     cJSON_AddNumberToObject(mj, "seed", (double)o->seed);
@@ -428,6 +432,7 @@ cJSON *kl_story_document(const struct kl_story_doc_info *in, const struct kl_sto
     for (int i = 0; i < 6; i++)
         cJSON_AddStringToObject(vj, modules[i], in->variants[i]);
     cJSON_AddStringToObject(vj, "gemm", in->gemm);
+    if (o->kv_fp8) cJSON_AddStringToObject(vj, "store_fused", KL_STORY_FP8_STORE);
     cJSON *memj = cJSON_AddObjectToObject(doc, "memory");
     cJSON_AddNumberToObject(memj, "weights_bytes", in->weights_bytes);
     cJSON_AddNumberToObject(memj, "kv_bytes", in->mem.kv_bytes);
@@ -582,12 +587,13 @@ static int story_body(struct story *st, size_t free_before, const struct kl_stor
              mem->weights_bytes / 1e9);
     const double t = host_us();
     st->m = kl_story_model_new(&o->model, o->prompt, 2, mem->kv_pages, max_len + ps, o->prompt + o->steps, o->seed,
-                               st->err);
+                               o->kv_fp8, st->err);
     if (!st->m) return -1;
     const double weights_ms = (host_us() - t) * 1e-3;
-    progress(st, "weights ready in %.0f ms; kernels: index %s, rmsnorm %s, rope %s, store %s, prefill %s, decode %s",
+    progress(st, "weights ready in %.0f ms; kernels: index %s, rmsnorm %s, rope %s, store %s, prefill %s, decode %s%s%s",
              weights_ms, st->m->v_index->name, st->m->v_rmsnorm->name, st->m->v_rope->name, st->m->v_store->name,
-             st->m->v_prefill->name, st->m->v_decode->name);
+             st->m->v_prefill->name, st->m->v_decode->name, st->m->v_fused ? "; FP8 cache by " : "",
+             st->m->v_fused ? st->m->v_fused->name : "");
     if (kl_story_cache_init(&st->cache, ps, mem->kv_pages)) return kl_fail(st->err, "out of host memory");
     int32_t *p1 = malloc(sizeof(int32_t) * (size_t)o->prompt), *p2 = malloc(sizeof(int32_t) * (size_t)o->prompt);
     if (p1 && p2) prompts(o, V, p1, p2);

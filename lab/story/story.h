@@ -14,9 +14,10 @@
  *   commit, date                      the build's commit, the run's UTC date
  *   device {name, cc, sms, l2_bytes, memory_bytes, sm_clock_mhz, mem_clock_mhz}
  *   model {name, layers, hidden, qo_heads, kv_heads, head_dim, mlp, vocab, dtype, page_size,
- *          rope_theta, seed}
+ *          rope_theta, seed}           with kv_fp8 also kv ("fp8") and kv_scale (how, in words)
  *   run {prompt, shared, steps}        request 1's prompt; request 2 shares its first `shared` tokens
- *   variants {index, rmsnorm, rope, store, attention_prefill, attention_decode, gemm}
+ *   variants {index, rmsnorm, rope, store, attention_prefill, attention_decode, gemm}  with kv_fp8
+ *                                      also store_fused; attention_decode is then the FP8 decode
  *   memory {weights_bytes, kv_bytes, kv_pages, activation_bytes, free_bytes, total_bytes, layers_fit}
  *   setup {weights_ms}                 generating the weights on the device
  *   ops ["embed", "rms_norm", ...]     op names; records below name ops by index into this list
@@ -80,6 +81,7 @@ struct kl_story_options {
     bool graph;       /* decode again as a captured CUDA graph */
     bool control;     /* prefill request 2 from scratch as well (the radix hit's control) */
     bool keep_logits; /* keep every forward's logits on the host (the tests) */
+    bool kv_fp8;      /* decode from an FP8 (e4m3) KV cache (model.h), not the bf16 one */
     FILE *progress;   /* a line per long phase, or NULL */
 };
 
@@ -103,6 +105,14 @@ struct kl_story_memory {
     int kv_pages, layers_fit;
 };
 void kl_story_memory_plan(const struct kl_story_options *o, double free_bytes, struct kl_story_memory *m);
+
+/* The variants an FP8 cache (kv_fp8) needs, looked up by name: the fused RoPE + quantize + store
+ * and the decode that reads e4m3 pages. */
+#define KL_STORY_FP8_STORE "v4_rope_quant_store"
+#define KL_STORY_FP8_DECODE "v6_fp8_tensor_cores"
+/* NULL, or why an FP8 cache cannot run on a device of compute capability cc (a variant missing
+ * from this build, or needing a newer device), naming the variant (lab/story/model.c). */
+const char *kl_story_fp8_missing(int cc, char *why, size_t len);
 
 /* Runs the story. Returns 0, or -1 with err (a CUDA or cuBLAS failure, memory). */
 int kl_story_run(const struct kl_story_options *o, struct kl_story_result *r, struct kl_err *err);

@@ -303,18 +303,25 @@ run 1 paramlist "$kl" verify --reference "$h/paramlist" && one_fail paramlist "$
 # kernlab story: every argument checked before the device (usage errors exit 2, nothing written);
 # without a GPU a clean refusal, exit 1, and still nothing written.
 for args in "--layers 0" "--layers 33" "--prompt 31" "--prompt x" "--shared 15" "--prompt 64 --shared 64" \
-            "--steps 63" "--seed -1" "--bogus" "--layers 2 extra" "--steps"; do
+            "--steps 63" "--seed -1" "--bogus" "--layers 2 extra" "--steps" "--kv fp9" "--kv"; do
   # shellcheck disable=SC2086
   "$kl" story --out "$tmp/story_usage" $args > /dev/null 2> "$tmp/story_err"; rc=$?
   [ $rc -eq 2 ] && [ ! -e "$tmp/story_usage" ] && grep -q "^kernlab story: " "$tmp/story_err" \
     && ok "story $args: a usage error, exit 2" || bad "story $args: rc=$rc $(cat "$tmp/story_err")"
 done
 "$kl" story --help > "$tmp/story_help" && grep -q -- "--shared N" "$tmp/story_help" && ok "story --help documents its options" || bad "story --help"
+"$kl" story --kv fp9 > /dev/null 2> "$tmp/story_err"; grep -q -- "--kv fp9" "$tmp/story_err" && ok "story --kv fp9: the error names the argument" \
+  || bad "story --kv fp9: $(cat "$tmp/story_err")"
 if "$(dirname "$kl")/kl_gpu_guard" true > /dev/null; then ok "story without a GPU (GPU present: not checked here)"
 else
   "$kl" story --tiny --out "$tmp/story_out" > /dev/null 2> "$tmp/story_err"; rc=$?
   [ $rc -eq 1 ] && [ ! -e "$tmp/story_out" ] && grep -q "^kernlab story: needs a CUDA device (" "$tmp/story_err" \
     && ok "story without a GPU: a clean refusal, exit 1, nothing written" || bad "story: rc=$rc $(cat "$tmp/story_err")"
+  # --kv fp8: a variant missing from the build is named before the device (else the device refusal)
+  "$kl" story --tiny --kv fp8 --out "$tmp/story_out" > /dev/null 2> "$tmp/story_err"; rc=$?
+  [ $rc -eq 1 ] && [ ! -e "$tmp/story_out" ] \
+    && grep -Eq "^kernlab story: (--kv fp8 needs [a-z_]+'s variant v[0-9]+_[a-z0-9_]+|needs a CUDA device \()" "$tmp/story_err" \
+    && ok "story --kv fp8 without a GPU: exit 1, nothing written, what is missing named" || bad "story --kv fp8: rc=$rc $(cat "$tmp/story_err")"
 fi
 
 # ---- Every command: --help, usage errors, exit codes (issue 23; lab/CONTRACTS.md section 3) ----

@@ -408,6 +408,42 @@ def check_story(text, doc, check, rows):
     return checked
 
 
+def story_decode(doc):
+    """A run's eager decode per step: median GPU span, attention, rope + kv_store and all kernels (us)."""
+    ops = doc["ops"]
+    steps = next(p for p in doc["phases"] if p["name"] == "decode")["steps"]
+    span = sorted(s["t1_us"] - s["t0_us"] for s in steps)
+    n = len(span)
+    med = span[n // 2] if n % 2 else (span[n // 2 - 1] + span[n // 2]) / 2
+    att = sum(s["by_op"][ops.index("attention")] for s in steps) / n
+    store = sum(s["by_op"][ops.index("kv_store")] + s["by_op"][ops.index("rope")] for s in steps) / n
+    total = sum(sum(s["by_op"]) for s in steps) / n
+    return med, att, store, total
+
+
+def check_story_fp8(text, doc, fp8):
+    """story.md's FP8 section: "not measured" without story-fp8.json, else both columns recomputed."""
+    if fp8 is None:
+        if "FP8 decode: not measured" not in text:
+            fail("story.md: FP8 section", "no story-fp8.json in the results, yet the guide does not say not measured")
+        return 1
+    cells = {}
+    for t in tables(text, "| eager decode, per step (2 requests) |"):
+        cells[t["eager decode, per step (2 requests)"]] = t
+    checked = 0
+    for col, run in (("bf16 KV", doc), ("fp8 KV", fp8)):
+        med, att, store, total = story_decode(run)
+        pct = lambda part: c_round("%.1f%%", 100 * part / total) if total > 0 else "-"
+        want = {"GPU time (median step)": c_round("%.1f us", med),
+                "attention": f"{c_round('%.1f us', att)} ({pct(att)})",
+                "rope + kv_store": f"{c_round('%.1f us', store)} ({pct(store)})"}
+        for row, v in want.items():
+            if cells.get(row, {}).get(col) != v:
+                fail("story.md: FP8 section", f"{row} / {col} reads {cells.get(row, {}).get(col)!r}, the results give {v!r}")
+            checked += 1
+    return checked
+
+
 def check_environment(text, rows):
     checked = 0
     for m in re.finditer(r"^## (.+?) \(the `(\w+)` run\)\n\n\| \| \|\n\|---\|---\|\n\| GPU \| .*\n.*\n\| copy bandwidth \| (\d+) GB/s", text, re.M):
@@ -485,6 +521,9 @@ def check_all(guides, results, targets_dir):
         check_path = os.path.join(results, "story-check.json")
         counts["story.md"] = check_story(open(os.path.join(guides, "story.md")).read(), json.load(open(story)),
                                          json.load(open(check_path)) if os.path.exists(check_path) else None, rows)
+        fp8_path = os.path.join(results, "story-fp8.json")
+        counts["story.md"] += check_story_fp8(open(os.path.join(guides, "story.md")).read(), json.load(open(story)),
+                                              json.load(open(fp8_path)) if os.path.exists(fp8_path) else None)
     counts["environment.md"] = check_environment(open(os.path.join(guides, "environment.md")).read(), rows)
     check_hygiene(guides)
     for name, n in counts.items():
