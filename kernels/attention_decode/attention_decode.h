@@ -93,10 +93,10 @@ cudaError_t kl_attention_decode_check_params(const struct kl_attention_decode_pa
  * qo_indptr itself (device memory, and the call must stay capturable in a CUDA graph); the host
  * that builds it checks it with kl_attention_decode_check_qo below. */
 cudaError_t kl_attention_decode_check_params_multi(const struct kl_attention_decode_params *p, const char *variant);
-/* The same checks for a variant that reads an FP8 cache: k_scale and v_scale both set
- * (cudaErrorInvalidValue naming the one missing), dtype (q and out) bf16 or fp16, one query token
- * per request (qo_indptr set: cudaErrorNotSupported). Neither scale set: cudaErrorNotSupported
- * (a 16-bit cache; the variant reads only codes). */
+/* The same checks for a variant that reads an FP8 cache: k_scale and v_scale both set (one
+ * without the other: cudaErrorInvalidValue naming the one missing), dtype (q and out) bf16 or
+ * fp16, one query token per request (qo_indptr set: cudaErrorNotSupported). Neither scale set,
+ * the shape otherwise right: cudaErrorNotSupported (16-bit caches; the variant reads codes only). */
 cudaError_t kl_attention_decode_check_params_fp8(const struct kl_attention_decode_params *p, const char *variant);
 /* Host copies of qo_indptr [batch + 1] and the kv lengths [batch]: 0, or -1 with the argument at
  * fault and the request in why (qo_indptr[0] != 0, a decrease, q_len > kv_len, q_len > max_q_len). */
