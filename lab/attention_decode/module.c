@@ -509,8 +509,9 @@ static void declined(const struct kl_variant *v, const void *prob, struct kl_err
     const struct kl_attention_decode_problem *p = prob;
     kl_fail(err, "%s: does not handle %s head_dim %lld%s", v->name, kl_dtype_name(p->dtype), (long long)p->head_dim,
             p->qo_indptr.data ? " or several query tokens per request (qo_indptr)"
-            : p->k_scale.data ? " with an FP8 (e4m3) cache, or only an FP8 cache"
-                              : " or handles only an FP8 (e4m3) cache");
+            : p->k_scale.data         ? " with an FP8 (e4m3) cache"
+            : strstr(v->name, "fp8") ? " with 16-bit caches (it reads FP8 caches only)"
+                                      : "");
 }
 
 #define B(field) offsetof(struct kl_attention_decode_params, field)
