@@ -326,7 +326,7 @@ static int shape_override(void)
 template <typename T, int HD>
 static cudaError_t launch_hd(const struct kl_attention_decode_params *p, struct kl_decode_split plan, cudaStream_t stream)
 {
-    if (std::is_same<T, __nv_bfloat16>::value && HD == 128) switch (shape_override()) {
+    if constexpr (std::is_same<T, __nv_bfloat16>::value && HD == 128) switch (shape_override()) {
         case 22: return launch_shape<T, HD, 2, 2>(p, plan, stream);
         case 24: return launch_shape<T, HD, 2, 4>(p, plan, stream);
         case 42: return launch_shape<T, HD, 4, 2>(p, plan, stream);
