@@ -80,6 +80,27 @@ __device__ __forceinline__ void pdl_wait()
 #endif
 }
 
+/* ---- FP8 (sm_89+) ---- */
+/* Two E4M3 codes (the low byte first) as two fp16 (the low one in the low half), exact: every e4m3
+ * value is an fp16 normal or a zero. The device pass of an older architecture (sm_80 of the default
+ * build, where the FP8 variants' launchers are never reached: min_cc 89) decodes the bits instead. */
+__device__ __forceinline__ uint32_t cvt_e4m3x2_f16x2(uint16_t x)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
+    uint32_t r = 0;
+    for (int i = 0; i < 2; i++) {
+        const uint32_t c = (x >> (8 * i)) & 0xFFu, e = (c >> 3) & 0xFu, m = c & 7u;
+        const float v = e ? ldexpf((float)(8 + m), (int)e - 10) : ldexpf((float)m, -9);
+        r |= (uint32_t)__half_as_ushort(__float2half_rn(c & 0x80u ? -v : v)) << (16 * i);
+    }
+    return r;
+#else
+    uint32_t y;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(y) : "h"(x));
+    return y;
+#endif
+}
+
 #if KL_SM90A
 
 /* ---- shared-memory matrix descriptors (PTX "Matrix Descriptor Format") ----

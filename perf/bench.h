@@ -219,8 +219,13 @@ const struct kl_target *kl_target_find(const struct kl_targets *t, const char *m
 /* Relation metrics, measured against other rows of the same run (perf/bench.c computes them):
  *   time_vs_peer        this row's median over the fastest peer row's (same module and workload)
  *   time_vs:<workload>  this row's median over the same variant's on <workload>
- * kl_metric_relation_workload returns <workload> of the second kind, else NULL. */
+ *   time_vs:<workload>@<variant>  ... over <variant>'s on <workload> (an FP8 decode against the bf16
+ *                       one: the other variant declines this row's workload)
+ * kl_metric_relation_workload returns what follows "time_vs:" (<workload>, or <workload>@<variant>),
+ * else NULL; kl_metric_relation_parts copies <workload> into buf and returns <variant> (NULL: the
+ * row's own), or NULL with buf "" for any other metric. */
 const char *kl_metric_relation_workload(const char *metric);
+const char *kl_metric_relation_parts(const char *metric, char *buf, size_t len);
 /* Adds to r->extra the relation metrics its run allows: time_vs_peer (with peer_time_us and
  * peer_fastest) when the results file at path holds a peer row of the same workload, and each
  * time_vs:<workload> a target row of t names for r's workload when the file holds the same

@@ -1,6 +1,7 @@
 /* Relation metrics (perf/bench.h): a row's time against other rows of the same run, which the
  * results file being written already holds: the peers' rows (bench runs a module's peers before
- * its variants) and this variant's earlier workloads. Stored in the row's extra fields, so the gate
+ * its variants), this variant's earlier workloads and, where a target row names one
+ * (time_vs:<workload>@<variant>), another variant's. Stored in the row's extra fields, so the gate
  * and the guides read them like any other metric. */
 #include <math.h>
 #include <stdio.h>
@@ -52,9 +53,10 @@ void kl_bench_relations(const char *path, const struct kl_targets *t, struct kl_
     const struct kl_target *rows[KL_MAX_TARGETS_PER_WORKLOAD];
     const int n = kl_targets_for(t, r->module, r->workload, rows, KL_MAX_TARGETS_PER_WORKLOAD);
     for (int k = 0; k < n; k++) {
-        const char *other = kl_metric_relation_workload(rows[k]->metric);
-        if (!other || cJSON_GetObjectItemCaseSensitive(r->extra, rows[k]->metric)) continue;
-        const double base = fastest(path, r->module, other, r->variant, name, sizeof name);
+        char other[128]; /* time_vs:<workload>[@<variant>]: that variant's row, else this one's */
+        const char *by = kl_metric_relation_parts(rows[k]->metric, other, sizeof other);
+        if (!other[0] || cJSON_GetObjectItemCaseSensitive(r->extra, rows[k]->metric)) continue;
+        const double base = fastest(path, r->module, other, by ? by : r->variant, name, sizeof name);
         if (isfinite(base)) cJSON_AddNumberToObject(r->extra, rows[k]->metric, r->time_us_median / base);
     }
 }

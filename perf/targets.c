@@ -127,6 +127,13 @@ const char *kl_metric_relation_workload(const char *metric)
     return strncmp(metric, "time_vs:", 8) == 0 && metric[8] ? metric + 8 : NULL;
 }
 
+const char *kl_metric_relation_parts(const char *metric, char *buf, size_t len)
+{
+    const char *w = kl_metric_relation_workload(metric), *at = w ? strchr(w, '@') : NULL;
+    snprintf(buf, len, "%.*s", w ? (int)(at ? (size_t)(at - w) : strlen(w)) : 0, w ? w : "");
+    return at && at[1] ? at + 1 : NULL;
+}
+
 bool kl_metric_lower_is_better(const char *metric)
 {
     return strcmp(metric, "latency_us") == 0 || strcmp(metric, "latency_vs_nccl") == 0 ||
@@ -164,19 +171,22 @@ int kl_targets_check(const struct kl_targets *t, struct kl_err *err)
     for (int r = 0; r < t->count; r++) {
         const struct kl_target *x = &t->rows[r];
         const struct kl_module *m = kl_module_find(x->module);
-        const char *other = kl_metric_relation_workload(x->metric); /* time_vs:<workload> names a second one */
-        bool found = false, found_other = !other;
+        char other[128]; /* time_vs:<workload>[@<variant>] names a second workload, and maybe a variant */
+        const char *by = kl_metric_relation_parts(x->metric, other, sizeof other);
+        bool found = false, found_other = !other[0];
         for (int i = 0; m; i++) {
             const char *w = kl_bench_workload(m, i);
             if (!w) break;
             found |= workload_matches(x->workload, w);
-            found_other |= other && strcmp(other, w) == 0;
+            found_other |= other[0] && strcmp(other, w) == 0;
         }
-        if (found && found_other) continue;
+        const bool found_by = !by || (m && kl_variant_find(x->module, by));
+        if (found && found_other && found_by) continue;
         if (!bad++)
             kl_fail(err, "%s: %s,%s,%s: %s", t->path, x->module, x->workload, x->metric,
                     !m ? "no such module" : !found ? "matches none of the module's workloads"
-                                              : "its time_vs: names none of the module's workloads");
+                    : !found_other ? "its time_vs: names none of the module's workloads"
+                                   : "its time_vs: names a variant the module does not register");
     }
     for (int g = 0; g < t->n_gated; g++)
         if (!kl_variant_find(t->gated[g].module, t->gated[g].variant) && !bad++)

@@ -114,6 +114,35 @@ Test(bench, relation_metrics_come_from_the_rows_of_the_same_run)
     remove_targets(&t, dir);
 }
 
+Test(bench, a_relation_may_name_the_other_variant)
+{
+    /* time_vs:<workload>@<variant>: the named variant's row of that workload (v0_scalar's 2 us), not
+     * the row's own variant's (v1_simd's 5 us) nor the fastest of the workload's. */
+    char dir[32], path[] = "/tmp/kl-run-XXXXXX";
+    struct kl_targets t = targets_of("radix,match_hot_p1,time_vs:match_cold_p1@v0_scalar,2.5,a\n", dir);
+    close(mkstemp(path));
+    write_run(path);
+    FILE *f = fopen(path, "a");
+    fprintf(f, "{\"module\":\"radix\",\"variant\":\"v0_scalar\",\"workload\":\"match_cold_p1\",\"time_us\":{\"median\":2}}\n");
+    fclose(f);
+    struct kl_result r = row("v1_simd", "match_hot_p1", 6, 0.6);
+    kl_bench_relations(path, &t, &r);
+    const cJSON *rel = cJSON_GetObjectItem(r.extra, "time_vs:match_cold_p1@v0_scalar");
+    cr_assert(rel, "relation not computed");
+    cr_assert_float_eq(rel->valuedouble, 6.0 / 2, 1e-12, "against v0_scalar's row");
+    kl_gate_judge(&t, &r);
+    cr_assert_not(r.gate_pass, "3 > 2.5 judged a pass");
+    struct kl_err err = {{0}};
+    cr_assert_eq(kl_targets_check(&t, &err), 0, "%s", err.msg);
+    cJSON_Delete(r.extra);
+    remove(path);
+    remove_targets(&t, dir);
+    t = targets_of("radix,match_hot_p1,time_vs:match_cold_p1@v9_none,1.0,a\n", dir);
+    cr_assert_eq(kl_targets_check(&t, &err), 1);
+    cr_assert(strstr(err.msg, "names a variant the module does not register"), "%s", err.msg);
+    remove_targets(&t, dir);
+}
+
 Test(bench, an_exact_row_overrides_a_pattern_of_its_metric_only)
 {
     char dir[32];

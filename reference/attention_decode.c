@@ -6,8 +6,11 @@
  * another, O = P V: both through OpenBLAS. The softmax subtracts each row's max before exp, so
  * large logits cannot overflow. With several query tokens per request, query i of q_len is the
  * same computation over the first kv_len - q_len + 1 + i keys only (the causal limit), one pair
- * of products per query token. */
+ * of products per query token. An FP8 cache is first decoded, each code times its kv head's scale
+ * (exact in float64), and then attended the same way. */
 #include "attention_decode.h"
+
+#include "kernels/dtype.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -79,4 +82,27 @@ void kl_attention_decode_reference_multi(const double *q, const double *k_cache,
         }
         free(k), free(v), free(s);
     }
+}
+
+void kl_attention_decode_reference_fp8(const double *q, const uint8_t *k_codes, const uint8_t *v_codes,
+                                       const float *k_scale, const float *v_scale, int64_t num_pages,
+                                       const int32_t *kv_indptr, const int32_t *kv_indices,
+                                       const int32_t *kv_last_page_len, int64_t batch, int64_t qo_heads,
+                                       int64_t kv_heads, int64_t head_dim, int64_t page_size, double sm_scale,
+                                       double *out, double *lse)
+{
+    const size_t n = (size_t)(num_pages * page_size * kv_heads * head_dim);
+    double *k = malloc(sizeof(double) * (n ? n : 1)), *v = malloc(sizeof(double) * (n ? n : 1));
+    if (!(k && v)) {
+        fprintf(stderr, "kernlab: %s:%d: out of host memory (%zu cache elements)\n", __FILE__, __LINE__, n);
+        exit(1);
+    }
+    for (size_t i = 0; i < n; i++) { /* element i belongs to kv head (i / head_dim) % kv_heads */
+        const int64_t g = (int64_t)(i / (size_t)head_dim) % kv_heads;
+        k[i] = (double)kl_e4m3_to_f32(k_codes[i]) * k_scale[g];
+        v[i] = (double)kl_e4m3_to_f32(v_codes[i]) * v_scale[g];
+    }
+    kl_attention_decode_reference_multi(q, k, v, NULL, kv_indptr, kv_indices, kv_last_page_len, batch, qo_heads,
+                                        kv_heads, head_dim, page_size, sm_scale, out, lse);
+    free(k), free(v);
 }

@@ -18,4 +18,13 @@ void kl_attention_decode_reference_multi(const double *q, const double *k_cache,
                                          const int32_t *kv_indices, const int32_t *kv_last_page_len, int64_t batch,
                                          int64_t qo_heads, int64_t kv_heads, int64_t head_dim, int64_t page_size,
                                          double sm_scale, double *out, double *lse);
+/* The same on an FP8 cache (one query row per request): k_codes, v_codes [num_pages, page_size,
+ * kv_heads, head_dim] hold E4M3 codes (kernels/dtype.h) whose value is the code's times its kv
+ * head's scale: k = e4m3(code) * k_scale[g], v = e4m3(code) * v_scale[g], exactly, in float64. */
+void kl_attention_decode_reference_fp8(const double *q, const uint8_t *k_codes, const uint8_t *v_codes,
+                                       const float *k_scale, const float *v_scale, int64_t num_pages,
+                                       const int32_t *kv_indptr, const int32_t *kv_indices,
+                                       const int32_t *kv_last_page_len, int64_t batch, int64_t qo_heads,
+                                       int64_t kv_heads, int64_t head_dim, int64_t page_size, double sm_scale,
+                                       double *out, double *lse);
 #endif

@@ -21,12 +21,20 @@
  * lse = -inf. Variants compute in float32 (scores, softmax, accumulation); fast ones round the
  * probabilities to the input dtype before P.V, as every fast attention kernel does
  * (lab/core/compare.c holds the tolerance this implies).
+ * An FP8 cache (k_scale and v_scale set): both caches hold FP8 E4M3 codes (kernels/dtype.h, one
+ * byte an element) with one float32 scale per kv head for each, and the same attention runs on
+ * k[t, g, :] = e4m3(kcode[t, g, :]) * k_scale[g], v[t, g, :] = e4m3(vcode[t, g, :]) * v_scale[g]:
+ *   s_t = sm_scale * k_scale[g] * q[r, h, :] . e4m3(kcode[t, g, :])
+ *   out[r, h] = v_scale[g] * sum_{t < n_i} softmax(s)_t * e4m3(vcode[t, g, :])
+ * with g = kv_head(h); q and out stay in dtype (bf16 or fp16).
  *
  * Several query tokens are an opt-in: kl_attention_decode_check_params, which every launcher
  * starts with, answers cudaErrorNotSupported when qo_indptr is set (a SKIP for the checkers,
  * never a wrong answer from a variant that reads row b as request b); a variant that handles
  * qo_indptr starts with kl_attention_decode_check_params_multi instead, and that call is its
- * declaration of support. */
+ * declaration of support. An FP8 cache is an opt-in the same way: kl_attention_decode_check_params
+ * answers cudaErrorNotSupported when k_scale is set (no variant reads codes as 16-bit values), and
+ * a variant that reads e4m3 pages starts with kl_attention_decode_check_params_fp8. */
 #ifndef KL_KERNELS_ATTENTION_DECODE_H
 #define KL_KERNELS_ATTENTION_DECODE_H
 
@@ -64,8 +72,9 @@ struct kl_attention_decode_params {
                                        * non-decreasing, q_len(b) <= kv_len(b) and <= max_q_len */
     int64_t max_q_len;                /* host-side bound on every q_len when qo_indptr is set (1..
                                        * KL_DECODE_MAX_Q_LEN): sizes grids and the workspace; unread when NULL */
-    const float *k_scale;  /* [num_kv_heads] or NULL; set: both caches hold e4m3 codes, value = code * scale[kv head]; q and out stay in dtype */
-    const float *v_scale;
+    const float *k_scale;             /* [num_kv_heads] or NULL. Set (with v_scale): both caches hold e4m3
+                                       * codes and a code's value is code * scale[kv head]; q and out stay in dtype */
+    const float *v_scale;             /* [num_kv_heads]: set exactly when k_scale is */
 };
 
 typedef cudaError_t (*kl_attention_decode_launch_fn)(const struct kl_attention_decode_params *p,
@@ -77,13 +86,18 @@ typedef cudaError_t (*kl_attention_decode_launch_fn)(const struct kl_attention_d
 /* Shape and pointer checks every launcher starts with: cudaErrorInvalidValue with the argument
  * at fault printed to stderr, or cudaSuccess. A variant that does not handle this dtype or
  * head_dim returns cudaErrorNotSupported (the checkers report a SKIP, not a FAIL); so does this
- * check when qo_indptr is set. */
+ * check when qo_indptr or k_scale is set. */
 cudaError_t kl_attention_decode_check_params(const struct kl_attention_decode_params *p, const char *variant);
 /* The same checks for a variant that handles several query tokens per request: with qo_indptr
  * set, max_q_len must be 1..KL_DECODE_MAX_Q_LEN (a bound, like max_kv_len). The launcher cannot read
  * qo_indptr itself (device memory, and the call must stay capturable in a CUDA graph); the host
  * that builds it checks it with kl_attention_decode_check_qo below. */
 cudaError_t kl_attention_decode_check_params_multi(const struct kl_attention_decode_params *p, const char *variant);
+/* The same checks for a variant that reads an FP8 cache: k_scale and v_scale both set (one
+ * without the other: cudaErrorInvalidValue naming the one missing), dtype (q and out) bf16 or
+ * fp16, one query token per request (qo_indptr set: cudaErrorNotSupported). Neither scale set,
+ * the shape otherwise right: cudaErrorNotSupported (16-bit caches; the variant reads codes only). */
+cudaError_t kl_attention_decode_check_params_fp8(const struct kl_attention_decode_params *p, const char *variant);
 /* Host copies of qo_indptr [batch + 1] and the kv lengths [batch]: 0, or -1 with the argument at
  * fault and the request in why (qo_indptr[0] != 0, a decrease, q_len > kv_len, q_len > max_q_len). */
 int kl_attention_decode_check_qo(const int32_t *qo_indptr, const int64_t *kv_len, int64_t batch, int64_t max_q_len,

@@ -7,8 +7,12 @@
 
 #include "attention_decode.h"
 
-static cudaError_t check(const struct kl_attention_decode_params *p, const char *variant, bool multi)
+/* Which opt-in the calling variant declares: none, several query tokens, an FP8 cache. */
+enum support { PLAIN, MULTI, FP8 };
+
+static cudaError_t check(const struct kl_attention_decode_params *p, const char *variant, enum support s)
 {
+    const bool multi = s == MULTI;
     const char *bad = NULL;
     if (p->batch < 0) bad = "batch < 0";
     else if (p->batch > INT32_MAX / 2) bad = "batch > 2^30";
@@ -27,7 +31,12 @@ static cudaError_t check(const struct kl_attention_decode_params *p, const char 
         bad = "k_cache, v_cache and kv_indices must be set";
     else if (multi && p->qo_indptr && (p->max_q_len < 1 || p->max_q_len > KL_DECODE_MAX_Q_LEN))
         bad = "max_q_len must be 1..8 with qo_indptr set";
+    else if (s == FP8 && p->v_scale && !p->k_scale) bad = "k_scale must be set with v_scale (an FP8 cache)";
+    else if (s == FP8 && p->k_scale && !p->v_scale) bad = "v_scale must be set with k_scale (an FP8 cache)";
+    else if (s == FP8 && p->k_scale && p->dtype == KL_F32) bad = "dtype must be fp16 or bf16 (q and out) with an FP8 cache";
     if (!bad && p->qo_indptr && !multi) return cudaErrorNotSupported; /* one query row per request only */
+    if (!bad && p->k_scale && s != FP8) return cudaErrorNotSupported; /* the caches hold e4m3 codes */
+    if (!bad && !p->k_scale && !p->v_scale && s == FP8) return cudaErrorNotSupported; /* 16-bit caches */
     if (!bad) return cudaSuccess;
     fprintf(stderr,
             "attention_decode %s: %s (batch=%lld num_qo_heads=%lld num_kv_heads=%lld head_dim=%lld page_size=%lld "
@@ -39,12 +48,17 @@ static cudaError_t check(const struct kl_attention_decode_params *p, const char 
 
 cudaError_t kl_attention_decode_check_params(const struct kl_attention_decode_params *p, const char *variant)
 {
-    return check(p, variant, false);
+    return check(p, variant, PLAIN);
 }
 
 cudaError_t kl_attention_decode_check_params_multi(const struct kl_attention_decode_params *p, const char *variant)
 {
-    return check(p, variant, true);
+    return check(p, variant, MULTI);
+}
+
+cudaError_t kl_attention_decode_check_params_fp8(const struct kl_attention_decode_params *p, const char *variant)
+{
+    return check(p, variant, FP8);
 }
 
 int kl_attention_decode_check_qo(const int32_t *qo_indptr, const int64_t *kv_len, int64_t batch, int64_t max_q_len,

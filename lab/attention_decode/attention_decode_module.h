@@ -22,6 +22,9 @@ struct kl_attention_decode_problem {
                                                               * row per request (the ABI's qo_indptr NULL) */
     struct kl_tensor k_cache, v_cache;                       /* host, [pages, page_size, kv_heads, head_dim] */
     struct kl_tensor kv_indptr, kv_indices, kv_last_page_len; /* host, KL_I32 */
+    struct kl_tensor k_scale, v_scale;                       /* host, KL_F32 [kv_heads]; data NULL: the caches
+                                                              * are in dtype. Set: an FP8 cache, k_cache and
+                                                              * v_cache KL_FP8_E4M3 codes (the ABI's k_scale) */
     double logit_bound, v_abs_max;                           /* what the tolerance needs (compare.h) */
 };
 
@@ -38,6 +41,13 @@ struct kl_attention_decode_problem *kl_attention_decode_problem_random_multi(
     int64_t batch, int64_t num_qo_heads, int64_t num_kv_heads, int64_t head_dim, int64_t page_size,
     const int64_t *kv_lens, const int64_t *q_lens, enum kl_dtype dtype, double q_scale, uint64_t seed);
 void kl_attention_decode_problem_free(struct kl_attention_decode_problem *p);
+/* Turns a random problem (one query row per request, dtype fp16 or bf16) into one on an FP8 cache:
+ * every attended cache value x becomes the code e4m3(24 x), poison rows NaN codes, and kv head g's
+ * scales are kl_attention_decode_fp8_scale(g) times 1/24 (so the values stay near x). */
+void kl_attention_decode_problem_to_fp8(struct kl_attention_decode_problem *p);
+/* A factor of ten between neighbouring kv heads, so another head's scale is visibly wrong: k_scale
+ * 0.03 (1 + 0.37 g) / 10^(g % 2), v_scale 0.05 (1 + 0.61 g) / 10^((g + 1) % 2) (the goldens' too). */
+double kl_attention_decode_fp8_scale(int64_t g, bool v);
 /* 0, or a message naming `what` and the array at fault: kv_indptr must start at 0, never
  * decrease and end at the number of indices; indices must be < num_pages; kv_last_page_len must
  * be 1..page_size for a request with pages and 0 for one without; qo_indptr, when set, as

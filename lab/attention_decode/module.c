@@ -1,6 +1,7 @@
 /* The attention_decode lab module: golden-case loading, the page-table checks, the check
  * catalogue, running a variant. Tests and `kernlab verify/check/bench` all come through here;
  * the perf workloads are in perf.c. */
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -17,6 +18,7 @@ void kl_attention_decode_problem_free(struct kl_attention_decode_problem *p)
     if (!p) return;
     kl_tensor_free(&p->q), kl_tensor_free(&p->k_cache), kl_tensor_free(&p->v_cache), kl_tensor_free(&p->qo_indptr);
     kl_tensor_free(&p->kv_indptr), kl_tensor_free(&p->kv_indices), kl_tensor_free(&p->kv_last_page_len);
+    kl_tensor_free(&p->k_scale), kl_tensor_free(&p->v_scale);
     free(p);
 }
 
@@ -48,7 +50,10 @@ static void set_outputs(const void *prob, struct kl_outputs *o)
     const struct kl_attention_decode_problem *p = prob;
     kl_outputs_set(o, 0, "out", p->dtype, false, p->rows * p->num_qo_heads * p->head_dim);
     kl_outputs_set(o, 1, "lse", KL_F32, false, p->rows * p->num_qo_heads);
-    kl_outputs_policy(o, 0, kl_policy_attention_out(p->dtype, p->head_dim, p->max_kv_len, p->logit_bound, p->v_abs_max));
+    kl_outputs_policy(o, 0, p->k_scale.data ? kl_policy_attention_out_fp8(p->dtype, p->head_dim, p->max_kv_len,
+                                                                           p->logit_bound, p->v_abs_max)
+                                            : kl_policy_attention_out(p->dtype, p->head_dim, p->max_kv_len,
+                                                                      p->logit_bound, p->v_abs_max));
     kl_outputs_policy(o, 1, kl_policy_attention_lse(p->head_dim, p->max_kv_len, p->logit_bound));
 }
 
@@ -102,14 +107,17 @@ void kl_attention_decode_bounds(struct kl_attention_decode_problem *p)
         for (int64_t j = 0; j < d; j++) s += pow(kl_load_elem(p->dtype, p->q.data, (size_t)(i * d + j)), 2);
         q_norm = fmax(q_norm, sqrt(s));
     }
+    const float *ks = p->k_scale.data, *vs = p->v_scale.data; /* an FP8 cache: its values are code x scale */
     for (int64_t b = 0; b < p->batch; b++)
         FOR_EACH_TOKEN(p, b, page, r, {
             for (int64_t g = 0; g < p->num_kv_heads; g++) {
                 const int64_t at = (page * p->page_size + r) * row + g * d;
+                const double k_sc = ks ? ks[g] : 1; /* (no comma: a macro argument) */
+                const double v_sc = vs ? vs[g] : 1;
                 double s = 0;
                 for (int64_t j = 0; j < d; j++) {
-                    s += pow(kl_load_elem(p->dtype, p->k_cache.data, (size_t)(at + j)), 2);
-                    v_max = fmax(v_max, fabs(kl_load_elem(p->dtype, p->v_cache.data, (size_t)(at + j))));
+                    s += pow(k_sc * kl_load_elem(p->k_cache.dtype, p->k_cache.data, (size_t)(at + j)), 2);
+                    v_max = fmax(v_max, fabs(v_sc * kl_load_elem(p->v_cache.dtype, p->v_cache.data, (size_t)(at + j))));
                 }
                 k_norm = fmax(k_norm, sqrt(s));
             }
@@ -118,16 +126,52 @@ void kl_attention_decode_bounds(struct kl_attention_decode_problem *p)
     p->v_abs_max = v_max;
 }
 
+/* An FP8 case's own arrays: the caches |u1 (e4m3 codes), k_scale and v_scale <f4 [kv_heads], finite
+ * and > 0, no query-row opt-in (the FP8 path takes one query per request). */
+static int fp8_arrays(const struct kl_case *c, struct kl_attention_decode_problem *p, const struct kl_tensor *kc,
+                      const struct kl_tensor *vc, struct kl_err *err)
+{
+    char path[1200];
+    if (kc->dtype != KL_U8 || vc->dtype != KL_U8)
+        return kl_fail(err, "%s/k_cache.npy, v_cache.npy: an FP8 cache is |u1 (e4m3 codes)", c->dir);
+    if (p->qo_indptr.data) return kl_fail(err, "%s/qo_indptr.npy: an FP8 case has one query per request", c->dir);
+    const struct kl_tensor *sc[2] = {&p->k_scale, &p->v_scale};
+    for (int i = 0; i < 2; i++) {
+        kl_case_path(c, i ? "v_scale.npy" : "k_scale.npy", path, sizeof path);
+        if (sc[i]->dtype != KL_F32) return kl_fail(err, "%s: dtype %s, expected <f4", path, kl_dtype_name(sc[i]->dtype));
+        if (kl_tensor_expect(sc[i], path, 1, &p->num_kv_heads, err)) return -1;
+        for (int64_t g = 0; g < p->num_kv_heads; g++) {
+            const float x = ((const float *)sc[i]->data)[g];
+            if (!(isfinite(x) && x > 0)) return kl_fail(err, "%s: kv head %lld's scale is not finite and > 0", path, (long long)g);
+        }
+    }
+    return 0;
+}
+
 static void *load(const struct kl_case *c, struct kl_outputs *expected, struct kl_err *err)
 {
     struct kl_attention_decode_problem *p = calloc(1, sizeof *p);
     struct kl_tensor q = {0}, kc = {0}, vc = {0}, out = {0}, lse = {0};
     char path[1200], what[1100];
     p->dtype = c->dtype;
+    /* An FP8 cache says so (lab/CONTRACTS.md section 4): |u1 codes and a scale per kv head. */
+    const cJSON *kv = c->params ? cJSON_GetObjectItemCaseSensitive(c->params, "kv_dtype") : NULL;
+    const bool fp8 = kv != NULL;
+    if (kv && !(cJSON_IsString(kv) && strcmp(kv->valuestring, "fp8_e4m3") == 0)) {
+        kl_fail(err, "%s/meta.json: params.kv_dtype must be \"fp8_e4m3\" (or absent: caches in dtype)", c->dir);
+        goto fail;
+    }
     if (c->dtype != KL_F32 && c->dtype != KL_F16 && c->dtype != KL_BF16) {
         kl_fail(err, "%s/meta.json: attention_decode needs dtype fp32, fp16 or bf16", c->dir);
         goto fail;
     }
+    if (fp8 && c->dtype == KL_F32) {
+        kl_fail(err, "%s/meta.json: an FP8 cache needs dtype fp16 or bf16 (q and out)", c->dir);
+        goto fail;
+    }
+    if (fp8 && (kl_case_array(c, "k_scale", &p->k_scale, false, err) ||
+                kl_case_array(c, "v_scale", &p->v_scale, false, err)))
+        goto fail;
     if (kl_case_array(c, "q", &q, false, err) || kl_case_array(c, "k_cache", &kc, false, err) ||
         kl_case_array(c, "v_cache", &vc, false, err) || kl_case_array(c, "kv_indptr", &p->kv_indptr, false, err) ||
         kl_case_array(c, "kv_indices", &p->kv_indices, false, err) ||
@@ -165,6 +209,7 @@ static void *load(const struct kl_case *c, struct kl_outputs *expected, struct k
                          &p->batch, err) ||
         kl_tensor_expect(&p->kv_indices, kl_case_path(c, "kv_indices.npy", path, sizeof path), 1, (int64_t[]){-1}, err))
         goto fail;
+    if (fp8 && (fp8_arrays(c, p, &kc, &vc, err))) goto fail;
     const char *ints[4] = {"kv_indptr", "kv_indices", "kv_last_page_len", "qo_indptr"};
     const struct kl_tensor *it[4] = {&p->kv_indptr, &p->kv_indices, &p->kv_last_page_len, &p->qo_indptr};
     for (int i = 0; i < 4; i++)
@@ -184,9 +229,15 @@ static void *load(const struct kl_case *c, struct kl_outputs *expected, struct k
     double scale;
     if (kl_case_param_double(c, "sm_scale", 1.0 / sqrt((double)p->head_dim), &scale, err)) goto fail;
     p->sm_scale = scale;
-    if (kl_tensor_convert_exact(&p->q, &q, p->dtype, kl_case_path(c, "q.npy", path, sizeof path), err) ||
-        kl_tensor_convert_exact(&p->k_cache, &kc, p->dtype, kl_case_path(c, "k_cache.npy", path, sizeof path), err) ||
-        kl_tensor_convert_exact(&p->v_cache, &vc, p->dtype, kl_case_path(c, "v_cache.npy", path, sizeof path), err))
+    if (kl_tensor_convert_exact(&p->q, &q, p->dtype, kl_case_path(c, "q.npy", path, sizeof path), err))
+        goto fail;
+    if (fp8) { /* the codes as they are */
+        p->k_cache = kc, p->v_cache = vc, kc = (struct kl_tensor){0}, vc = (struct kl_tensor){0};
+        p->k_cache.dtype = p->v_cache.dtype = KL_FP8_E4M3;
+    } else if (kl_tensor_convert_exact(&p->k_cache, &kc, p->dtype, kl_case_path(c, "k_cache.npy", path, sizeof path),
+                                       err) ||
+               kl_tensor_convert_exact(&p->v_cache, &vc, p->dtype, kl_case_path(c, "v_cache.npy", path, sizeof path),
+                                       err))
         goto fail;
     kl_attention_decode_bounds(p);
     set_outputs(p, expected);
@@ -275,6 +326,32 @@ struct kl_attention_decode_problem *kl_attention_decode_problem_random_multi(
     return p;
 }
 
+double kl_attention_decode_fp8_scale(int64_t g, bool v)
+{
+    return v ? 0.05 * (1 + 0.61 * (double)g) * (g % 2 ? 1 : 0.1) : 0.03 * (1 + 0.37 * (double)g) * (g % 2 ? 0.1 : 1);
+}
+
+void kl_attention_decode_problem_to_fp8(struct kl_attention_decode_problem *p)
+{
+    struct kl_tensor *cache[2] = {&p->k_cache, &p->v_cache}, *scale[2] = {&p->k_scale, &p->v_scale};
+    const int64_t n = kl_numel(&p->k_cache), kv = p->num_kv_heads;
+    for (int c = 0; c < 2; c++) {
+        struct kl_tensor codes;
+        kl_tensor_alloc(&codes, KL_FP8_E4M3, 4, cache[c]->dims);
+        kl_tensor_alloc(scale[c], KL_F32, 1, &kv);
+        for (int64_t g = 0; g < kv; g++) ((float *)scale[c]->data)[g] = (float)(kl_attention_decode_fp8_scale(g, c) / 24);
+        uint8_t *to = codes.data;
+        for (int64_t i = 0; i < n; i++) {
+            const double x = kl_load_elem(cache[c]->dtype, cache[c]->data, (size_t)i);
+            to[i] = fabs(x) == KL_DECODE_POISON ? (uint8_t)(c ? 0xFF : 0x7F) /* NaN */
+                                                 : kl_f32_to_e4m3((float)(24 * x));
+        }
+        kl_tensor_free(cache[c]);
+        *cache[c] = codes;
+    }
+    kl_attention_decode_bounds(p);
+}
+
 /* The check catalogue: edge cases first, then random shapes. kv lengths: a list ending in -1,
  * or {-2, lo, hi} for `batch` lengths drawn from lo..hi. */
 static const struct edge {
@@ -322,15 +399,27 @@ static const struct draft_edge {
 #define N_DRAFTS ((int)(sizeof kdrafts / sizeof kdrafts[0]))
 #define N_RANDOM 6
 #define N_RANDOM_MULTI 4 /* after the N_RANDOM: q_len 1..8 per request */
+/* FP8 caches (kl_attention_decode_problem_to_fp8), last: every variant without the FP8 path SKIPs them. */
+static const struct edge kfp8[] = {
+    {4, 32, 8, 128, 16, {37, 16, 100, 5, -1}, KL_BF16, 1, "fp8 cache, last pages partly full"},
+    {3, 8, 8, 128, 1, {97, 1, 40, -1}, KL_BF16, 1, "fp8 cache, page_size 1, MHA"},
+    {2, 16, 2, 128, 16, {3000, 700, -1}, KL_BF16, 1, "fp8 cache, GQA 8, many splits"},
+    {3, 8, 2, 64, 5, {23, 0, 11, -1}, KL_F16, 1, "fp8 cache, fp16, page_size 5, an empty request"},
+    {64, 32, 8, 128, 16, {-2, 300, 700}, KL_BF16, 1, "fp8 cache, 64 requests"},
+};
+#define N_FP8 ((int)(sizeof kfp8 / sizeof kfp8[0]))
 
 static void *make(int i, uint64_t seed, char *label, size_t len)
 {
-    if (i >= N_EDGES + N_DRAFTS + N_RANDOM + N_RANDOM_MULTI) return NULL;
+    if (i >= N_EDGES + N_DRAFTS + N_RANDOM + N_RANDOM_MULTI + N_FP8) return NULL;
     struct kl_rng rng;
     kl_rng_seed(&rng, seed * 1000003u + (uint64_t)i);
     struct edge e;
     int64_t want_q[8] = {0}; /* q_lens of a draft edge; {-2}: drawn 1..8 */
-    if (i < N_EDGES) {
+    const bool fp8 = i >= N_EDGES + N_DRAFTS + N_RANDOM + N_RANDOM_MULTI;
+    if (fp8) {
+        e = kfp8[i - (N_EDGES + N_DRAFTS + N_RANDOM + N_RANDOM_MULTI)];
+    } else if (i < N_EDGES) {
         e = kedges[i];
     } else if (i < N_EDGES + N_DRAFTS) {
         e = kdrafts[i - N_EDGES].e;
@@ -345,7 +434,7 @@ static void *make(int i, uint64_t seed, char *label, size_t len)
         if (i >= N_EDGES + N_DRAFTS + N_RANDOM) e.what = "random draft tokens", want_q[0] = -2;
     }
     int64_t lens[64] = {0}, q_lens[64] = {0};
-    const bool multi = (i >= N_EDGES && i < N_EDGES + N_DRAFTS) || i >= N_EDGES + N_DRAFTS + N_RANDOM;
+    const bool multi = (i >= N_EDGES && i < N_EDGES + N_DRAFTS) || (i >= N_EDGES + N_DRAFTS + N_RANDOM && !fp8);
     for (int64_t b = 0; b < e.batch && b < 64; b++) {
         lens[b] = e.lens[0] == -2 ? e.lens[1] + kl_rng_range(&rng, e.lens[2] - e.lens[1] + 1) : e.lens[b];
         q_lens[b] = want_q[0] == -2 ? 1 + kl_rng_range(&rng, KL_DECODE_MAX_Q_LEN) : b < 8 ? want_q[b] : 0;
@@ -357,15 +446,27 @@ static void *make(int i, uint64_t seed, char *label, size_t len)
              multi ? ",qo_indptr" : "");
     for (char *c = label; *c; c++)
         if (*c == ' ') *c = '_';
-    return kl_attention_decode_problem_random_multi(e.batch, e.qo_heads, e.kv_heads, e.head_dim, e.page_size, lens,
-                                                    multi ? q_lens : NULL, e.dtype, e.q_scale, kl_rng_u64(&rng));
+    struct kl_attention_decode_problem *p = kl_attention_decode_problem_random_multi(
+        e.batch, e.qo_heads, e.kv_heads, e.head_dim, e.page_size, lens, multi ? q_lens : NULL, e.dtype, e.q_scale,
+        kl_rng_u64(&rng));
+    if (fp8) kl_attention_decode_problem_to_fp8(p);
+    return p;
 }
 
 int kl_attention_decode_run_reference(const struct kl_attention_decode_problem *p, struct kl_outputs *o,
                                       struct kl_err *err)
 {
-    double *q = kl_tensor_to_f64(&p->q), *k = kl_tensor_to_f64(&p->k_cache), *v = kl_tensor_to_f64(&p->v_cache);
     set_outputs(p, o);
+    if (p->k_scale.data) {
+        double *q8 = kl_tensor_to_f64(&p->q);
+        kl_attention_decode_reference_fp8(q8, p->k_cache.data, p->v_cache.data, p->k_scale.data, p->v_scale.data,
+                                          p->num_pages, p->kv_indptr.data, p->kv_indices.data,
+                                          p->kv_last_page_len.data, p->batch, p->num_qo_heads, p->num_kv_heads,
+                                          p->head_dim, p->page_size, p->sm_scale, o->o[0].v, o->o[1].v);
+        free(q8);
+        return 0;
+    }
+    double *q = kl_tensor_to_f64(&p->q), *k = kl_tensor_to_f64(&p->k_cache), *v = kl_tensor_to_f64(&p->v_cache);
     kl_attention_decode_reference_multi(q, k, v, p->qo_indptr.data, p->kv_indptr.data, p->kv_indices.data,
                                         p->kv_last_page_len.data, p->batch, p->num_qo_heads, p->num_kv_heads,
                                         p->head_dim, p->page_size, p->sm_scale, o->o[0].v, o->o[1].v);
@@ -400,20 +501,24 @@ static void device(const void *prob, void *params, struct kl_dev_buf *b)
     b[7] = kl_buf_fill((size_t)(p->rows * p->num_qo_heads) * sizeof(float), 0xFF, false);
     b[8] = kl_buf_fill(k->workspace_bytes, 0, false);
     if (p->qo_indptr.data) b[9] = kl_buf_tensor(&p->qo_indptr, false);
+    if (p->k_scale.data) b[10] = kl_buf_tensor(&p->k_scale, false), b[11] = kl_buf_tensor(&p->v_scale, false);
 }
 
 static void declined(const struct kl_variant *v, const void *prob, struct kl_err *err)
 {
     const struct kl_attention_decode_problem *p = prob;
     kl_fail(err, "%s: does not handle %s head_dim %lld%s", v->name, kl_dtype_name(p->dtype), (long long)p->head_dim,
-            p->qo_indptr.data ? " or several query tokens per request (qo_indptr)" : "");
+            p->qo_indptr.data ? " or several query tokens per request (qo_indptr)"
+            : p->k_scale.data         ? " with an FP8 (e4m3) cache"
+            : strstr(v->name, "fp8") ? " with 16-bit caches (it reads FP8 caches only)"
+                                      : "");
 }
 
 #define B(field) offsetof(struct kl_attention_decode_params, field)
 KL_TENSOR_OPS(kl_attention_decode_ops, struct kl_attention_decode_params, kl_attention_decode_launch_fn, .load = load,
-              .make = make, .reference = reference, .free = free_problem, .n_bufs = 10,
+              .make = make, .reference = reference, .free = free_problem, .n_bufs = 12,
               .buf_field = {B(q), B(k_cache), B(v_cache), B(kv_indptr), B(kv_indices), B(kv_last_page_len), B(out),
-                            B(lse), B(workspace), B(qo_indptr)},
+                            B(lse), B(workspace), B(qo_indptr), B(k_scale), B(v_scale)},
               .out_field = {B(out), B(lse)}, .device = device, .outputs = set_outputs, .declined = declined);
 #undef B
 

@@ -20,13 +20,18 @@
  * These read one query token per request and skip problems with several (qo_indptr). One more
  * is v4_tensor_cores itself, recompiled with its draft tokens' causal limit one key late:
  *   v4_draft_sees_its_successor  query i of q_len sees kv_len - q_len + 2 + i keys (tensor-core
- *                         path, the mask applied on the score tile); one token per request unchanged */
+ *                         path, the mask applied on the score tile); one token per request unchanged
+ * and v6_fp8_tensor_cores (FP8 caches only) recompiled with one scale wrong:
+ *   v6_no_k_scale         the score scale is sm_scale alone: the logits off by 1 / k_scale
+ *   v6_head0_k_scale      kv head 0's k_scale for every kv head (a factor of ten on the goldens)
+ *   v6_no_v_scale         the accumulators leave without v_scale: out off by 1 / v_scale */
 #include <stdio.h>
 #include <stdlib.h>
 #include <type_traits>
 
 #include "kernels/attention_decode/decode.cuh"
 #include "kernels/ptx_sm80.cuh"
+#include "kernels/ptx_sm90.cuh"
 #include "kernels/variant.h"
 #include "lab/core/registry.h"
 
@@ -127,3 +132,31 @@ namespace v4_shifted {
 
 KL_VARIANT(attention_decode, mutant_v4_draft_sees_its_successor, v4_shifted::launch, .min_cc = 80,
            .summary = "v4_tensor_cores with each draft token's causal limit one key late", .mutant = 1);
+
+/* v6 three times, each with one scale wrong (KL_DECODE_V6_BUG), registered under the mutants' names. */
+#pragma push_macro("KL_VARIANT")
+#undef KL_VARIANT
+#define KL_VARIANT(...) static_assert(true, "registered below under the mutant's name")
+#define KL_DECODE_V6_BUG 1
+namespace v6_no_k_scale {
+#include "kernels/attention_decode/v6_fp8_tensor_cores.cu"
+}
+#undef KL_DECODE_V6_BUG
+#define KL_DECODE_V6_BUG 2
+namespace v6_head0_k_scale {
+#include "kernels/attention_decode/v6_fp8_tensor_cores.cu"
+}
+#undef KL_DECODE_V6_BUG
+#define KL_DECODE_V6_BUG 3
+namespace v6_no_v_scale {
+#include "kernels/attention_decode/v6_fp8_tensor_cores.cu"
+}
+#undef KL_DECODE_V6_BUG
+#pragma pop_macro("KL_VARIANT")
+
+KL_VARIANT(attention_decode, mutant_v6_no_k_scale, v6_no_k_scale::launch, .min_cc = 89,
+           .summary = "v6_fp8_tensor_cores with k_scale left out of the score scale", .mutant = 1);
+KL_VARIANT(attention_decode, mutant_v6_head0_k_scale, v6_head0_k_scale::launch, .min_cc = 89,
+           .summary = "v6_fp8_tensor_cores with kv head 0's k_scale for every head", .mutant = 1);
+KL_VARIANT(attention_decode, mutant_v6_no_v_scale, v6_no_v_scale::launch, .min_cc = 89,
+           .summary = "v6_fp8_tensor_cores with v_scale left out", .mutant = 1);

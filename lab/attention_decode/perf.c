@@ -2,10 +2,13 @@
  * head_dim 128, bf16) decoding one token per request over a paged cache whose pages are
  * scattered (a shuffled page pool, as a long-running server's cache is). The -qN workloads verify
  * N draft tokens per request (speculative decoding: qo_indptr, every request N query rows, the
- * last N of its keys new and causal among themselves) over the same cache shape.
+ * last N of its keys new and causal among themselves) over the same cache shape. The -fp8
+ * workload holds the same cache as e4m3 codes with a float32 scale per kv head (k_scale, v_scale;
+ * only the FP8 variants take it, the others SKIP it).
  * Byte model (the fewest bytes a correct kernel moves): every attended K and V row once
- * (kv_len x kv_heads x head_dim x 2 x 2 bytes per request, however many query rows read it), q,
- * out and lse once per query row, the index arrays once. FLOP model: 4 x head_dim per qo head and
+ * (kv_len x kv_heads x head_dim x 2 x 2 bytes per request, however many query rows read it; one
+ * byte an element on an FP8 cache, plus its 2 x kv_heads scales), q, out and lse once per query
+ * row, the index arrays once. FLOP model: 4 x head_dim per qo head and
  * per (query row, key it sees) (q.k and p.v, a multiply and an add each); query i of N sees
  * kv_len - N + 1 + i keys.
  * The bound is the read bandwidth: decode reads about a thousand times what it writes, so the
@@ -27,7 +30,7 @@
 #include "lab/attention_decode/attention_decode_module.h"
 #include "perf/bench.h"
 
-enum { RAGGED = 1 };
+enum { RAGGED = 1, FP8 = 2 };
 #define QO_HEADS 32
 #define KV_HEADS 8
 #define HEAD_DIM 128
@@ -44,7 +47,11 @@ static const struct kl_workload kworkloads[] = {
     {"b8-kv512-p16", "8 requests x 512 tokens, page 16 (small: launch-bound)", {8, 512, 16}, 0},
     {"b64-kv8k-p16-q4", "b64-kv8k-p16 verifying 4 draft tokens per request (the same KV)", {64, 8192, 16, 4}, 0},
     {"b16-kv2k-p16-q8", "16 requests x 2048 tokens, page 16, 8 draft tokens each", {16, 2048, 16, 8}, 0},
+    {"b64-kv8k-p16-fp8", "b64-kv8k-p16 on an FP8 (e4m3) cache, a scale per kv head (1.07 GB of KV)", {64, 8192, 16}, FP8},
 };
+
+/* Bytes of one cache element: e4m3 codes on the FP8 workload, bf16 elsewhere. */
+static size_t elem_bytes(const struct kl_workload *w) { return w->flags & FP8 ? 1 : 2; }
 
 /* Query rows per request (1 for the plain decode workloads). */
 static int64_t q_len(const struct kl_workload *w) { return w->shape[3] > 1 ? w->shape[3] : 1; }
@@ -72,7 +79,8 @@ static double bytes(const struct kl_workload *w)
 {
     int64_t pages;
     const double tokens = kv_tokens(w, &pages), batch = (double)w->shape[0], rows = batch * (double)q_len(w);
-    return tokens * KV_HEADS * HEAD_DIM * 2 * 2 /* K and V */ + 2 * rows * QO_HEADS * HEAD_DIM * 2 /* q, out */ +
+    return tokens * KV_HEADS * HEAD_DIM * (double)elem_bytes(w) * 2 /* K and V */ +
+           (w->flags & FP8 ? 2 * KV_HEADS * 4 : 0) /* k_scale, v_scale */ + 2 * rows * QO_HEADS * HEAD_DIM * 2 /* q, out */ +
            rows * QO_HEADS * 4 /* lse */ + 4 * ((double)pages + 2 * batch + 1) /* indices */ +
            (q_len(w) > 1 ? 4 * (batch + 1) : 0) /* qo_indptr */;
 }
@@ -96,6 +104,7 @@ struct state {
     int32_t *indptr, *last; /* host copies of the page table (shared by every set) */
     int32_t **indices;      /* per set: its own page order */
     struct kl_attention_decode_params *p;
+    float k_scale[KV_HEADS], v_scale[KV_HEADS]; /* the FP8 workload's (host copies; one device copy for every set) */
 };
 
 static void teardown(void *q)
@@ -110,7 +119,8 @@ static void teardown(void *q)
     }
     if (s->p && s->sets)
         kl_dev_free((void *)s->p[0].kv_indptr), kl_dev_free((void *)s->p[0].kv_last_page_len),
-            kl_dev_free((void *)s->p[0].qo_indptr);
+            kl_dev_free((void *)s->p[0].qo_indptr), kl_dev_free((void *)s->p[0].k_scale),
+            kl_dev_free((void *)s->p[0].v_scale);
     free(s->lens), free(s->indptr), free(s->last), free(s->indices), free(s->p);
     free(s);
 }
@@ -135,7 +145,7 @@ static void *setup(const struct kl_workload *w, int sets, uint64_t seed, struct 
     s->pages = s->indptr[batch];
     struct kl_rng rng;
     kl_rng_seed(&rng, seed);
-    void *indptr_d = NULL, *last_d = NULL, *qo_d = NULL;
+    void *indptr_d = NULL, *last_d = NULL, *qo_d = NULL, *ks_d = NULL, *vs_d = NULL;
     int rc = kl_dev_alloc(&indptr_d, sizeof(int32_t) * (size_t)(batch + 1)) || kl_dev_alloc(&last_d, sizeof(int32_t) * (size_t)batch);
     if (!rc) rc = kl_dev_upload(indptr_d, s->indptr, sizeof(int32_t) * (size_t)(batch + 1)) ||
                   kl_dev_upload(last_d, s->last, sizeof(int32_t) * (size_t)batch);
@@ -146,7 +156,16 @@ static void *setup(const struct kl_workload *w, int sets, uint64_t seed, struct 
              kl_dev_upload(qo_d, qo, sizeof(int32_t) * (size_t)(batch + 1));
         free(qo);
     }
-    const size_t cache_elems = (size_t)(s->pages * ps * KV_HEADS * HEAD_DIM);
+    if (!rc && w->flags & FP8) { /* codes of values of variance 24^2; the scales a factor of ten apart */
+        for (int g = 0; g < KV_HEADS; g++)
+            s->k_scale[g] = (float)(kl_attention_decode_fp8_scale(g, false) / 24),
+            s->v_scale[g] = (float)(kl_attention_decode_fp8_scale(g, true) / 24);
+        rc = kl_dev_alloc(&ks_d, sizeof s->k_scale) || kl_dev_alloc(&vs_d, sizeof s->v_scale) ||
+             kl_dev_upload(ks_d, s->k_scale, sizeof s->k_scale) || kl_dev_upload(vs_d, s->v_scale, sizeof s->v_scale);
+    }
+    const size_t cache_elems = (size_t)(s->pages * ps * KV_HEADS * HEAD_DIM), eb = elem_bytes(w);
+    const enum kl_dtype cache_t = w->flags & FP8 ? KL_FP8_E4M3 : KL_BF16;
+    const float cache_scale = w->flags & FP8 ? 24 : 1;
     const size_t q_elems = (size_t)(batch * s->q_len * QO_HEADS * HEAD_DIM);
     for (int i = 0; i < sets && !rc; i++) {
         struct kl_attention_decode_params *k = &s->p[i];
@@ -155,7 +174,8 @@ static void *setup(const struct kl_workload *w, int sets, uint64_t seed, struct 
                                                  .head_dim = HEAD_DIM, .page_size = ps, .num_pages = s->pages,
                                                  .max_kv_len = max_len, .sm_scale = (float)(1 / sqrt(HEAD_DIM)),
                                                  .dtype = KL_BF16, .qo_indptr = qo_d,
-                                                 .max_q_len = s->q_len > 1 ? s->q_len : 0};
+                                                 .max_q_len = s->q_len > 1 ? s->q_len : 0, .k_scale = ks_d,
+                                                 .v_scale = vs_d};
         k->workspace_bytes = kl_attention_decode_workspace_bytes(k, kl_attention_decode_sms());
         /* A shuffled page pool: a request's pages are scattered over the cache. */
         int32_t *idx = s->indices[i] = malloc(sizeof(int32_t) * (size_t)s->pages);
@@ -166,7 +186,7 @@ static void *setup(const struct kl_workload *w, int sets, uint64_t seed, struct 
             idx[j] = idx[r], idx[r] = t;
         }
         void *bufs[7] = {0};
-        const size_t sizes[7] = {2 * q_elems, 2 * cache_elems, 2 * cache_elems, sizeof(int32_t) * (size_t)s->pages,
+        const size_t sizes[7] = {2 * q_elems, eb * cache_elems, eb * cache_elems, sizeof(int32_t) * (size_t)s->pages,
                                  2 * q_elems, sizeof(float) * (size_t)(batch * s->q_len * QO_HEADS),
                                  k->workspace_bytes};
         for (int j = 0; j < 7 && !rc; j++) rc = kl_dev_alloc(&bufs[j], sizes[j]);
@@ -178,14 +198,15 @@ static void *setup(const struct kl_workload *w, int sets, uint64_t seed, struct 
             break;
         }
         rc = kl_dev_upload(bufs[3], idx, sizes[3]) || kl_dev_fill_random(bufs[0], KL_BF16, q_elems, kl_rng_u64(&rng), 1) ||
-             kl_dev_fill_random(bufs[1], KL_BF16, cache_elems, kl_rng_u64(&rng), 1) ||
-             kl_dev_fill_random(bufs[2], KL_BF16, cache_elems, kl_rng_u64(&rng), 1) ||
+             kl_dev_fill_random(bufs[1], cache_t, cache_elems, kl_rng_u64(&rng), cache_scale) ||
+             kl_dev_fill_random(bufs[2], cache_t, cache_elems, kl_rng_u64(&rng), cache_scale) ||
              kl_dev_fill_bytes(bufs[6], 0, sizes[6]);
     }
     if (!rc) rc = kl_dev_sync();
     if (rc) {
         kl_fail(err, "device memory for %d input sets of %s: %s", sets, w->name, kl_cuda_error_string(rc));
-        if (!s->p[0].kv_indptr) kl_dev_free(indptr_d), kl_dev_free(last_d), kl_dev_free(qo_d);
+        if (!s->p[0].kv_indptr)
+            kl_dev_free(indptr_d), kl_dev_free(last_d), kl_dev_free(qo_d), kl_dev_free(ks_d), kl_dev_free(vs_d);
         teardown(s);
         return NULL;
     }
@@ -231,12 +252,19 @@ static int reference_request(const struct state *s, const char *q, const char *k
     const struct kl_attention_decode_params *k = &s->p[0];
     const int64_t ps = k->page_size, np = s->indptr[b + 1] - s->indptr[b], row = KV_HEADS * HEAD_DIM, n = s->q_len;
     const int64_t one[1] = {1}, two[1] = {2}, qd[3] = {n, QO_HEADS, HEAD_DIM}, cd[4] = {np, ps, KV_HEADS, HEAD_DIM};
+    const bool fp8 = s->w->flags & FP8;
+    const enum kl_dtype cache_t = fp8 ? KL_FP8_E4M3 : KL_BF16;
     struct kl_attention_decode_problem *p = calloc(1, sizeof *p);
     *p = (struct kl_attention_decode_problem){.batch = 1, .num_qo_heads = QO_HEADS, .num_kv_heads = KV_HEADS,
                                               .head_dim = HEAD_DIM, .page_size = ps, .num_pages = np,
                                               .sm_scale = k->sm_scale, .dtype = KL_BF16};
-    kl_tensor_alloc(&p->q, KL_BF16, 3, qd), kl_tensor_alloc(&p->k_cache, KL_BF16, 4, cd);
-    kl_tensor_alloc(&p->v_cache, KL_BF16, 4, cd), kl_tensor_alloc(&p->kv_indptr, KL_I32, 1, two);
+    kl_tensor_alloc(&p->q, KL_BF16, 3, qd), kl_tensor_alloc(&p->k_cache, cache_t, 4, cd);
+    kl_tensor_alloc(&p->v_cache, cache_t, 4, cd), kl_tensor_alloc(&p->kv_indptr, KL_I32, 1, two);
+    if (fp8) {
+        const int64_t kv = KV_HEADS;
+        kl_tensor_alloc(&p->k_scale, KL_F32, 1, &kv), kl_tensor_alloc(&p->v_scale, KL_F32, 1, &kv);
+        memcpy(p->k_scale.data, s->k_scale, sizeof s->k_scale), memcpy(p->v_scale.data, s->v_scale, sizeof s->v_scale);
+    }
     kl_tensor_alloc(&p->kv_indices, KL_I32, 1, &np), kl_tensor_alloc(&p->kv_last_page_len, KL_I32, 1, one);
     ((int32_t *)p->kv_indptr.data)[1] = (int32_t)np;
     ((int32_t *)p->kv_last_page_len.data)[0] = s->last[b];
@@ -244,7 +272,7 @@ static int reference_request(const struct state *s, const char *q, const char *k
         kl_tensor_alloc(&p->qo_indptr, KL_I32, 1, two);
         ((int32_t *)p->qo_indptr.data)[1] = (int32_t)n;
     }
-    const size_t page_bytes = (size_t)(ps * row) * 2, q_bytes = (size_t)(n * QO_HEADS * HEAD_DIM) * 2;
+    const size_t page_bytes = (size_t)(ps * row) * elem_bytes(s->w), q_bytes = (size_t)(n * QO_HEADS * HEAD_DIM) * 2;
     memcpy(p->q.data, q + b * q_bytes, q_bytes);
     for (int64_t j = 0; j < np; j++) {
         ((int32_t *)p->kv_indices.data)[j] = (int32_t)j;
@@ -266,7 +294,7 @@ static int reference(const struct state *s, struct kl_err *err)
 {
     const struct kl_attention_decode_params *k = &s->p[0];
     const size_t q_bytes = (size_t)(k->batch * s->q_len * QO_HEADS * HEAD_DIM) * 2;
-    const size_t cache_bytes = (size_t)(s->pages * k->page_size * KV_HEADS * HEAD_DIM) * 2;
+    const size_t cache_bytes = (size_t)(s->pages * k->page_size * KV_HEADS * HEAD_DIM) * elem_bytes(s->w);
     ref_free();
     char *q = malloc(q_bytes), *kc = malloc(cache_bytes), *vc = malloc(cache_bytes);
     int rc = 0;
@@ -327,6 +355,7 @@ static cJSON *params(const struct kl_workload *w)
     cJSON_AddNumberToObject(o, "num_kv_heads", KV_HEADS);
     cJSON_AddNumberToObject(o, "head_dim", HEAD_DIM);
     cJSON_AddStringToObject(o, "dtype", "bf16");
+    if (w->flags & FP8) cJSON_AddStringToObject(o, "kv_dtype", "fp8_e4m3");
     return o;
 }
 

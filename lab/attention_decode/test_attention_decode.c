@@ -232,6 +232,7 @@ Test(attention_decode, catalogue_covers_the_edges_and_keeps_poison_outside_reque
     char label[200];
     bool page1 = false, odd_page = false, empty = false, partial = false, gqa8 = false, mha = false;
     bool draft8 = false, all_new = false, draft_page1 = false, mixed = false; /* several query tokens */
+    bool fp8 = false;
     for (int i = 0;; i++) {
         struct kl_attention_decode_problem *p = module()->tensor->make(i, 3, label, sizeof label);
         if (!p) break;
@@ -263,13 +264,18 @@ Test(attention_decode, catalogue_covers_the_edges_and_keeps_poison_outside_reque
             if (!used) spare = page;
         }
         cr_assert_geq(spare, 0, "%s: no spare page", label);
-        cr_assert_eq(kl_load_elem(p->dtype, p->k_cache.data, (size_t)(spare * page_elems)), KL_DECODE_POISON,
-                     "%s: a spare page is not poison", label);
+        const double poison = kl_load_elem(p->k_cache.dtype, p->k_cache.data, (size_t)(spare * page_elems));
+        if (p->k_scale.data) /* an FP8 cache: NaN codes */
+            cr_assert(isnan(poison), "%s: a spare page is not poison (NaN codes)", label);
+        else
+            cr_assert_eq(poison, KL_DECODE_POISON, "%s: a spare page is not poison", label);
+        fp8 |= p->k_scale.data != NULL;
         module()->tensor->free(p);
     }
     cr_assert(page1 && odd_page && empty && partial && gqa8 && mha);
     cr_assert(draft8 && all_new && draft_page1 && mixed, "draft tokens: 8 %d, every key new %d, page 1 %d, mixed %d",
               draft8, all_new, draft_page1, mixed);
+    cr_assert(fp8, "no problem on an FP8 cache");
 }
 
 Test(attention_decode, split_plans_cover_every_token_and_fit_the_workspace)
@@ -297,6 +303,16 @@ Test(attention_decode, split_plans_cover_every_token_and_fit_the_workspace)
 /* A decode batch as the mutants read it: a prefill batch of one query per request, not causal;
  * with qo_indptr, its draft tokens as prefill queries, causal (the same alignment: the last
  * query sees every key). */
+/* A cache as float64 values: an FP8 cache's codes times their kv head's scale. */
+static double *cache_values(const struct kl_attention_decode_problem *p, const struct kl_tensor *cache,
+                            const struct kl_tensor *scale)
+{
+    double *x = kl_tensor_to_f64(cache);
+    const int64_t n = kl_numel(cache);
+    for (int64_t i = 0; scale->data && i < n; i++) x[i] *= ((const float *)scale->data)[i / p->head_dim % p->num_kv_heads];
+    return x;
+}
+
 static void view(const void *problem, struct kl_attention_view *v)
 {
     const struct kl_attention_decode_problem *p = problem;
@@ -309,8 +325,8 @@ static void view(const void *problem, struct kl_attention_view *v)
                   .num_pages = p->num_pages, .qo_indptr = qo, .kv_indptr = p->kv_indptr.data,
                   .kv_indices = p->kv_indices.data, .kv_last_page_len = p->kv_last_page_len.data,
                   .sm_scale = p->sm_scale, .causal = own != NULL},
-        .dtype = p->dtype, .q = kl_tensor_to_f64(&p->q), .k_cache = kl_tensor_to_f64(&p->k_cache),
-        .v_cache = kl_tensor_to_f64(&p->v_cache), .qo_indptr = qo};
+        .dtype = p->dtype, .q = kl_tensor_to_f64(&p->q), .k_cache = cache_values(p, &p->k_cache, &p->k_scale),
+        .v_cache = cache_values(p, &p->v_cache, &p->v_scale), .qo_indptr = qo};
 }
 
 #define LONG_16BIT "long_8k_repeated_pages", "gqa4_split_kv1500_bf16", "gqa8_split_page5_fp16"
@@ -366,6 +382,61 @@ Test(attention_decode, every_tolerance_claim_is_a_mutant_caught_on_a_golden)
                  broken);
 }
 
+/* ---- FP8 caches: the scales, each dropped or misplaced in the float64 reference, caught on every
+ * FP8 golden (lab/core/compare.c: the 16-bit bound on decoded values stays tight) ---- */
+
+enum fp8_bug { FP8_NONE, FP8_NO_K_SCALE, FP8_HEAD0_K_SCALE, FP8_NO_V_SCALE, FP8_HEAD0_V_SCALE, FP8_BUGS };
+
+static const char *const kfp8_goldens[] = {"fp8_bf16_gqa4_page16_partial", "fp8_bf16_mha_page1",
+                                           "fp8_bf16_gqa8_page16_split", "fp8_fp16_gqa4_page5",
+                                           "fp8_bf16_saturated_negzero_subnormal", "fp8_bf16_head_dim64_gqa4"};
+
+Test(attention_decode, fp8_goldens_catch_a_dropped_or_misplaced_scale)
+{
+    static const char *what[FP8_BUGS] = {"no bug", "k_scale dropped", "kv head 0's k_scale for every head",
+                                         "v_scale dropped", "kv head 0's v_scale for every head"};
+    for (size_t i = 0; i < sizeof kfp8_goldens / sizeof kfp8_goldens[0]; i++) {
+        char dir[1200];
+        snprintf(dir, sizeof dir, "%s/golden/attention_decode/%s", KL_SOURCE_DIR, kfp8_goldens[i]);
+        struct kl_case c;
+        struct kl_err err;
+        struct kl_outputs want = {0};
+        cr_assert_eq(kl_case_open(&c, dir, &err), 0, "%s", err.msg);
+        struct kl_attention_decode_problem *p = module()->tensor->load(&c, &want, &err);
+        kl_case_close(&c);
+        cr_assert(p && p->k_scale.data, "%s: %s", kfp8_goldens[i], p ? "not an FP8 case" : err.msg);
+        const int64_t kv = p->num_kv_heads;
+        float *ks = malloc(sizeof(float) * (size_t)kv), *vs = malloc(sizeof(float) * (size_t)kv);
+        double *q = kl_tensor_to_f64(&p->q);
+        for (int bug = FP8_NONE; bug < FP8_BUGS; bug++) {
+            for (int64_t g = 0; g < kv; g++) {
+                const float *k0 = p->k_scale.data, *v0 = p->v_scale.data;
+                ks[g] = bug == FP8_NO_K_SCALE ? 1.f : k0[bug == FP8_HEAD0_K_SCALE ? 0 : g];
+                vs[g] = bug == FP8_NO_V_SCALE ? 1.f : v0[bug == FP8_HEAD0_V_SCALE ? 0 : g];
+            }
+            struct kl_outputs got = {0};
+            kl_attention_decode_run_reference(p, &got, &err); /* sized; overwritten below */
+            kl_attention_decode_reference_fp8(q, p->k_cache.data, p->v_cache.data, ks, vs, p->num_pages,
+                                              p->kv_indptr.data, p->kv_indices.data, p->kv_last_page_len.data,
+                                              p->batch, p->num_qo_heads, p->num_kv_heads, p->head_dim, p->page_size,
+                                              p->sm_scale, got.o[0].v, got.o[1].v);
+            bool pass = true;
+            for (int o = 0; o < 2; o++) {
+                struct kl_cmp cmp;
+                kl_compare(got.o[o].v, want.o[o].v, want.o[o].n, want.o[o].policy, &cmp);
+                pass &= cmp.pass;
+                cr_log_info("%s, %s: %s rel_l2 %.3g", kfp8_goldens[i], what[bug], want.o[o].name, cmp.rel_l2);
+            }
+            if (bug == FP8_NONE) cr_expect(pass, "%s: the reference fails its own golden", kfp8_goldens[i]);
+            else cr_expect(!pass, "%s: %s passes", kfp8_goldens[i], what[bug]);
+            kl_outputs_free(&got);
+        }
+        free(ks), free(vs), free(q);
+        kl_outputs_free(&want);
+        kl_attention_decode_problem_free(p);
+    }
+}
+
 Test(attention_decode, a_correct_float32_kernel_passes_the_whole_catalogue)
 {
     const struct kl_attention_mutant m = KL_ATTN_MUTANT(FLOAT32_KERNEL, "float32 kernel, no bug");
@@ -393,22 +464,27 @@ ParameterizedTest(int *i, attention_decode_gpu, repeated_launches_give_identical
     const struct kl_variant *v = kl_variant_at("attention_decode", *i, false);
     cr_log_info("variant %s", v->name);
     if (kl_test_skip_reason(v)) cr_skip_test("%s: %s", v->name, kl_test_skip_reason(v));
-    /* Once with one query per request, once with draft tokens (their own counters and partials). */
+    /* Once with one query per request, once with draft tokens (their own counters and partials), once
+     * on an FP8 cache; a variant runs those it takes, at least one. */
     const int64_t lens[3] = {3000, 1, 700}, q_lens[3] = {8, 1, 5};
-    for (int multi = 0; multi < 2; multi++) {
+    int ran = 0;
+    for (int pass = 0; pass < 3; pass++) {
+        const int multi = pass == 1;
         struct kl_attention_decode_problem *p =
             kl_attention_decode_problem_random_multi(3, 8, 2, 128, 16, lens, multi ? q_lens : NULL, KL_BF16, 1, 11);
+        if (pass == 2) kl_attention_decode_problem_to_fp8(p);
         struct kl_attention_decode_params k;
         struct kl_err err;
         struct kl_outputs first = {0}, again = {0};
         cr_assert_eq(kl_tensor_upload(&kl_attention_decode_ops, p, &k, &err), 0, "%s", err.msg);
         kl_attention_decode_launch_fn f = (kl_attention_decode_launch_fn)v->launch;
         const cudaError_t rc = f(&k, 0);
-        if (multi && rc == cudaErrorNotSupported) { /* the variant does not take draft tokens */
+        if (rc == cudaErrorNotSupported) { /* the variant does not take draft tokens, or this cache */
             kl_tensor_release(&kl_attention_decode_ops, &k);
             kl_attention_decode_problem_free(p);
             continue;
     }
+    ran++;
     cr_assert_eq(rc, cudaSuccess, "%s: %s", v->name, cudaGetErrorString(rc));
     cr_assert_eq(kl_dev_sync(), 0);
     cr_assert_eq(kl_tensor_download(&kl_attention_decode_ops, p, &k, &first, &err), 0, "%s", err.msg);
@@ -424,6 +500,7 @@ ParameterizedTest(int *i, attention_decode_gpu, repeated_launches_give_identical
     kl_tensor_release(&kl_attention_decode_ops, &k);
     kl_attention_decode_problem_free(p);
     }
+    cr_assert_gt(ran, 0, "%s declined every problem", v->name);
 }
 
 Test(attention_decode_gpu, the_draft_token_variants_take_draft_tokens)

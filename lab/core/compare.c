@@ -308,6 +308,30 @@ struct kl_policy kl_policy_attention_out(enum kl_dtype t, int64_t head_dim, int6
                               .atol_scale = v_abs_max > 0 ? v_abs_max : 1};
 }
 
+/* Decode on an FP8 (e4m3) cache. The reference reads the same codes (k = code x k_scale[g], v = code
+ * x v_scale[g], exact in float64), so e4m3's own rounding is in the inputs of both and not in the
+ * error. What the kernel adds, against the bound above:
+ * - every e4m3 value (3 mantissa bits, exponents -9 .. 8) is exact in bf16 and fp16, so the codes
+ *   dequantized to the mma's input type carry no error; q is the input as given;
+ * - q . code accumulates in float32 as q . k did, and the scale factor k_scale x sm_scale x log2(e)
+ *   is one float32 product (two roundings) applied to that sum: the score error is the same
+ *   (d + 1) 2^-24 A plus 2 2^-24 A, inside the score slack of 8 the bound already carries;
+ * - P rounded to the input dtype, P.code accumulated in float32, v_scale applied to the float32
+ *   sum once (2^-24 relative), well inside 2 u_out |ref|.
+ * So the bf16/fp16 decode bound holds unchanged, with A and max|v| taken on the decoded values. It
+ * stays tight: the goldens' scales differ by a factor of ten between neighbouring kv heads, so
+ * dropping k_scale (logits off by 1/k_scale), taking another head's scale (a factor of 10 or more
+ * on the logits or on out) or dropping v_scale (out off by 1/v_scale) fails by orders of magnitude
+ * (CPU: the reference mutants of test_attention_decode.c; GPU: mutants.cu). */
+struct kl_policy kl_policy_attention_out_fp8(enum kl_dtype t, int64_t head_dim, int64_t max_kv_len,
+                                             double logit_bound, double v_abs_max)
+{
+    struct kl_policy p = kl_policy_attention_out(t, head_dim, max_kv_len, logit_bound, v_abs_max);
+    p.why = "attention out on an FP8 cache: the 16-bit decode's bound on the decoded values (e4m3 is exact in "
+            "bf16/fp16; lab/core/compare.c derives it)";
+    return p;
+}
+
 struct kl_policy kl_policy_attention_lse(int64_t head_dim, int64_t max_kv_len, double logit_bound)
 {
     const double f32 = row_of(KL_F32)->u, d = (double)head_dim, n = (double)(max_kv_len > 0 ? max_kv_len : 1);

@@ -63,6 +63,10 @@ struct kl_policy kl_policy_reference(bool exact);
 struct kl_policy kl_policy_attention_out(enum kl_dtype t, int64_t head_dim, int64_t max_kv_len, double logit_bound,
                                          double v_abs_max);
 struct kl_policy kl_policy_attention_lse(int64_t head_dim, int64_t max_kv_len, double logit_bound);
+/* out on an FP8 (e4m3) cache: the same bound, logit_bound and v_abs_max taken on the decoded values
+ * (code x its kv head's scale); compare.c says why nothing else changes. */
+struct kl_policy kl_policy_attention_out_fp8(enum kl_dtype t, int64_t head_dim, int64_t max_kv_len,
+                                             double logit_bound, double v_abs_max);
 /* The rationale of both rows, for the guides (arrays: usable in static initializers, KL_MODULE). */
 extern char kl_attention_tolerance_text[];
 

@@ -80,3 +80,19 @@ template <int R> __device__ __forceinline__ void claim_registers_to() {}
 /* An emulated launch is the only grid running: nothing to wait for, nobody to release. */
 __device__ __forceinline__ void pdl_release() {}
 __device__ __forceinline__ void pdl_wait() {}
+/* cvt.rn.f16x2.e4m3x2: two E4M3 codes (the low byte first) as two fp16, the low one in the low half,
+ * exact (bias 7, subnormals m 2^-9, 0x7f/0xff NaN, -0 kept). */
+__device__ __forceinline__ uint32_t cvt_e4m3x2_f16x2(uint16_t x, ::emu::site emu_at = EMU_HERE)
+{
+    (void)emu_at;
+    uint32_t r = 0;
+    for (int i = 0; i < 2; i++) {
+        const uint32_t c = (x >> (8 * i)) & 0xFFu, e = (c >> 3) & 0xFu, m = c & 7u;
+        const float v = e == 15 && m == 7 ? NAN : e ? std::ldexp((float)(8 + m), (int)e - 10) : std::ldexp((float)m, -9);
+        const __half h = __float2half_rn(c & 0x80u ? -v : v);
+        uint16_t bits;
+        std::memcpy(&bits, &h, 2);
+        r |= (uint32_t)bits << (16 * i);
+    }
+    return r;
+}

@@ -261,7 +261,8 @@ def metric_value(r, metric, rows=None):
             base = [num(v, "time_us.median") for k, v in (rows or {}).items()
                     if k[0] == module and k[2] == workload and k[3] == dev and v.get("peer") is True]
         else:
-            other = (rows or {}).get((module, variant, metric[len("time_vs:"):], dev))
+            other_workload, _, by = metric[len("time_vs:"):].partition("@")  # @<variant>: that variant's row
+            other = (rows or {}).get((module, by or variant, other_workload, dev))
             base = [num(other, "time_us.median")] if other else []
         base = [b for b in base if math.isfinite(b)]
         again = num(r, "time_us.median") / min(base) if base else float("nan")

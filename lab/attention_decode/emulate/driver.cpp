@@ -5,7 +5,10 @@
  * (qo_indptr): q_len 1..8 mixed, q_len = kv_len, an empty request, page sizes 1, 3, 5 and 16, GQA 1 to 8,
  * head_dim 64/128/256, split requests whose last chunk ends before some draft tokens' limits. Each runs
  * twice on one workspace (the merge counters must come back to zero). Cache slots past a request's keys
- * hold NaN, as do the outputs before the launch.
+ * hold NaN, as do the outputs before the launch. Problems on an FP8 cache (e4m3 codes of N(0, 1) x 24, one
+ * scale per kv head a factor of ten from the next, NaN codes past a request's keys) run the FP8 variant;
+ * a variant SKIPs the problems it declines as the GPU suite does (FP8 caches and draft tokens for the
+ * 16-bit variants, 16-bit caches for the FP8 one), and must run at least one.
  *   decode_emulator [--problem N] [NAME...]   the variants named, or all of them
  *   decode_emulator --mutants [NAME...]       every planted bug of mutants.py must fail with its expected
  *                                             message on a problem its variant passes
@@ -34,6 +37,7 @@ struct problem {
     int head_dim, qo_heads, kv_heads, page;
     std::vector<int> kv_lens, q_lens; /* q_lens empty: qo_indptr NULL, one query per request */
     unsigned seed;
+    bool fp8 = false; /* caches of e4m3 codes, k_scale and v_scale set */
 };
 
 const std::vector<problem> &problems()
@@ -52,8 +56,20 @@ const std::vector<problem> &problems()
         {"GQA 3", KL_F16, 64, 6, 2, 16, {50, 17}, {7, 2}, 10},
         {"page 3: two warps, two tiles", KL_BF16, 128, 8, 2, 3, {40, 41}, {3, 2}, 11},
         {"Llama 32/8, 4 tokens, 8k keys", KL_BF16, 128, 32, 8, 16, {8192, 8190}, {4, 4}, 12},
+        {"fp8, GQA 4, partial pages", KL_BF16, 128, 8, 2, 16, {37, 16, 100, 5, 0}, {}, 13, true},
+        {"fp8, split, head_dim 64", KL_F16, 64, 8, 2, 16, {1500, 3, 700}, {}, 14, true},
+        {"fp8, page 1, MHA", KL_BF16, 128, 4, 4, 1, {33, 7, 64}, {}, 15, true},
+        {"fp8, GQA 8, page 5, head_dim 256", KL_BF16, 256, 16, 2, 5, {70, 9}, {}, 16, true},
+        {"fp8, Llama 32/8, split", KL_BF16, 128, 32, 8, 16, {1200, 900}, {}, 17, true},
     };
     return ps;
+}
+
+/* The FP8 variants' names say so; they take only FP8 caches. */
+bool fp8_variant(const emu::variant &v)
+{
+    const std::string &n = v.mutant_of.empty() ? v.name : v.mutant_of;
+    return n.find("fp8") != std::string::npos;
 }
 
 uint16_t to16(enum kl_dtype t, float f) { return t == KL_BF16 ? kl_f32_to_bf16(f) : kl_f32_to_f16(f); }
@@ -91,14 +107,28 @@ bool check(const problem &pr, const emu::variant &variant, std::string &why)
     std::vector<float> lse((size_t)rows * pr.qo_heads);
     std::vector<double> q64(nq), k64(nc), v64(nc);
     for (size_t i = 0; i < nq; i++) q[i] = to16(t, normal(rng)), q64[i] = from16(t, q[i]);
-    for (size_t i = 0; i < nc; i++) k[i] = to16(t, normal(rng)), k64[i] = from16(t, k[i]);
-    for (size_t i = 0; i < nc; i++) v[i] = to16(t, normal(rng)), v64[i] = from16(t, v[i]);
+    std::vector<uint8_t> k8(pr.fp8 ? nc : 0), v8(pr.fp8 ? nc : 0);
+    std::vector<float> k_scale(pr.kv_heads), v_scale(pr.kv_heads);
+    if (pr.fp8) { /* codes of N(0, 1) x 24; a factor of ten between neighbouring kv heads' scales */
+        for (int g = 0; g < pr.kv_heads; g++) {
+            k_scale[g] = (float)(0.03 * (1 + 0.37 * g) * (g % 2 ? 0.1 : 1) / 24);
+            v_scale[g] = (float)(0.05 * (1 + 0.61 * g) * (g % 2 ? 1 : 0.1) / 24);
+        }
+        for (size_t i = 0; i < nc; i++)
+            k8[i] = kl_f32_to_e4m3(24 * normal(rng)), k64[i] = (double)kl_e4m3_to_f32(k8[i]) * k_scale[i / D % pr.kv_heads];
+        for (size_t i = 0; i < nc; i++)
+            v8[i] = kl_f32_to_e4m3(24 * normal(rng)), v64[i] = (double)kl_e4m3_to_f32(v8[i]) * v_scale[i / D % pr.kv_heads];
+    } else {
+        for (size_t i = 0; i < nc; i++) k[i] = to16(t, normal(rng)), k64[i] = from16(t, k[i]);
+        for (size_t i = 0; i < nc; i++) v[i] = to16(t, normal(rng)), v64[i] = from16(t, v[i]);
+    }
     for (int b = 0; b < batch; b++) { /* NaN past the keys of each last page: 0 x NaN shows a read of them */
         const int n = kv_indptr[b + 1] - kv_indptr[b];
         for (int slot = last[b]; n && slot < pr.page; slot++)
             for (size_t e = 0; e < (size_t)pr.kv_heads * D; e++) {
                 const size_t at = ((size_t)indices[kv_indptr[b] + n - 1] * pr.page + slot) * pr.kv_heads * D + e;
                 k[at] = v[at] = nan16;
+                if (pr.fp8) k8[at] = 0x7F, v8[at] = 0xFF; /* NaN codes */
             }
     }
     kl_attention_decode_params p{};
@@ -108,6 +138,7 @@ bool check(const problem &pr, const emu::variant &variant, std::string &why)
     p.page_size = pr.page, p.num_pages = num_pages, p.max_kv_len = max_kv, p.sm_scale = 1.0f / std::sqrt((float)D);
     p.dtype = t;
     if (multi) p.qo_indptr = qo.data(), p.max_q_len = max_q;
+    if (pr.fp8) p.k_cache = k8.data(), p.v_cache = v8.data(), p.k_scale = k_scale.data(), p.v_scale = v_scale.data();
     p.workspace_bytes = kl_attention_decode_workspace_bytes(&p, kl_attention_decode_sms());
     std::vector<unsigned char> workspace(p.workspace_bytes + 16, 0);
     p.workspace = workspace.data();
@@ -115,9 +146,10 @@ bool check(const problem &pr, const emu::variant &variant, std::string &why)
         std::fill(out.begin(), out.end(), nan16), std::fill(lse.begin(), lse.end(), NAN);
         emu::clear_failure();
         const cudaError_t rc = ((kl_attention_decode_launch_fn)variant.launch)(&p, nullptr);
-        if (rc == cudaErrorNotSupported && multi && emu::last_failure().empty()) {
-            why = "skip: the variant takes one query token per request"; /* as the GPU suite SKIPs it */
-            return true;
+        if (rc == cudaErrorNotSupported && emu::last_failure().empty() && (multi || pr.fp8 != fp8_variant(variant))) {
+            why = pr.fp8 != fp8_variant(variant) ? "skip: not this variant's cache"
+                                                 : "skip: the variant takes one query token per request";
+            return true; /* as the GPU suite SKIPs it */
         }
         if (rc != cudaSuccess) {
             why = emu::last_failure().empty() ? "the launcher returned " + std::string(cudaGetErrorName(rc))
@@ -126,9 +158,14 @@ bool check(const problem &pr, const emu::variant &variant, std::string &why)
         }
     }
     std::vector<double> want_out(nq), want_lse(lse.size()), got_out(nq), got_lse(lse.begin(), lse.end());
-    kl_attention_decode_reference_multi(q64.data(), k64.data(), v64.data(), multi ? qo.data() : nullptr,
-                                        kv_indptr.data(), indices.data(), last.data(), batch, pr.qo_heads,
-                                        pr.kv_heads, D, pr.page, p.sm_scale, want_out.data(), want_lse.data());
+    if (pr.fp8)
+        kl_attention_decode_reference_fp8(q64.data(), k8.data(), v8.data(), k_scale.data(), v_scale.data(), num_pages,
+                                          kv_indptr.data(), indices.data(), last.data(), batch, pr.qo_heads,
+                                          pr.kv_heads, D, pr.page, p.sm_scale, want_out.data(), want_lse.data());
+    else
+        kl_attention_decode_reference_multi(q64.data(), k64.data(), v64.data(), multi ? qo.data() : nullptr,
+                                            kv_indptr.data(), indices.data(), last.data(), batch, pr.qo_heads,
+                                            pr.kv_heads, D, pr.page, p.sm_scale, want_out.data(), want_lse.data());
     for (size_t i = 0; i < nq; i++) got_out[i] = from16(t, out[i]);
     /* The policy's arguments as module.c computes them (kl_attention_decode_bounds): sm_scale times the
      * largest |q| and |k| (over the attended keys), and the largest |v| there. */
@@ -165,8 +202,8 @@ std::string describe(const problem &pr)
         lens += (b ? "/" : "") + (pr.q_lens.empty() ? "" : std::to_string(pr.q_lens[b]) + ":") +
                 std::to_string(pr.kv_lens[b]);
     char s[256];
-    snprintf(s, sizeof s, "%s (head_dim %d %s, heads %d/%d, page %d, %s %s)", pr.label, pr.head_dim,
-             kl_dtype_name(pr.dtype), pr.qo_heads, pr.kv_heads, pr.page, pr.q_lens.empty() ? "kv" : "q:kv",
+    snprintf(s, sizeof s, "%s (head_dim %d %s%s, heads %d/%d, page %d, %s %s)", pr.label, pr.head_dim,
+             kl_dtype_name(pr.dtype), pr.fp8 ? ", e4m3 cache" : "", pr.qo_heads, pr.kv_heads, pr.page, pr.q_lens.empty() ? "kv" : "q:kv",
              lens.c_str());
     return s;
 }
@@ -174,12 +211,18 @@ std::string describe(const problem &pr)
 /* The index of the first problem v fails (its reason in why), or -1; a line per problem run. */
 int run(const emu::variant &v, const std::vector<size_t> &which, std::string &why)
 {
+    int ran = 0;
     for (size_t i : which) {
         const bool pass = check(problems()[i], v, why);
         const char *verdict = !pass ? "FAIL" : why.rfind("skip:", 0) == 0 ? "SKIP" : "PASS";
+        ran += pass && verdict[0] == 'P';
         printf("%s %s %s: %s\n", verdict, v.name.c_str(), describe(problems()[i]).c_str(), why.c_str());
         fflush(stdout);
         if (!pass) return (int)i;
+    }
+    if (ran == 0 && v.mutant_of.empty() && which.size() == problems().size()) {
+        printf("FAIL %s: declined every problem\n", v.name.c_str());
+        return (int)which.size();
     }
     return -1;
 }

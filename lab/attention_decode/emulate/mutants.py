@@ -25,4 +25,31 @@ MUTANTS = [
                    "kl::decode::partial(p, split, b, o.h0 + o.h, q_rows)[i % S::ROW] = res[i];")],
         "expect": "outside the attention policy's bound",
     },
+    {   # FP8: the score scale without k_scale (the codes' dot product taken as the logits' own)
+        "name": "mutant_fp8_k_scale_dropped",
+        "variant": "v6_fp8_tensor_cores",
+        "edits": [("const float scale = p.sm_scale * k_sc * 1.44269504089f;",
+                   "const float scale = p.sm_scale * 1.44269504089f + 0 * k_sc;")],
+        "expect": "outside the attention policy's bound",
+    },
+    {   # FP8: kv head 0's k_scale for every kv head
+        "name": "mutant_fp8_head0_k_scale",
+        "variant": "v6_fp8_tensor_cores",
+        "edits": [("p.k_scale[KL_DECODE_V6_BUG == 2 ? 0 : g]", "p.k_scale[0]")],
+        "expect": "outside the attention policy's bound",
+    },
+    {   # FP8: the accumulators leave without v_scale
+        "name": "mutant_fp8_v_scale_dropped",
+        "variant": "v6_fp8_tensor_cores",
+        "edits": [("const float v_sc = KL_DECODE_V6_BUG == 3 ? 1.f : p.v_scale[g];", "const float v_sc = 1.f;")],
+        "expect": "outside the attention policy's bound",
+    },
+    {   # FP8: the accumulators written to v4's dims (16 mt + gq), not to the dims the V loads gave them
+        "name": "mutant_fp8_v_dims_as_v4",
+        "variant": "v6_fp8_tensor_cores",
+        "edits": [("const int d = 32 * (mt / 2) + 4 * gq + 2 * (mt % 2);", "const int d = 16 * mt + gq - 0 * (mt % 2);"),
+                  ("w0[d + 1] = o[mt][2] * v_sc, w1[d + 1] = o[mt][3] * v_sc;",
+                   "w0[d + 8] = o[mt][2] * v_sc, w1[d + 8] = o[mt][3] * v_sc;")],
+        "expect": "outside the attention policy's bound",
+    },
 ]
