@@ -301,3 +301,54 @@ void kl_rep_section_reproduce(FILE *f, const struct kl_guide *md)
     fprintf(f, "build/kernlab report --results reports/data --out reports\n```\n");
 }
 
+
+/* "vN_..." : a rung of the ladder (mutants and peers have no number). */
+static bool numbered(const char *v)
+{
+    const size_t n = strspn(v + (v[0] == 'v'), "0123456789");
+    return v[0] == 'v' && n > 0 && v[1 + n] == '_';
+}
+
+static int by_rung(const void *a, const void *b) { return kl_variant_name_cmp(*(const char *const *)a, *(const char *const *)b); }
+
+void kl_rep_section_ladder(FILE *f, const struct kl_guide *md)
+{
+    if (md->rows.n && kl_json_num(md->rows.r[0], "device.cc") == 0) return; /* no SM clock on the CPU */
+    const char *rungs[64];
+    int n = 0;
+    for (int i = 0; i < md->n_variants; i++)
+        if (numbered(md->variants[i])) rungs[n++] = md->variants[i];
+    qsort(rungs, (size_t)n, sizeof rungs[0], by_rung);
+    if (n < 2) return;
+    fprintf(f,
+            "## The ladder, step by step\n\nEach numbered variant on each workload against the step before it "
+            "(the previous variant measured on that workload) and against the fastest peer, all timed in the same "
+            "run. *Speed-up* is the previous step's median over this one's: above 1 the step made the kernel faster. "
+            "*Over the fastest peer* is this median over the fastest peer's (the row's `time_vs_peer`; that peer "
+            "named beside it); \"-\" where the workload has no peer row. *SM clock* is the clock read right after the "
+            "timing; (throttled) marks a row whose clock fell or whose clock-event reasons named a power or thermal "
+            "limit while it was timed, so a slower step may be a slower clock.\n\n"
+            "| workload | step |%s median us | speed-up (previous / this) | over the fastest peer (this / peer) | SM "
+            "clock after the timing |\n|---|---|%s---|---|---|---|\n",
+            kl_guide_multi(md) ? " device |" : "", kl_guide_multi(md) ? "---|" : "");
+    for (int w = 0; w < md->n_workloads; w++)
+        for (int d = 0; d < md->n_devices; d++) {
+            struct kl_guide on = *md;
+            on.dev = md->devices[d];
+            const cJSON *prev = NULL;
+            for (int i = 0; i < n; i++) {
+                const cJSON *r = kl_guide_row(&on, rungs[i], md->workloads[w]);
+                if (!r) continue;
+                const double t = kl_json_num(r, "time_us.median"), vs = kl_json_num(r, "time_vs_peer");
+                char dev_cell[80] = "", peer[192] = "-";
+                if (kl_guide_multi(md)) snprintf(dev_cell, sizeof dev_cell, " %s |", md->labels[d]);
+                if (isfinite(vs)) snprintf(peer, sizeof peer, "%s (%s)", KL_F("%.3f", vs), kl_json_str(r, "peer_fastest", "?"));
+                const double mhz = kl_json_num(r, "sm_clock_mhz_after");
+                fprintf(f, "| %s | %s |%s %s | %s | %s | %s%s%s |\n", md->workloads[w], rungs[i], dev_cell, KL_F("%.2f", t),
+                        prev ? KL_F("%.2f", kl_json_num(prev, "time_us.median") / t) : "-", peer, KL_F("%.0f", mhz),
+                        isfinite(mhz) ? " MHz" : "", kl_row_throttled(r));
+                prev = r;
+            }
+        }
+    fprintf(f, "\n");
+}

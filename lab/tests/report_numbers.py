@@ -7,14 +7,16 @@ guides state: GB/s = model bytes / median time; of copy = that over the run's me
 bandwidth; DRAM bytes / model = the counters' DRAM bytes (read + written) over the model's bytes;
 DRAM % = those DRAM bytes over the median time against the copy bandwidth; L2 hit = the counter
 where it reads 0-100%, n/a elsewhere; a gate = the gated variant (perf/targets) on every workload
-with a target. The story's per-kernel HBM, the decode slope and its parts, the prompt rate (from
+with a target; the ladder = each numbered variant's median, the previous measured step's median
+over it, its median over the fastest peer row's of the workload, its SM clock after the timing. The story's per-kernel HBM, the decode slope and its parts, the prompt rate (from
 the warm control prefill) and the fault ratios are recomputed from story.json and story-check.json.
 Then the guides' hygiene: no terminal escapes, no links to line 0 or to missing files, no words
 about the machines the lab was developed on, Reproduce writing per-device results files.
 
     report_numbers.py [--guides DIR] [--results DIR] [--targets DIR] [--self-test]
 --self-test plants the old DRAM % formula (the counter's range-averaged throughput) into a copy of
-one guide and checks that the comparison catches it. Exit 0 when every figure matches.
+one guide, and the inverse step ratio (this / previous) into the ladder of another, and checks that
+the comparison catches each. Exit 0 when every figure matches.
 """
 import argparse
 import csv
@@ -231,6 +233,55 @@ def check_module_measurements(name, text, rows, module, labels):
             if cell != c_round("%.4g", float(r[col])):
                 fail(f"{name}: {t['variant']} {t['workload']}", f"{col} reads {cell!r}, the row gives {r[col]!r}")
             checked += 1
+    return checked
+
+
+def rung(variant):
+    """N of a "vN_..." name (a step of the ladder); None for peers' and mutants' names."""
+    m = re.match(r"v(\d+)_", variant)
+    return int(m.group(1)) if m else None
+
+
+def check_ladder(name, text, rows, module, labels):
+    """The ladder, step by step: each numbered variant's median, the previous measured step's median
+    over it, its time over the fastest peer's of the same workload and device (recomputed from the
+    peer rows), and its SM clock after the timing; every numbered row of the module once."""
+    section = text.split("## The ladder, step by step", 1)[1].split("\n## ", 1)[0] if "## The ladder, step by step" in text else ""
+    devices = set(labels.values())
+    numbered = {k: r for k, r in rows.items() if k[0] == module and k[3] in devices and rung(k[1]) is not None
+                and r.get("peer") is not True}
+    seen, checked = set(), 0
+    for t in tables(section, "| workload | step |"):
+        device = labels.get(t.get("device", ""), labels.get(""))
+        key = (module, t["step"], t["workload"], device)
+        where = f"{name}: ladder {t['step']} {t['workload']} {t.get('device', '')}"
+        r = numbered.get(key)
+        if r is None:
+            fail(where, "no such numbered results row")
+            continue
+        seen.add(key)
+        med = num(r, "time_us.median")
+        before = [k for k in numbered if k[2] == key[2] and k[3] == device and rung(k[1]) < rung(key[1])]
+        prev = numbered[max(before, key=lambda k: (rung(k[1]), k[1]))] if before else None
+        peers = sorted((num(v, "time_us.median"), k[1]) for k, v in rows.items()
+                       if k[0] == module and k[2] == key[2] and k[3] == device and v.get("peer") is True
+                       and math.isfinite(num(v, "time_us.median")))
+        stored = metric_value(r, "time_vs_peer", rows)  # fails where the stored figure disagrees with the peer rows
+        mhz = num(r, "sm_clock_mhz_after")
+        want = {
+            "median us": c_round("%.2f", med),
+            "speed-up (previous / this)": c_round("%.2f", num(prev, "time_us.median") / med) if prev else "-",
+            "over the fastest peer (this / peer)": "%s (%s)" % (c_round("%.3f", med / peers[0][0]), peers[0][1])
+            if peers and math.isfinite(stored) else "-",
+            "SM clock after the timing": c_round("%.0f", mhz) + (" MHz" if math.isfinite(mhz) else "")
+            + (" (throttled)" if r.get("throttled") is True else ""),
+        }
+        expect(where, t, want)
+        checked += 1
+    gpu = [k for k, r in numbered.items() if num(r, "device.cc") != 0]
+    if section or len({k[1] for k in gpu}) >= 2:
+        for k in sorted(set(gpu) - seen):
+            fail(f"{name}: ladder", f"{k[1]} on {k[2]} ({k[3]}) is measured but not in the table")
     return checked
 
 
@@ -515,7 +566,8 @@ def check_all(guides, results, targets_dir):
             continue
         labels = device_labels(text, rows, module)
         counts[name] = check_hardware_table(name, text, rows, module, labels) + \
-            check_story_lines(name, text, rows, module, labels) + check_module_measurements(name, text, rows, module, labels)
+            check_story_lines(name, text, rows, module, labels) + check_module_measurements(name, text, rows, module, labels) + \
+            check_ladder(name, text, rows, module, labels)
     counts["README.md"] = check_gate(open(os.path.join(guides, "README.md")).read(), rows, targets)
     story = os.path.join(results, "story.json")
     if os.path.exists(story):
@@ -533,8 +585,33 @@ def check_all(guides, results, targets_dir):
     return counts
 
 
+def plant_inverse_steps(path):
+    """The step's ratio turned upside down (this / previous) in every ladder row of the guide at
+    path that has a previous step and is not 1 either way; how many rows it changed."""
+    if not os.path.exists(path):
+        return 0
+    lines, changed = open(path).read().split("\n"), 0
+    head = next((i for i, line in enumerate(lines) if line.startswith("| workload | step |")), None)
+    if head is None:
+        return 0
+    header = [c.strip() for c in lines[head].strip().strip("|").split("|")]
+    col = header.index("speed-up (previous / this)")
+    for i in range(head + 2, len(lines)):
+        if not lines[i].startswith("|"):
+            break
+        cells = [c.strip() for c in lines[i].strip().strip("|").split("|")]
+        if cells[col] == "-" or c_round("%.2f", 1 / float(cells[col])) == cells[col]:
+            continue
+        cells[col] = c_round("%.2f", 1 / float(cells[col]))
+        lines[i] = "| " + " | ".join(cells) + " |"
+        changed += 1
+    open(path, "w").write("\n".join(lines))
+    return changed
+
+
 def self_test(guides, results, targets_dir):
-    """The old DRAM % (the counter's range-averaged throughput) planted into rmsnorm.md must fail."""
+    """The old DRAM % (the counter's range-averaged throughput) planted into rmsnorm.md, and each
+    step's ratio turned upside down in attention_prefill.md's ladder, must fail."""
     tmp = tempfile.mkdtemp()
     try:
         planted = os.path.join(tmp, "guides")
@@ -558,14 +635,18 @@ def self_test(guides, results, targets_dir):
                 lines[i] = "| " + " | ".join(cells) + " |"
                 changed += 1
         open(path, "w").write("\n".join(lines))
+        steps = plant_inverse_steps(os.path.join(planted, "attention_prefill.md"))
         global FAILS
         FAILS = []
         check_all(planted, results, targets_dir)
         caught = [f for f in FAILS if "DRAM % reads" in f]
+        caught_steps = [f for f in FAILS if "speed-up (previous / this) reads" in f]
         FAILS = []
         if not changed or len(caught) != changed:
             fail("self-test", f"planted the old DRAM % in {changed} rows, caught {len(caught)}")
-        return changed, len(caught)
+        if not steps or len(caught_steps) != steps:
+            fail("self-test", f"planted the inverse step (this / previous) in {steps} ladder rows, caught {len(caught_steps)}")
+        return changed, len(caught), steps, len(caught_steps)
     finally:
         shutil.rmtree(tmp)
 
@@ -580,8 +661,9 @@ def main():
     ap.add_argument("--self-test", action="store_true")
     a = ap.parse_args()
     if a.self_test:
-        planted, caught = self_test(a.guides, a.results, a.targets)
-        print(f"self-test: the old DRAM % planted in {planted} rows of rmsnorm.md, {caught} caught")
+        planted, caught, steps, caught_steps = self_test(a.guides, a.results, a.targets)
+        print(f"self-test: the old DRAM % planted in {planted} rows of rmsnorm.md, {caught} caught; the inverse step "
+              f"in {steps} ladder rows of attention_prefill.md, {caught_steps} caught")
     counts = check_all(a.guides, a.results, a.targets)
     for f in FAILS[:40]:
         print(f)
