@@ -201,15 +201,32 @@ Test(story, the_error_model_covers_a_bf16_emulation_of_the_pipeline)
     host_model_free(&h);
 }
 
+/* A planted fault, whether the end-to-end check must catch it, and what it is. */
+struct fault_case {
+    int fault;
+    bool caught;
+    const char *what;
+};
+
+/* Each fault through the emulated pipeline (48 prompt tokens, 8 decode steps, bf16 or FP8 cache)
+ * against the float64 pass: caught exactly when the case says. */
+static void expect_faults(struct host_model *h, const struct fault_case *cases, size_t n, bool fp8)
+{
+    for (size_t i = 0; i < n; i++) {
+        int wrong;
+        const struct verdict v = emulation_against_exact(h, cases[i].fault, 48, 8, 1, fp8, &wrong);
+        cr_log_info("%s%s: worst ratio %.1f, norm ratio %.1f: %s", fp8 ? "fp8, " : "", cases[i].what, v.worst_ratio,
+                    v.l2_ratio, v.bad ? "caught" : "passes");
+        cr_assert_eq(v.bad > 0, cases[i].caught, "%s: expected %s, worst ratio %.1f", cases[i].what,
+                     cases[i].caught ? "caught" : "to pass", v.worst_ratio);
+    }
+}
+
 Test(story, the_end_to_end_check_catches_dropped_keys_page_slips_and_decode_positions)
 {
     struct host_model h;
     host_model(&h, &kl_story_tiny, 11, 256);
-    static const struct {
-        int fault;
-        bool caught;
-        const char *what;
-    } cases[] = {
+    static const struct fault_case cases[] = {
         {KL_STORY_FAULT_DROP_NEWEST_KEY, true, "attention misses the newest key"},
         {KL_STORY_FAULT_WRONG_PAGE, true, "keys 16..31 read from page 0"},
         {KL_STORY_FAULT_DECODE_POS, true, "decode steps rotate one position too far"},
@@ -221,14 +238,7 @@ Test(story, the_end_to_end_check_catches_dropped_keys_page_slips_and_decode_posi
         /* not a fault: a kernel that keeps P in float32 is more accurate than the model assumes */
         {KL_STORY_FAULT_NO_P_ROUNDING, false, "P kept in float32"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        int wrong;
-        const struct verdict v = emulation_against_exact(&h, cases[i].fault, 48, 8, 1, false, &wrong);
-        cr_log_info("%s: worst ratio %.1f, norm ratio %.1f: %s", cases[i].what, v.worst_ratio, v.l2_ratio,
-                    v.bad ? "caught" : "passes");
-        cr_assert_eq(v.bad > 0, cases[i].caught, "%s: expected %s, worst ratio %.1f", cases[i].what,
-                     cases[i].caught ? "caught" : "to pass", v.worst_ratio);
-    }
+    expect_faults(&h, cases, sizeof cases / sizeof cases[0], false);
     host_model_free(&h);
 }
 
@@ -261,25 +271,14 @@ Test(story, the_fp8_check_catches_a_dropped_scale_and_lets_an_unquantized_cache_
 {
     struct host_model h;
     host_model(&h, &kl_story_tiny, 11, 256);
-    static const struct {
-        int fault;
-        bool caught;
-        const char *what;
-    } cases[] = {
+    static const struct fault_case cases[] = {
         {KL_STORY_FAULT_NO_SCALE, true, "codes read without their scale"},
         /* let through, and why: e4m3's rounding moves the logits by about 1.3 times the GPU's own
          * predicted error (the next test measures it), under the check's limits; an FP8 decode that
          * reads bf16 values is caught by attention_decode's FP8 goldens, whose bound is e4m3's */
         {KL_STORY_FAULT_NO_QUANT, false, "decode reads K/V that were never quantized"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        int wrong;
-        const struct verdict v = emulation_against_exact(&h, cases[i].fault, 48, 8, 1, true, &wrong);
-        cr_log_info("fp8, %s: worst ratio %.1f, norm ratio %.1f: %s", cases[i].what, v.worst_ratio, v.l2_ratio,
-                    v.bad ? "caught" : "passes");
-        cr_assert_eq(v.bad > 0, cases[i].caught, "%s: expected %s, worst ratio %.1f", cases[i].what,
-                     cases[i].caught ? "caught" : "to pass", v.worst_ratio);
-    }
+    expect_faults(&h, cases, sizeof cases / sizeof cases[0], true);
     host_model_free(&h);
 }
 
