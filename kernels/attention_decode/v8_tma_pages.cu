@@ -56,13 +56,19 @@ template <typename T, int HD, int CW, int STAGES_> struct tma_shape {
     static_assert((CW + 1) * 8 * ROW * 4 <= RING, "the merge reuses the ring");
 };
 
+/* The tests' mutant (lab/attention_decode/mutants.cu) builds this file with KL_DECODE_V8_BUG 1: the
+ * reads without the swizzle. 0 here. */
+#ifndef KL_DECODE_V8_BUG
+#define KL_DECODE_V8_BUG 0
+#endif
+
 /* The shared address of 16-byte chunk c (of HD / 8) of row r of a K or V tile at `tile` (1024-byte
  * aligned): block c / 8, row r, chunk c % 8, moved as the TMA's 128-byte swizzle moved it (address
  * bits 4-6 XOR bits 7-9: chunk c % 8 ^ r % 8 here). */
 __device__ __forceinline__ uint32_t chunk_at(uint32_t tile, int r, int c)
 {
     const uint32_t a = tile + (uint32_t)(c / 8) * 16 * 128 + (uint32_t)r * 128 + (uint32_t)(c % 8) * 16;
-    return a ^ (((a >> 7) & 7) << 4);
+    return KL_DECODE_V8_BUG == 1 ? a : a ^ (((a >> 7) & 7) << 4);
 }
 
 /* k_box / v_box: boxes of 64 columns x 1 head x 16 slots (zeros, and boxes 0, where the page size is
