@@ -24,8 +24,12 @@
  * and v6_fp8_tensor_cores (FP8 caches only) recompiled with one scale wrong:
  *   v6_no_k_scale         the score scale is sm_scale alone: the logits off by 1 / k_scale
  *   v6_head0_k_scale      kv head 0's k_scale for every kv head (a factor of ten on the goldens)
- *   v6_no_v_scale         the accumulators leave without v_scale: out off by 1 / v_scale */
+ *   v6_no_v_scale         the accumulators leave without v_scale: out off by 1 / v_scale
+ * and v8_tma_pages recompiled with its ldmatrix addresses unswizzled:
+ *   v8_no_swizzle         the consumers read the tiles as if the TMA had not swizzled them */
+#include <cudaTypedefs.h>
 #include <stdio.h>
+#include <string.h>
 #include <stdlib.h>
 #include <type_traits>
 
@@ -133,7 +137,8 @@ namespace v4_shifted {
 KL_VARIANT(attention_decode, mutant_v4_draft_sees_its_successor, v4_shifted::launch, .min_cc = 80,
            .summary = "v4_tensor_cores with each draft token's causal limit one key late", .mutant = 1);
 
-/* v6 three times, each with one scale wrong (KL_DECODE_V6_BUG), registered under the mutants' names. */
+/* v6 three times, each with one scale wrong (KL_DECODE_V6_BUG), and v8 with its reads unswizzled
+ * (KL_DECODE_V8_BUG 1), registered under the mutants' names. */
 #pragma push_macro("KL_VARIANT")
 #undef KL_VARIANT
 #define KL_VARIANT(...) static_assert(true, "registered below under the mutant's name")
@@ -152,6 +157,11 @@ namespace v6_no_v_scale {
 #include "kernels/attention_decode/v6_fp8_tensor_cores.cu"
 }
 #undef KL_DECODE_V6_BUG
+#define KL_DECODE_V8_BUG 1
+namespace v8_no_swizzle {
+#include "kernels/attention_decode/v8_tma_pages.cu"
+}
+#undef KL_DECODE_V8_BUG
 #pragma pop_macro("KL_VARIANT")
 
 KL_VARIANT(attention_decode, mutant_v6_no_k_scale, v6_no_k_scale::launch, .min_cc = 89,
@@ -160,3 +170,5 @@ KL_VARIANT(attention_decode, mutant_v6_head0_k_scale, v6_head0_k_scale::launch, 
            .summary = "v6_fp8_tensor_cores with kv head 0's k_scale for every head", .mutant = 1);
 KL_VARIANT(attention_decode, mutant_v6_no_v_scale, v6_no_v_scale::launch, .min_cc = 89,
            .summary = "v6_fp8_tensor_cores with v_scale left out", .mutant = 1);
+KL_VARIANT(attention_decode, mutant_v8_no_swizzle, v8_no_swizzle::launch, .min_cc = 90,
+           .summary = "v8_tma_pages with its ldmatrix addresses unswizzled", .mutant = 1);

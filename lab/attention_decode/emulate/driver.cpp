@@ -4,8 +4,9 @@
  * lab/attention_decode/module.c gives them). Problems with one query per request and with draft tokens
  * (qo_indptr): q_len 1..8 mixed, q_len = kv_len, an empty request, page sizes 1, 3, 5 and 16, GQA 1 to 8,
  * head_dim 64/128/256, split requests whose last chunk ends before some draft tokens' limits. Each runs
- * twice on one workspace (the merge counters must come back to zero). Cache slots past a request's keys
- * hold NaN, as do the outputs before the launch. Problems on an FP8 cache (e4m3 codes of N(0, 1) x 24, one
+ * twice on one workspace (the merge counters must come back to zero). One-query problems at page 1, 5
+ * and 32 (tiles inside a longer page) take both copy paths of the TMA variant (row gathers, page
+ * boxes). Cache slots past a request's keys hold NaN, as do the outputs before the launch. Problems on an FP8 cache (e4m3 codes of N(0, 1) x 24, one
  * scale per kv head a factor of ten from the next, NaN codes past a request's keys) run the FP8 variant;
  * a variant SKIPs the problems it declines as the GPU suite does (FP8 caches and draft tokens for the
  * 16-bit variants, 16-bit caches for the FP8 one), and must run at least one.
@@ -61,6 +62,9 @@ const std::vector<problem> &problems()
         {"fp8, page 1, MHA", KL_BF16, 128, 4, 4, 1, {33, 7, 64}, {}, 15, true},
         {"fp8, GQA 8, page 5, head_dim 256", KL_BF16, 256, 16, 2, 5, {70, 9}, {}, 16, true},
         {"fp8, Llama 32/8, split", KL_BF16, 128, 32, 8, 16, {1200, 900}, {}, 17, true},
+        {"one query, page 1, GQA 8", KL_BF16, 128, 16, 2, 1, {33, 7, 120}, {}, 18},
+        {"one query, head_dim 256, page 5, split", KL_F16, 256, 8, 2, 5, {1300, 9}, {}, 19},
+        {"one query, page 32, split", KL_BF16, 128, 8, 2, 32, {1000, 45, 16}, {}, 20},
     };
     return ps;
 }

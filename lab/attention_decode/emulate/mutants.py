@@ -52,4 +52,10 @@ MUTANTS = [
                    "w0[d + 8] = o[mt][2] * v_sc, w1[d + 8] = o[mt][3] * v_sc;")],
         "expect": "outside the attention policy's bound",
     },
+    {   # v8: the ldmatrix addresses without the TMA's 128-byte swizzle (rows read as the copies did not lay them)
+        "name": "mutant_v8_swizzle_not_applied",
+        "variant": "v8_tma_pages",
+        "edits": [("#define KL_DECODE_V8_BUG 0", "#define KL_DECODE_V8_BUG 1")],
+        "expect": "outside the attention policy's bound",
+    },
 ]

@@ -1,0 +1,413 @@
+/* v8_tma_pages: v5's producer/consumer ring, fed by bulk tensor copies (TMA) of whole pages: a tile
+ * of 16 tokens of one kv head is one copy of K and one of V per 64 columns, 128-byte swizzled on the
+ * way in, where v5 issued 32 row copies.
+ *
+ * What changed from v5, and why: v5's producer issues one cp.async.bulk per 256-byte row, 32 per
+ * tile, and pads each row by 16 bytes (a 1-D bulk copy cannot permute what it writes) so that the
+ * consumers' ldmatrix rows fall in different banks. Each copy is an instruction the producer warp
+ * issues and the copy engine tracks, and small copies reach less of what HBM delivers than large
+ * ones. Here the cache is a 3-D tensor (head_dim, kv heads, slots; slot = page * page_size + position
+ * in the page), described on the host by two tensor maps per cache (cuTensorMapEncodeTiled through the
+ * runtime's driver entry point, per call: a host-only call, so a CUDA graph may capture the launch;
+ * the maps travel as __grid_constant__ parameters). Where the page size is a multiple of 16 a tile
+ * is 16 consecutive slots of one page, and the producer issues head_dim / 64 boxes of 64 columns x
+ * 16 rows for K and as many for V (2 KB each): 4 copies a tile at head_dim 128. The 128-byte swizzle
+ * needs a box row of at most 128 bytes, hence the 64-column blocks: a tile is [block][row][64] in
+ * shared memory, dense, with 16-byte chunk c of a row stored at chunk c ^ (row % 8) (the swizzle
+ * XORs address bits 4-6 with bits 7-9, and each tile starts 1024-byte aligned); the ldmatrix
+ * addresses apply the same XOR (chunk_at), so the 8 rows one ldmatrix phase reads sit in 8
+ * different bank groups with no padding. Other pages (page 1, or any size not a multiple of 16),
+ * and a request's last partial tile, gather: each of the 32 producer lanes copies one row (lanes
+ * 0-15 K, 16-31 V) as head_dim / 64 boxes of 64 columns x 1 row, through a second map per cache,
+ * landing at the row's place in the same swizzled layout; rows past the chunk copy its last token
+ * again (finite data whose score is masked), so every tile carries the same bytes on its full
+ * barrier. The rest is v5's: warp 4 produces, consumer warp i % 4 computes tile i with mma.sync
+ * and hands its stage back on the empty barrier (all 32 lanes arrive), pages looked up 4 x 32
+ * tokens ahead, the split plan from the shape alone, the last CTA of a request merges, PDL.
+ * Bound: the read bandwidth. bf16/fp16, head_dim 64/128/256, sm_90a (fp32: cudaErrorNotSupported).
+ * Run alone: build/kernlab bench attention_decode --variant v8_tma_pages */
+#include <cudaTypedefs.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "kernels/attention_decode/decode.cuh"
+#include "kernels/ptx_sm80.cuh"
+#include "kernels/ptx_sm90.cuh"
+#include "kernels/variant.h"
+
+/* A CTA: CW consumer warps and one producer warp; a ring of STAGES tiles of 16 tokens, each the
+ * K tile then the V tile, each BLOCKS blocks of 16 rows x 64 columns (128 bytes a row). */
+template <typename T, int HD, int CW, int STAGES_> struct tma_shape {
+    static constexpr int STAGES = STAGES_, THREADS = 32 * (CW + 1), PRODUCER = CW;
+    static constexpr int KSTEPS = HD / 16;           /* k-steps of Q.K, m-tiles of V^T */
+    static constexpr int BLOCKS = HD / 64;           /* 64-column blocks of a row */
+    static constexpr uint32_t BLOCK_BYTES = 16 * 128; /* one block of a tile: one 16-row box */
+    static constexpr uint32_t TILE_HALF = BLOCKS * BLOCK_BYTES;   /* K (or V) of a tile */
+    static constexpr uint32_t STAGE_BYTES = 2 * TILE_HALF;        /* a stage: K then V */
+    static constexpr uint32_t TILE_BYTES = STAGE_BYTES;           /* what a stage's copies bring */
+    static constexpr int ROW = HD + 2;               /* merged rows: acc, m, l */
+    static constexpr int RING = STAGES * STAGE_BYTES;             /* bytes of the ring */
+    static constexpr int SMEM = 1024 + RING + 2 * STAGES * 8;     /* alignment slack, the ring, its barriers */
+    static constexpr int AHEAD = 4;                  /* groups of 32 tokens whose pages are looked up early */
+    static_assert(sizeof(T) == 2 && HD % 64 == 0, "16-bit rows of whole 64-column blocks");
+    /* Stage s is always consumed by warp s % CW, so its empty barrier counts that warp's 32 lanes. */
+    static_assert(STAGES % CW == 0, "each stage belongs to one consumer warp");
+    static_assert((CW + 1) * 8 * ROW * 4 <= RING, "the merge reuses the ring");
+};
+
+/* The tests' mutant (lab/attention_decode/mutants.cu) builds this file with KL_DECODE_V8_BUG 1: the
+ * reads without the swizzle. 0 here. */
+#ifndef KL_DECODE_V8_BUG
+#define KL_DECODE_V8_BUG 0
+#endif
+
+/* The shared address of 16-byte chunk c (of HD / 8) of row r of a K or V tile at `tile` (1024-byte
+ * aligned): block c / 8, row r, chunk c % 8, moved as the TMA's 128-byte swizzle moved it (address
+ * bits 4-6 XOR bits 7-9: chunk c % 8 ^ r % 8 here). */
+__device__ __forceinline__ uint32_t chunk_at(uint32_t tile, int r, int c)
+{
+    const uint32_t a = tile + (uint32_t)(c / 8) * 16 * 128 + (uint32_t)r * 128 + (uint32_t)(c % 8) * 16;
+    return KL_DECODE_V8_BUG == 1 ? a : a ^ (((a >> 7) & 7) << 4);
+}
+
+/* k_box / v_box: boxes of 64 columns x 1 head x 16 slots (zeros, and boxes 0, where the page size is
+ * not a multiple of 16); k_row / v_row: 64 columns x 1 head x 1 slot. */
+template <typename T, int HD, int CW, int STAGES>
+static __global__ void __launch_bounds__(32 * (CW + 1))
+    decode_v8(const __grid_constant__ CUtensorMap k_box, const __grid_constant__ CUtensorMap v_box,
+              const __grid_constant__ CUtensorMap k_row, const __grid_constant__ CUtensorMap v_row,
+              const kl_attention_decode_params p, int chunk, int boxes)
+{
+#if KL_SM90A
+    using S = tma_shape<T, HD, CW, STAGES>;
+    extern __shared__ unsigned char smem_raw[];
+    uint4 *ring = reinterpret_cast<uint4 *>(kl::ptx::align_1024(smem_raw)); /* the swizzle's atom */
+    uint64_t *full = reinterpret_cast<uint64_t *>(ring + S::RING / 16), *empty = full + STAGES; /* after the ring */
+    const uint32_t ring_at = kl::ptx::smem_addr(ring);
+    __shared__ bool last;
+    /* Set up before waiting on the previous kernel: this overlaps its tail. */
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; s++) kl::ptx::mbar_init(&full[s], 1), kl::ptx::mbar_init(&empty[s], 32);
+        kl::ptx::mbar_init_fence();
+    }
+    __syncthreads(); /* the barriers are initialised before any thread or copy uses them */
+    kl::pdl_release(); /* the next kernel may launch; its pdl_wait waits for this grid to end */
+    kl::pdl_wait();    /* q, the page table and the workspace may be the previous kernel's output */
+
+    const int group = (int)(p.num_qo_heads / p.num_kv_heads), blocks = (group + 7) / 8;
+    const int b = blockIdx.x, g = blockIdx.y / blocks, h0 = g * group + blockIdx.y % blocks * 8;
+    const int nh = min(8, g * group + group - h0), n = kl::decode::kv_len(p, b), split = blockIdx.z;
+    const int splits = (n + chunk - 1) / chunk;
+    if (n == 0) {
+        if (split == 0)
+            for (int h = 0; h < nh; h++) kl::decode::write_empty<T>(p, b, h0 + h, threadIdx.x, blockDim.x);
+        return;
+    }
+    if (split >= splits) return;
+    const int t0 = split * chunk, t1 = min(n, t0 + chunk), tiles = (t1 - t0 + 15) / 16;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4, tq = lane % 4;
+
+    float o[S::KSTEPS][4] = {}; /* O^T: m-tile mt holds (d 16 mt + gq (+8), heads 2 tq, 2 tq + 1) */
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0}; /* heads 2 tq and 2 tq + 1 */
+
+    if (warp == S::PRODUCER) {
+        /* Lane j of the producer looks up the slot of token t0 + 32 k + j (group k: tiles 2k and
+         * 2k + 1); a token past t1 takes t1 - 1's slot. ahead[k % AHEAD] holds group k's slots from
+         * AHEAD groups before its copies, so the page-table loads overlap the ring's waits. */
+        const int32_t *pages = p.kv_indices + p.kv_indptr[b];
+        const int ps = (int)p.page_size, groups = (tiles + 1) / 2;
+        auto slot_of = [&](int k) {
+            if (32 * k >= t1 - t0) return 0; /* past the chunk: never copied */
+            const int t = min(t0 + 32 * k + lane, t1 - 1);
+            return pages[t / ps] * ps + t % ps;
+        };
+        int ahead[S::AHEAD];
+#pragma unroll
+        for (int k = 0; k < S::AHEAD; k++) ahead[k] = slot_of(k);
+        /* A gathered tile: lanes 0-15 copy row lane % 16 of its K, lanes 16-31 the same row of its V. */
+        const CUtensorMap *row_map = lane < 16 ? &k_row : &v_row;
+        const uint32_t row_dst = (lane / 16) * S::TILE_HALF + (lane % 16) * 128;
+        for (int k0 = 0; k0 < groups; k0 += S::AHEAD) {
+#pragma unroll
+            for (int kk = 0; kk < S::AHEAD; kk++) {
+                const int k = k0 + kk;
+                if (k >= groups) break;
+                const int slots = ahead[kk];
+                ahead[kk] = slot_of(k + S::AHEAD);
+#pragma unroll
+                for (int half = 0; half < 2; half++) {
+                    const int i = 2 * k + half, st = i % STAGES;
+                    if (i >= tiles) break;
+                    const int slot = __shfl_sync(0xffffffffu, slots, 16 * half + lane % 16);
+                    const int first = __shfl_sync(0xffffffffu, slots, 16 * half); /* the tile's token 0 */
+                    /* Round i / STAGES of stage st: wait until its consumer handed back round
+                     * i / STAGES - 1 (round 0 passes: a fresh barrier's parity-1 phase counts as done). */
+                    kl::ptx::mbar_wait(&empty[st], (i / STAGES & 1) ^ 1);
+                    if (lane == 0) kl::ptx::mbar_arrive_expect(&full[st], S::TILE_BYTES);
+                    __syncwarp();
+                    const uint32_t stage = ring_at + st * S::STAGE_BYTES;
+                    if (boxes && 16 * i + 16 <= t1 - t0) {
+                        /* 16 whole slots of one page (t0 + 16 i is a multiple of 16, and so is the
+                         * page size): lane j < 2 BLOCKS copies block j % BLOCKS of K (j < BLOCKS) or V. */
+                        if (lane < 2 * S::BLOCKS) {
+                            const int kv = lane / S::BLOCKS, blk = lane % S::BLOCKS;
+                            kl::ptx::tma_load_3d(stage + kv * S::TILE_HALF + blk * S::BLOCK_BYTES, kv ? &v_box : &k_box,
+                                                 64 * blk, g, first, &full[st]);
+                        }
+                    } else {
+#pragma unroll
+                        for (int blk = 0; blk < S::BLOCKS; blk++)
+                            kl::ptx::tma_load_3d(stage + row_dst + blk * S::BLOCK_BYTES, row_map, 64 * blk, g, slot,
+                                                 &full[st]);
+                    }
+                }
+            }
+        }
+    } else {
+        /* Q^T as the B operand of every k-step (d = 16 ks + 2 tq .. , head gq), loaded once. */
+        uint32_t qf[S::KSTEPS][2];
+        const T *q = static_cast<const T *>(p.q) + ((int64_t)b * p.num_qo_heads + h0 + min(gq, nh - 1)) * HD;
+#pragma unroll
+        for (int ks = 0; ks < S::KSTEPS; ks++) {
+            qf[ks][0] = gq < nh ? *reinterpret_cast<const uint32_t *>(q + 16 * ks + 2 * tq) : 0u;
+            qf[ks][1] = gq < nh ? *reinterpret_cast<const uint32_t *>(q + 16 * ks + 8 + 2 * tq) : 0u;
+        }
+        const float scale = p.sm_scale * 1.44269504089f; /* scores in log2 units */
+        const int i8 = lane % 8, mat = lane / 8;
+        for (int i = warp; i < tiles; i += CW) {
+            const int st = i % STAGES;
+            kl::ptx::mbar_wait(&full[st], i / STAGES & 1); /* round i / STAGES of the stage has landed */
+            const uint32_t ks = ring_at + st * S::STAGE_BYTES, vs = ks + S::TILE_HALF;
+
+            /* S^T = K Q^T over the tile's 16 tokens: A = K rows (matrices: tokens 0-7 / 8-15 x
+             * dims 0-7 / 8-15 of the k-step, in a0..a3 order). */
+            float s[4] = {0, 0, 0, 0}, s_odd[4] = {0, 0, 0, 0}; /* two chains: half the dependent mma latency */
+#pragma unroll
+            for (int kk = 0; kk < S::KSTEPS; kk++) {
+                uint32_t a[4];
+                kl::ptx::ldmatrix_x4(a, chunk_at(ks, i8 + 8 * (mat & 1), 2 * kk + (mat >> 1)));
+                kl::ptx::mma_16816<T>(kk % 2 ? s_odd : s, a, qf[kk][0], qf[kk][1]);
+            }
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[e] += s_odd[e];
+
+            /* Online softmax per head column, as v4: s[0], s[1] are token gq, heads 2tq, 2tq+1;
+             * s[2], s[3] token gq + 8. Tokens past t1 (copies of the last one) score -inf. */
+            const int tok = t0 + 16 * i + gq;
+            const float x0 = tok < t1 ? s[0] * scale : -INFINITY, x1 = tok < t1 ? s[1] * scale : -INFINITY;
+            const float x2 = tok + 8 < t1 ? s[2] * scale : -INFINITY, x3 = tok + 8 < t1 ? s[3] * scale : -INFINITY;
+            float mx0 = fmaxf(x0, x2), mx1 = fmaxf(x1, x3);
+#pragma unroll
+            for (int off = 4; off < 32; off <<= 1) {
+                mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
+                mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
+            }
+            const float mn0 = fmaxf(m[0], mx0), mn1 = fmaxf(m[1], mx1);
+            const float base0 = mn0 == -INFINITY ? 0.f : mn0, base1 = mn1 == -INFINITY ? 0.f : mn1;
+            const float al0 = exp2f(m[0] - base0), al1 = exp2f(m[1] - base1);
+            const float p0 = exp2f(x0 - base0), p1 = exp2f(x1 - base1), p2 = exp2f(x2 - base0), p3 = exp2f(x3 - base1);
+            l[0] = l[0] * al0 + p0 + p2, l[1] = l[1] * al1 + p1 + p3; /* from the unrounded p */
+            m[0] = mn0, m[1] = mn1;
+#pragma unroll
+            for (int mt = 0; mt < S::KSTEPS; mt++) o[mt][0] *= al0, o[mt][1] *= al1, o[mt][2] *= al0, o[mt][3] *= al1;
+
+            /* P^T as the B operand (v4 says how movmatrix transposes it), then O^T += V^T P^T with
+             * A = V^T by ldmatrix.trans of V rows. */
+            const uint32_t pb[2] = {kl::ptx::movmatrix_trans(kl::ptx::pack2<T>(p0, p1)),
+                                    kl::ptx::movmatrix_trans(kl::ptx::pack2<T>(p2, p3))};
+#pragma unroll
+            for (int mt = 0; mt < S::KSTEPS; mt++) {
+                uint32_t a[4];
+                kl::ptx::ldmatrix_x4_trans(a, chunk_at(vs, i8 + 8 * (mat >> 1), 2 * mt + (mat & 1)));
+                kl::ptx::mma_16816<T>(o[mt], a, pb[0], pb[1]);
+            }
+            /* This lane's reads of the stage are done (ldmatrix wrote registers the mmas read).
+             * Every lane arrives: an arrival releases only the arriving thread's own reads, so
+             * the 32nd arrival, which lets the producer overwrite the stage, comes after all of
+             * them. */
+            kl::ptx::mbar_arrive(&empty[st]);
+        }
+    }
+    /* Every tile issued was waited for by its consumer, so no copy is in flight: the ring becomes
+     * the merge area (plain floats: the swizzle only concerned the tiles). The one block-wide barrier of the key loop's lifetime. */
+    __syncthreads();
+
+    float *mrg = reinterpret_cast<float *>(ring), *res = mrg + CW * 8 * S::ROW;
+    if (warp < CW) { /* each consumer's state: l summed over the lanes sharing a head first */
+#pragma unroll
+        for (int off = 4; off < 32; off <<= 1) {
+            l[0] += __shfl_xor_sync(0xffffffffu, l[0], off);
+            l[1] += __shfl_xor_sync(0xffffffffu, l[1], off);
+        }
+        float *w0 = mrg + (warp * 8 + 2 * tq) * S::ROW, *w1 = w0 + S::ROW;
+#pragma unroll
+        for (int mt = 0; mt < S::KSTEPS; mt++) {
+            w0[16 * mt + gq] = o[mt][0], w1[16 * mt + gq] = o[mt][1];
+            w0[16 * mt + gq + 8] = o[mt][2], w1[16 * mt + gq + 8] = o[mt][3];
+        }
+        if (gq == 0) w0[HD] = m[0], w0[HD + 1] = l[0], w1[HD] = m[1], w1[HD + 1] = l[1];
+    }
+    __syncthreads();
+    /* The consumers merged: res[h] = (acc on the common max, that max, the sum). A warp with no
+     * tile has m = -inf and weighs 0. */
+    for (int i = threadIdx.x; i < nh * S::ROW; i += S::THREADS) {
+        const int h = i / S::ROW, d = i % S::ROW;
+        float mx = -INFINITY, sum = 0;
+        for (int w = 0; w < CW; w++) mx = fmaxf(mx, mrg[(w * 8 + h) * S::ROW + HD]);
+        for (int w = 0; w < CW; w++) {
+            const float *row = mrg + (w * 8 + h) * S::ROW;
+            sum += (d == HD ? 0.f : row[d]) * (mx == -INFINITY ? 0.f : exp2f(row[HD] - mx));
+        }
+        res[i] = d == HD ? mx : sum;
+    }
+    __syncthreads();
+
+    if (splits == 1) { /* the whole request in this CTA: write the output */
+        for (int i = threadIdx.x; i < nh * HD; i += S::THREADS) {
+            const int h = i / HD, d = i % HD;
+            const float *r = res + h * S::ROW;
+            static_cast<T *>(p.out)[((int64_t)b * p.num_qo_heads + h0 + h) * HD + d] = kl::from_f32<T>(r[d] / r[HD + 1]);
+            if (d == 0) p.lse[(int64_t)b * p.num_qo_heads + h0 + h] = (r[HD] + log2f(r[HD + 1])) * 0.69314718056f;
+        }
+        return;
+    }
+    for (int i = threadIdx.x; i < nh * S::ROW; i += S::THREADS)
+        kl::decode::partial(p, split, b, h0 + i / S::ROW)[i % S::ROW] = res[i];
+    /* Publish the partial, then count it (v4's scheme): the fence makes this thread's partial
+     * stores visible device-wide before the barrier lets thread 0 increment the counter; the CTA
+     * that brings the count to `splits` merges, reading the partials through L2. */
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned *counter = kl::decode::counters(p) + ((int64_t)b * p.num_kv_heads + g) * blocks + blockIdx.y % blocks;
+        last = atomicAdd(counter, 1u) == (unsigned)splits - 1;
+        if (last) *counter = 0; /* every other CTA of this request has counted: reset for the next launch */
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    kl::decode::merge_partials<T>(p, b, h0, nh, splits, reinterpret_cast<float *>(ring));
+#else
+    __trap(); /* built without sm_90a: the launcher is only reached on sm_90 (min_cc) */
+#endif
+}
+
+/* ---- host ---- */
+
+/* The tensor maps of one launch: both caches, as 16-slot boxes (boxes 1) and as single slots. */
+struct cache_maps {
+    CUtensorMap k_box, v_box, k_row, v_row;
+    int boxes;
+};
+
+/* A cache [pages, page_size, kv_heads, head_dim] as the 3-D tensor (head_dim, kv_heads, slots) and a
+ * box of 64 columns x 1 head x `rows` slots, 128-byte swizzled into shared memory. */
+static cudaError_t encode_cache(CUtensorMap *map, const void *cache, bool bf16, int64_t head_dim, int64_t kv_heads,
+                                int64_t slots, int rows)
+{
+    static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr; /* a benign race: every writer stores the same */
+    if (!encode) {
+        void *fn = nullptr;
+        cudaDriverEntryPointQueryResult found;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
+                cudaSuccess ||
+            found != cudaDriverEntryPointSuccess || !fn)
+            return cudaErrorNotSupported;
+        encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
+    }
+    const cuuint64_t dims[3] = {(cuuint64_t)head_dim, (cuuint64_t)kv_heads, (cuuint64_t)slots};
+    const cuuint64_t strides[2] = {(cuuint64_t)(head_dim * 2), (cuuint64_t)(kv_heads * head_dim * 2)}; /* bytes */
+    const cuuint32_t box[3] = {64, 1, (cuuint32_t)rows}, unit[3] = {1, 1, 1};
+    const CUresult rc =
+        encode(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3, (void *)cache, dims,
+               strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (rc != CUDA_SUCCESS) {
+        fprintf(stderr, "attention_decode v8_tma_pages: cuTensorMapEncodeTiled failed (%d) for %lld slots of %lld x %lld\n",
+                (int)rc, (long long)slots, (long long)kv_heads, (long long)head_dim);
+        return cudaErrorInvalidValue;
+    }
+    return cudaSuccess;
+}
+
+/* Both caches' maps; the 16-slot boxes only where a page is whole 16-slot runs. No slots (every
+ * request empty): zeroed maps, no copy is issued. */
+static cudaError_t make_maps(const struct kl_attention_decode_params *p, struct cache_maps *m)
+{
+    memset(m, 0, sizeof *m);
+    const int64_t slots = p->num_pages * p->page_size;
+    if (slots == 0) return cudaSuccess;
+    const bool bf16 = p->dtype == KL_BF16;
+    m->boxes = p->page_size % 16 == 0;
+    cudaError_t rc = encode_cache(&m->k_row, p->k_cache, bf16, p->head_dim, p->num_kv_heads, slots, 1);
+    if (rc == cudaSuccess) rc = encode_cache(&m->v_row, p->v_cache, bf16, p->head_dim, p->num_kv_heads, slots, 1);
+    if (rc == cudaSuccess && m->boxes)
+        rc = encode_cache(&m->k_box, p->k_cache, bf16, p->head_dim, p->num_kv_heads, slots, 16);
+    if (rc == cudaSuccess && m->boxes)
+        rc = encode_cache(&m->v_box, p->v_cache, bf16, p->head_dim, p->num_kv_heads, slots, 16);
+    return rc;
+}
+
+template <typename T, int HD, int CW, int STAGES>
+static cudaError_t launch_shape(const struct kl_attention_decode_params *p, struct kl_decode_split plan,
+                                const struct cache_maps &m, cudaStream_t stream)
+{
+    using S = tma_shape<T, HD, CW, STAGES>;
+    static bool configured = false; /* once per instantiation: more than 48 KB of shared memory */
+    if (!configured) {
+        cudaError_t rc =
+            cudaFuncSetAttribute(decode_v8<T, HD, CW, STAGES>, cudaFuncAttributeMaxDynamicSharedMemorySize, S::SMEM);
+        if (rc != cudaSuccess) return rc;
+        configured = true;
+    }
+    const int64_t blocks = (p->num_qo_heads / p->num_kv_heads + 7) / 8;
+    const dim3 grid((unsigned)p->batch, (unsigned)(p->num_kv_heads * blocks), (unsigned)plan.splits);
+    /* kl::launch_pdl with the ring's dynamic shared memory: a programmatic dependent launch. */
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {grid, dim3(S::THREADS), (size_t)S::SMEM, stream, attr, 1};
+    return cudaLaunchKernelEx(&cfg, decode_v8<T, HD, CW, STAGES>, m.k_box, m.v_box, m.k_row, m.v_row, *p,
+                              (int)plan.chunk, m.boxes);
+}
+
+/* Eight stages of 16 tokens (two per consumer warp); head_dim 256 tiles are twice as large, so four
+ * keep the ring near the same bytes and three CTAs per SM. */
+template <typename T, int HD>
+static cudaError_t launch_hd(const struct kl_attention_decode_params *p, struct kl_decode_split plan,
+                             const struct cache_maps &m, cudaStream_t stream)
+{
+    if constexpr (HD == 256) return launch_shape<T, HD, 4, 4>(p, plan, m, stream);
+    else return launch_shape<T, HD, 4, 8>(p, plan, m, stream);
+}
+
+static cudaError_t launch(const struct kl_attention_decode_params *p, cudaStream_t stream)
+{
+    cudaError_t rc = kl_attention_decode_check_params(p, "v8_tma_pages");
+    if (rc != cudaSuccess || p->batch == 0) return rc;
+    if (p->dtype == KL_F32) return cudaErrorNotSupported;
+    if (p->num_pages * p->page_size > INT32_MAX) return cudaErrorNotSupported; /* slots are 32-bit coordinates */
+    if (((uintptr_t)p->k_cache | (uintptr_t)p->v_cache) & 15) return cudaErrorNotSupported; /* a tensor map's base */
+    /* About three CTAs fit per SM (a ring of 64 KB each): the plan asks for that many. Chunks are
+     * multiples of 64 tokens, so every tile starts at a multiple of 16. */
+    const struct kl_decode_split plan = kl_attention_decode_split(p, kl_attention_decode_sms(), 3, 64, 128, 2048);
+    if (plan.splits > 1 && p->workspace_bytes < kl_attention_decode_workspace_for(p, plan.splits)) {
+        fprintf(stderr, "attention_decode v8_tma_pages: workspace of %zu bytes, %zu needed\n", p->workspace_bytes,
+                kl_attention_decode_workspace_for(p, plan.splits));
+        return cudaErrorInvalidValue;
+    }
+    struct cache_maps maps;
+    rc = make_maps(p, &maps);
+    if (rc != cudaSuccess) return rc;
+    if (p->dtype == KL_BF16) {
+        KL_DISPATCH_HEAD_DIM(p->head_dim, HD, return launch_hd<__nv_bfloat16, HD>(p, plan, maps, stream));
+    } else {
+        KL_DISPATCH_HEAD_DIM(p->head_dim, HD, return launch_hd<__half, HD>(p, plan, maps, stream));
+    }
+    return cudaErrorNotSupported;
+}
+
+KL_VARIANT(attention_decode, v8_tma_pages, launch, .min_cc = 90,
+           .summary = "v5's producer/consumer mbarrier ring fed by TMA: one 128B-swizzled box per page and 64 columns "
+                      "(row boxes for other page sizes), no row padding, PDL");
