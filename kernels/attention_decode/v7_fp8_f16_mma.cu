@@ -12,7 +12,7 @@
  *   [2^14, 2^15): inside fp16's range, and every element within 2^-28 of that largest one an fp16
  *   normal, so bf16's 8 significant bits convert exactly; smaller ones round on fp16's subnormal
  *   grid, an absolute error of 2^-39 of the largest |q| at most. e is taken at least 15 (a head of
- *   zeros or of bf16 subnormals: scale 2^126, still a float32 normal); a head holding an infinity
+ *   zeros or with every |q| below 2^-112: scale 2^126, a float32 normal); a head holding an infinity
  *   (e = 255) is not scaled (its finite elements past 65504 become infinite: its scores are
  *   non-finite either way); NaN stays NaN. The scores are multiplied back by 2^(e - 141) (exact,
  *   a power of two) before the score scale: the logits are v6's, rounding for rounding. A fp16 q

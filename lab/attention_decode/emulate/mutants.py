@@ -62,6 +62,12 @@ MUTANTS = [
                    "const float dq1 = 1.f + 0 * q_down;")],
         "expect": "outside the attention policy's bound",
     },
+    {   # FP8 with fp16 operands: a bf16 q converted to fp16 unscaled (heads past 65504 become infinite)
+        "name": "mutant_fp8_q_unscaled",
+        "variant": "v7_fp8_f16_mma",
+        "edits": [("const float2 sc = q_scales(mx);", "const float2 sc = make_float2(1.f, 1.f + 0 * mx);")],
+        "expect": "outside the attention policy's bound",
+    },
     {   # FP8 with fp16 operands: V's codes paired within one token (bytes 2h, 2h + 1 of one row) instead of
         # across its two tokens
         "name": "mutant_fp8_v_pairs_within_token",
