@@ -406,6 +406,7 @@ static const struct edge kfp8[] = {
     {2, 16, 2, 128, 16, {3000, 700, -1}, KL_BF16, 1, "fp8 cache, GQA 8, many splits"},
     {3, 8, 2, 64, 5, {23, 0, 11, -1}, KL_F16, 1, "fp8 cache, fp16, page_size 5, an empty request"},
     {64, 32, 8, 128, 16, {-2, 300, 700}, KL_BF16, 1, "fp8 cache, 64 requests"},
+    {2, 8, 2, 128, 16, {60, 9, -1}, KL_BF16, 1e5, "fp8 cache, large logits, q past fp16's range"},
 };
 #define N_FP8 ((int)(sizeof kfp8 / sizeof kfp8[0]))
 

@@ -25,8 +25,10 @@
  *   v6_no_k_scale         the score scale is sm_scale alone: the logits off by 1 / k_scale
  *   v6_head0_k_scale      kv head 0's k_scale for every kv head (a factor of ten on the goldens)
  *   v6_no_v_scale         the accumulators leave without v_scale: out off by 1 / v_scale
- * and v8_tma_pages recompiled with its ldmatrix addresses unswizzled:
- *   v8_no_swizzle         the consumers read the tiles as if the TMA had not swizzled them */
+ * then v8_tma_pages recompiled with its ldmatrix addresses unswizzled:
+ *   v8_no_swizzle         the consumers read the tiles as if the TMA had not swizzled them
+ * and v7_fp8_f16_mma recompiled with a bf16 q's per-head power of two left in the scores:
+ *   v7_q_scale_kept       the logits 2^14 .. 2^15 / max|q| times too large (bf16 q only) */
 #include <cudaTypedefs.h>
 #include <stdio.h>
 #include <string.h>
@@ -172,3 +174,17 @@ KL_VARIANT(attention_decode, mutant_v6_no_v_scale, v6_no_v_scale::launch, .min_c
            .summary = "v6_fp8_tensor_cores with v_scale left out", .mutant = 1);
 KL_VARIANT(attention_decode, mutant_v8_no_swizzle, v8_no_swizzle::launch, .min_cc = 90,
            .summary = "v8_tma_pages with its ldmatrix addresses unswizzled", .mutant = 1);
+
+/* v7 with q's power of two kept in the scores (KL_DECODE_V7_BUG 1). */
+#pragma push_macro("KL_VARIANT")
+#undef KL_VARIANT
+#define KL_VARIANT(...) static_assert(true, "registered below under the mutant's name")
+#define KL_DECODE_V7_BUG 1
+namespace v7_q_scale_kept {
+#include "kernels/attention_decode/v7_fp8_f16_mma.cu"
+}
+#undef KL_DECODE_V7_BUG
+#pragma pop_macro("KL_VARIANT")
+
+KL_VARIANT(attention_decode, mutant_v7_q_scale_kept, v7_q_scale_kept::launch, .min_cc = 89,
+           .summary = "v7_fp8_f16_mma with a bf16 q's power of two left in the scores", .mutant = 1);

@@ -399,6 +399,16 @@ inline int __shfl_sync(unsigned mask, int v, int src, int width = 32, ::emu::sit
     if (width != 32) ::emu::fail("__shfl_sync: only whole-warp shuffles are emulated");
     return (int)::emu::shfl_idx((uint32_t)v, src, mask, s);
 }
+/* the float form moves the bits (an int's conversion would truncate the value) */
+inline float __shfl_sync(unsigned mask, float v, int src, int width = 32, ::emu::site s = EMU_HERE)
+{
+    if (width != 32) ::emu::fail("__shfl_sync: only whole-warp shuffles are emulated");
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    u = ::emu::shfl_idx(u, src, mask, s);
+    memcpy(&v, &u, 4);
+    return v;
+}
 /* A whole-warp vote, as the minimum of the lanes' predicates over five shuffles: the same answer, and
  * the same checks (every lane present, one mask) as __shfl_xor_sync. */
 inline int __all_sync(unsigned mask, int pred, ::emu::site s = EMU_HERE)
@@ -425,6 +435,14 @@ inline unsigned atomicAdd(unsigned *p, unsigned v)
 }
 template <typename T> inline T __ldcg(const T *p) { return *p; }
 inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((uint64_t)a * b) >> 32); }
+/* prmt: byte i of the result is byte (s >> 4 i) & 7 of the eight bytes y:x (x the low four) */
+inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s)
+{
+    const uint64_t xy = (uint64_t)y << 32 | x;
+    unsigned r = 0;
+    for (int i = 0; i < 4; i++) r |= (unsigned)(xy >> (8 * ((s >> (4 * i)) & 7u)) & 0xFFu) << (8 * i);
+    return r;
+}
 inline float __uint_as_float(uint32_t u)
 {
     float f;

@@ -6,8 +6,9 @@
  * head_dim 64/128/256, split requests whose last chunk ends before some draft tokens' limits. Each runs
  * twice on one workspace (the merge counters must come back to zero). One-query problems at page 1, 5
  * and 32 (tiles inside a longer page) take both copy paths of the TMA variant (row gathers, page
- * boxes). Cache slots past a request's keys hold NaN, as do the outputs before the launch. Problems on an FP8 cache (e4m3 codes of N(0, 1) x 24, one
- * scale per kv head a factor of ten from the next, NaN codes past a request's keys) run the FP8 variant;
+ * boxes). Cache slots past a request's keys hold NaN, as do the outputs before the launch. Problems on an
+ * FP8 cache (e4m3 codes of N(0, 1) x 24, one scale per kv head a factor of ten from the next, NaN codes
+ * past a request's keys; one with qo heads whose q spans 1e-3 .. 1e5) run the FP8 variants;
  * a variant SKIPs the problems it declines as the GPU suite does (FP8 caches and draft tokens for the
  * 16-bit variants, 16-bit caches for the FP8 one), and must run at least one.
  *   decode_emulator [--problem N] [NAME...]   the variants named, or all of them
@@ -39,6 +40,7 @@ struct problem {
     std::vector<int> kv_lens, q_lens; /* q_lens empty: qo_indptr NULL, one query per request */
     unsigned seed;
     bool fp8 = false; /* caches of e4m3 codes, k_scale and v_scale set */
+    bool q_spread = false; /* qo head h's q times 1e-3, 1, 3e4, 1e5 for h % 4: past fp16's range and far below it */
 };
 
 const std::vector<problem> &problems()
@@ -65,6 +67,7 @@ const std::vector<problem> &problems()
         {"one query, page 1, GQA 8", KL_BF16, 128, 16, 2, 1, {33, 7, 120}, {}, 18},
         {"one query, head_dim 256, page 5, split", KL_F16, 256, 8, 2, 5, {1300, 9}, {}, 19},
         {"one query, page 32, split", KL_BF16, 128, 8, 2, 32, {1000, 45, 16}, {}, 20},
+        {"fp8, q heads 1e-3 .. 1e5", KL_BF16, 128, 8, 2, 16, {37, 300, 5}, {}, 18, true, true},
     };
     return ps;
 }
@@ -110,7 +113,9 @@ bool check(const problem &pr, const emu::variant &variant, std::string &why)
     std::vector<uint16_t> q(nq), k(nc), v(nc), out(nq);
     std::vector<float> lse((size_t)rows * pr.qo_heads);
     std::vector<double> q64(nq), k64(nc), v64(nc);
-    for (size_t i = 0; i < nq; i++) q[i] = to16(t, normal(rng)), q64[i] = from16(t, q[i]);
+    static const float spread[4] = {1e-3f, 1, 3e4f, 1e5f};
+    for (size_t i = 0; i < nq; i++)
+        q[i] = to16(t, normal(rng) * (pr.q_spread ? spread[i / D % pr.qo_heads % 4] : 1)), q64[i] = from16(t, q[i]);
     std::vector<uint8_t> k8(pr.fp8 ? nc : 0), v8(pr.fp8 ? nc : 0);
     std::vector<float> k_scale(pr.kv_heads), v_scale(pr.kv_heads);
     if (pr.fp8) { /* codes of N(0, 1) x 24; a factor of ten between neighbouring kv heads' scales */

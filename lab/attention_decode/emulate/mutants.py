@@ -58,4 +58,27 @@ MUTANTS = [
         "edits": [("#define KL_DECODE_V8_BUG 0", "#define KL_DECODE_V8_BUG 1")],
         "expect": "outside the attention policy's bound",
     },
+    {   # FP8 with fp16 operands: a bf16 q's per-head power of two left in the scores (the logits 2^14 .. 2^15
+        # times max|q| too large: the softmax collapses onto the largest score)
+        "name": "mutant_fp8_q_scale_kept",
+        "variant": "v7_fp8_f16_mma",
+        "edits": [("const float dq0 = KL_DECODE_V7_BUG == 1 ? 1.f : __shfl_sync(0xffffffffu, q_down, 8 * tq);",
+                   "const float dq0 = 1.f;"),
+                  ("const float dq1 = KL_DECODE_V7_BUG == 1 ? 1.f : __shfl_sync(0xffffffffu, q_down, 8 * tq + 4);",
+                   "const float dq1 = 1.f + 0 * q_down;")],
+        "expect": "outside the attention policy's bound",
+    },
+    {   # FP8 with fp16 operands: a bf16 q converted to fp16 unscaled (heads past 65504 become infinite)
+        "name": "mutant_fp8_q_unscaled",
+        "variant": "v7_fp8_f16_mma",
+        "edits": [("const float2 sc = q_scales(mx);", "const float2 sc = make_float2(1.f, 1.f + 0 * mx);")],
+        "expect": "outside the attention policy's bound",
+    },
+    {   # FP8 with fp16 operands: V's codes paired within one token (bytes 2h, 2h + 1 of one row) instead of
+        # across its two tokens
+        "name": "mutant_fp8_v_pairs_within_token",
+        "variant": "v7_fp8_f16_mma",
+        "edits": [("return __byte_perm(x, y, h ? 0x7362u : 0x5140u);", "return __byte_perm(x, y, h ? 0x7632u : 0x5410u);")],
+        "expect": "outside the attention policy's bound",
+    },
 ]
