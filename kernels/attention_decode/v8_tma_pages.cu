@@ -34,6 +34,7 @@
 #include "kernels/attention_decode/decode.cuh"
 #include "kernels/ptx_sm80.cuh"
 #include "kernels/ptx_sm90.cuh"
+#include "kernels/tma_map.cuh"
 #include "kernels/variant.h"
 
 /* A CTA: CW consumer warps and one producer warp; a ring of STAGES tiles of 16 tokens, each the
@@ -301,38 +302,8 @@ struct cache_maps {
     int boxes;
 };
 
-/* A cache [pages, page_size, kv_heads, head_dim] as the 3-D tensor (head_dim, kv_heads, slots) and a
- * box of 64 columns x 1 head x `rows` slots, 128-byte swizzled into shared memory. */
-static cudaError_t encode_cache(CUtensorMap *map, const void *cache, bool bf16, int64_t head_dim, int64_t kv_heads,
-                                int64_t slots, int rows)
-{
-    static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr; /* a benign race: every writer stores the same */
-    if (!encode) {
-        void *fn = nullptr;
-        cudaDriverEntryPointQueryResult found;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
-                cudaSuccess ||
-            found != cudaDriverEntryPointSuccess || !fn)
-            return cudaErrorNotSupported;
-        encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
-    }
-    const cuuint64_t dims[3] = {(cuuint64_t)head_dim, (cuuint64_t)kv_heads, (cuuint64_t)slots};
-    const cuuint64_t strides[2] = {(cuuint64_t)(head_dim * 2), (cuuint64_t)(kv_heads * head_dim * 2)}; /* bytes */
-    const cuuint32_t box[3] = {64, 1, (cuuint32_t)rows}, unit[3] = {1, 1, 1};
-    const CUresult rc =
-        encode(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3, (void *)cache, dims,
-               strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (rc != CUDA_SUCCESS) {
-        fprintf(stderr, "attention_decode v8_tma_pages: cuTensorMapEncodeTiled failed (%d) for %lld slots of %lld x %lld\n",
-                (int)rc, (long long)slots, (long long)kv_heads, (long long)head_dim);
-        return cudaErrorInvalidValue;
-    }
-    return cudaSuccess;
-}
-
-/* Both caches' maps; the 16-slot boxes only where a page is whole 16-slot runs. No slots (every
- * request empty): zeroed maps, no copy is issued. */
+/* Both caches' maps (kernels/tma_map.cuh encodes each); the 16-slot boxes only where a page is
+ * whole 16-slot runs. No slots (every request empty): zeroed maps, no copy is issued. */
 static cudaError_t make_maps(const struct kl_attention_decode_params *p, struct cache_maps *m)
 {
     memset(m, 0, sizeof *m);
@@ -340,12 +311,12 @@ static cudaError_t make_maps(const struct kl_attention_decode_params *p, struct 
     if (slots == 0) return cudaSuccess;
     const bool bf16 = p->dtype == KL_BF16;
     m->boxes = p->page_size % 16 == 0;
-    cudaError_t rc = encode_cache(&m->k_row, p->k_cache, bf16, p->head_dim, p->num_kv_heads, slots, 1);
-    if (rc == cudaSuccess) rc = encode_cache(&m->v_row, p->v_cache, bf16, p->head_dim, p->num_kv_heads, slots, 1);
-    if (rc == cudaSuccess && m->boxes)
-        rc = encode_cache(&m->k_box, p->k_cache, bf16, p->head_dim, p->num_kv_heads, slots, 16);
-    if (rc == cudaSuccess && m->boxes)
-        rc = encode_cache(&m->v_box, p->v_cache, bf16, p->head_dim, p->num_kv_heads, slots, 16);
+    const char *who = "attention_decode v8_tma_pages";
+    const int64_t hd = p->head_dim, kvh = p->num_kv_heads;
+    cudaError_t rc = kl::encode_cache_map(&m->k_row, p->k_cache, bf16, hd, kvh, slots, 1, who);
+    if (rc == cudaSuccess) rc = kl::encode_cache_map(&m->v_row, p->v_cache, bf16, hd, kvh, slots, 1, who);
+    if (rc == cudaSuccess && m->boxes) rc = kl::encode_cache_map(&m->k_box, p->k_cache, bf16, hd, kvh, slots, 16, who);
+    if (rc == cudaSuccess && m->boxes) rc = kl::encode_cache_map(&m->v_box, p->v_cache, bf16, hd, kvh, slots, 16, who);
     return rc;
 }
 

@@ -15,6 +15,7 @@
 #include <stdio.h>
 
 #include "kernels/attention_prefill/mainloop_sm90.cuh"
+#include "kernels/tma_map.cuh"
 
 namespace kl {
 namespace hopper {
@@ -209,38 +210,12 @@ __device__ __forceinline__ void load_q_rows(T *q_tile, int wg_row0, int bar_id, 
 #endif /* KL_SM90A */
 
 /* ---- host: the tensor map of a K or V cache ----
- * The cache [pages, page_size, kv_heads, head_dim] seen as a 3-D tensor (head_dim, kv_heads, slots),
- * slot = page * page_size + position in the page, and a box of 64 columns x 1 head x box_rows slots:
- * one page's rows of one 64-column block (or box_rows rows of a longer page), written into shared
- * memory 128-byte swizzled, a block of a swizzled_tile. cuTensorMapEncodeTiled comes through the
- * runtime's driver entry point, so nothing links libcuda. cudaErrorNotSupported where the driver
- * lacks it. */
+ * A box of box_rows slots is one page's rows of one 64-column block (or box_rows rows of a longer
+ * page), a block of a swizzled_tile once in shared memory; kernels/tma_map.cuh encodes it. */
 inline cudaError_t make_cache_map(CUtensorMap *map, const void *cache, bool bf16, int64_t head_dim,
                                   int64_t kv_heads, int64_t slots, int box_rows)
 {
-    static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
-    if (!encode) {
-        void *fn = nullptr;
-        cudaDriverEntryPointQueryResult found;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
-                cudaSuccess ||
-            found != cudaDriverEntryPointSuccess || !fn)
-            return cudaErrorNotSupported;
-        encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
-    }
-    const cuuint64_t dims[3] = {(cuuint64_t)head_dim, (cuuint64_t)kv_heads, (cuuint64_t)slots};
-    const cuuint64_t strides[2] = {(cuuint64_t)(head_dim * 2), (cuuint64_t)(kv_heads * head_dim * 2)}; /* bytes */
-    const cuuint32_t box[3] = {64, 1, (cuuint32_t)box_rows}, unit[3] = {1, 1, 1};
-    const CUresult rc =
-        encode(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3, (void *)cache, dims,
-               strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (rc != CUDA_SUCCESS) {
-        fprintf(stderr, "attention_prefill: cuTensorMapEncodeTiled failed (%d) for a %lld x %lld x %lld cache\n",
-                (int)rc, (long long)head_dim, (long long)kv_heads, (long long)slots);
-        return cudaErrorInvalidValue;
-    }
-    return cudaSuccess;
+    return kl::encode_cache_map(map, cache, bf16, head_dim, kv_heads, slots, box_rows, "attention_prefill");
 }
 
 /* Host: TMA per page when a page is whole 16-row boxes that tile the key tile (or the tile tiles the

@@ -38,6 +38,7 @@
 #include "kernels/attention_decode/decode.cuh"
 #include "kernels/ptx_sm80.cuh"
 #include "kernels/ptx_sm90.cuh"
+#include "kernels/tma_map.cuh"
 #include "kernels/variant.h"
 #include "lab/core/registry.h"
 
