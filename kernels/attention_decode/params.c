@@ -31,8 +31,8 @@ static cudaError_t check(const struct kl_attention_decode_params *p, const char 
         bad = "k_cache, v_cache and kv_indices must be set";
     else if (multi && p->qo_indptr && (p->max_q_len < 1 || p->max_q_len > KL_DECODE_MAX_Q_LEN))
         bad = "max_q_len must be 1..8 with qo_indptr set";
-    else if (s == FP8 && p->v_scale && !p->k_scale) bad = "k_scale must be set with v_scale (an FP8 cache)";
-    else if (s == FP8 && p->k_scale && !p->v_scale) bad = "v_scale must be set with k_scale (an FP8 cache)";
+    else if (p->v_scale && !p->k_scale) bad = "k_scale must be set with v_scale (an FP8 cache)";
+    else if (p->k_scale && !p->v_scale) bad = "v_scale must be set with k_scale (an FP8 cache)";
     else if (s == FP8 && p->k_scale && p->dtype == KL_F32) bad = "dtype must be fp16 or bf16 (q and out) with an FP8 cache";
     if (!bad && p->qo_indptr && !multi) return cudaErrorNotSupported; /* one query row per request only */
     if (!bad && p->k_scale && s != FP8) return cudaErrorNotSupported; /* the caches hold e4m3 codes */

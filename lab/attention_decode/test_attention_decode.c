@@ -139,6 +139,36 @@ Test(attention_decode, launch_checks_take_qo_indptr_only_from_variants_that_decl
     cr_assert_eq(kl_attention_decode_check_params_multi(&p, "test"), cudaSuccess);
 }
 
+Test(attention_decode, launch_checks_take_an_fp8_cache_only_from_variants_that_declare_it)
+{
+    /* Host-side checks only (no launch): pointers are placeholders never read. */
+    static int32_t dummy[16];
+    static const float scale[2] = {1, 1};
+    struct kl_attention_decode_params p = {.q = dummy, .k_cache = dummy, .v_cache = dummy, .kv_indptr = dummy,
+                                           .kv_indices = dummy, .kv_last_page_len = dummy, .out = dummy,
+                                           .lse = (float *)dummy, .batch = 2, .num_qo_heads = 8, .num_kv_heads = 2,
+                                           .head_dim = 128, .page_size = 16, .num_pages = 4, .max_kv_len = 40,
+                                           .sm_scale = 0.1f, .dtype = KL_BF16, .k_scale = scale, .v_scale = scale};
+    cr_assert_eq(kl_attention_decode_check_params(&p, "test"), cudaErrorNotSupported,
+                 "a 16-bit variant must skip an FP8 cache, never read its codes");
+    cr_assert_eq(kl_attention_decode_check_params_multi(&p, "test"), cudaErrorNotSupported);
+    cr_assert_eq(kl_attention_decode_check_params_fp8(&p, "test"), cudaSuccess);
+    /* Half an FP8 call is an error for every variant: a 16-bit one must not take it as its own. */
+    p.k_scale = NULL;
+    cr_assert_eq(kl_attention_decode_check_params(&p, "test"), cudaErrorInvalidValue, "v_scale alone accepted");
+    cr_assert_eq(kl_attention_decode_check_params_multi(&p, "test"), cudaErrorInvalidValue);
+    cr_assert_eq(kl_attention_decode_check_params_fp8(&p, "test"), cudaErrorInvalidValue);
+    p.k_scale = scale, p.v_scale = NULL;
+    cr_assert_eq(kl_attention_decode_check_params(&p, "test"), cudaErrorInvalidValue, "k_scale alone accepted");
+    cr_assert_eq(kl_attention_decode_check_params_fp8(&p, "test"), cudaErrorInvalidValue);
+    p.v_scale = scale, p.dtype = KL_F32;
+    cr_assert_eq(kl_attention_decode_check_params_fp8(&p, "test"), cudaErrorInvalidValue, "float32 q accepted");
+    p.dtype = KL_BF16, p.k_scale = p.v_scale = NULL;
+    cr_assert_eq(kl_attention_decode_check_params_fp8(&p, "test"), cudaErrorNotSupported,
+                 "an FP8 variant must skip 16-bit caches");
+    cr_assert_eq(kl_attention_decode_check_params(&p, "test"), cudaSuccess);
+}
+
 Test(attention_decode, the_workspace_holds_a_partial_for_every_draft_row)
 {
     /* With qo_indptr the partials are per (split, request x max_q_len slot, head) and the merge
