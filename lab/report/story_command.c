@@ -29,7 +29,7 @@ static const struct kl_opt story_opts[] = {
     [STORY_SEED] = {"--seed", KL_OPT_NUMBER, "N", "weights and prompts (default 1)"},
     [STORY_OUT] = {"--out", KL_OPT_VALUE, "DIR", "writes DIR/story.json (the results), DIR/story.md and DIR/story-trace.json (default story-out)"},
     [STORY_TINY] = {"--tiny", KL_OPT_FLAG, NULL, "the check's tiny model (hidden 256, 4/2 heads, vocab 512) instead of Llama's shapes"},
-    [STORY_KV] = {"--kv", KL_OPT_VALUE, "bf16|fp8", "the KV cache decode reads (default bf16); fp8: e4m3 with a scale per (layer, kv head), written by store's fused v4_rope_quant_store, read by attention_decode's v6_fp8_tensor_cores; prefill and extend still attend over bf16 K/V (no FP8 prefill kernel); writes DIR/story-fp8.json, not story.json"},
+    [STORY_KV] = {"--kv", KL_OPT_VALUE, "bf16|fp8", "the KV cache decode reads (default bf16); fp8: e4m3 with a scale per (layer, kv head), written by store's fused " KL_STORY_FP8_STORE ", read by attention_decode's " KL_STORY_FP8_DECODE "; prefill and extend still attend over bf16 K/V (no FP8 prefill kernel); writes DIR/story-fp8.json, not story.json"},
     {0},
 };
 const struct kl_command kl_story_command = {

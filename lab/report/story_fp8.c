@@ -9,6 +9,7 @@
 #include "lab/core/guide.h"
 #include "lab/core/json_path.h"
 #include "lab/report/story_doc.h"
+#include "lab/story/story.h"
 
 /* One run's eager decode: the median step's GPU time and the shares of its kernel time. */
 struct decode_figures {
@@ -79,7 +80,7 @@ void kl_sd_section_fp8(FILE *f, const struct kl_story_doc *d)
         "store for the FP8 one, then rope on K and the bf16 store). The scale is the weights' bound on |K| (|V|) "
         "over 448, so no code saturates; e4m3 keeps 3 mantissa bits for every value above scale/64, so the "
         "headroom costs precision only in the subnormals.\n\n",
-        "v4_rope_quant_store", "v6_fp8_tensor_cores");
+        KL_STORY_FP8_STORE, KL_STORY_FP8_DECODE);
     if (!fp8) {
         fprintf(f,
                 "FP8 decode: not measured (no story-fp8.json in the results: `build/kernlab story --kv fp8 --out DIR`, "

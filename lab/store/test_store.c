@@ -201,13 +201,16 @@ Test(store_gpu, launchers_reject_bad_shapes_without_launching)
     for (int i = 0; i < kl_variant_count("store", false); i++) {
         const struct kl_variant *v = kl_variant_at("store", i, false);
         kl_store_launch_fn f = (kl_store_launch_fn)v->launch;
-        /* Each family rejects its own bad calls and declines the other family's (a SKIP). */
+        /* Each family rejects its own bad calls and declines the other family's (a SKIP): exactly one
+         * of the two kinds of call is declined, so a launcher that declines everything fails here. */
+        int declined = 0;
         for (int fused = 0; fused < 2; fused++) {
             struct kl_store_params bad = {.num_tokens = 4, .num_kv_heads = 0, .head_dim = 128, .num_slots = 8,
                                           .dtype = KL_BF16, .fused = fused, .num_qo_heads = 8, .rotary_dim = 128,
                                           .max_pos = 16};
             cudaError_t rc = f(&bad, 0);
             const bool declines = rc == cudaErrorNotSupported;
+            declined += declines;
             cr_expect(rc == cudaErrorInvalidValue || declines, "%s accepted num_kv_heads=0", v->name);
             bad.num_kv_heads = 8, bad.head_dim = 0;
             cr_expect_eq(f(&bad, 0), declines ? cudaErrorNotSupported : cudaErrorInvalidValue,
@@ -216,5 +219,6 @@ Test(store_gpu, launchers_reject_bad_shapes_without_launching)
             cr_expect_eq(f(&bad, 0), declines ? cudaErrorNotSupported : cudaErrorInvalidValue,
                          "%s accepted NULL pointers", v->name);
         }
+        cr_expect_eq(declined, 1, "%s declined %d of the two families' calls, not one", v->name, declined);
     }
 }

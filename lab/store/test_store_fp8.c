@@ -168,32 +168,34 @@ int kl_store_test_fused_f32(const void *prob, struct kl_outputs *o, struct kl_er
     return 0;
 }
 
+/* The fused goldens (golden/store/fp8_*). */
+static const char *const fused_goldens[] = {"fp8_page1_bf16_gqa4", "fp8_page16_fp16_interleaved",
+                                            "fp8_prefill_256_bf16", "fp8_saturate_negzero_ties_bf16",
+                                            "fp8_all_skipped_fp16"};
+
 /* The fused goldens through model m, judged as a variant is: the names of those that fail. */
 static int fused_failures(enum fused_model m, char *failed, size_t len)
 {
-    static const char *const names[] = {"fp8_page1_bf16_gqa4", "fp8_page16_fp16_interleaved",
-                                        "fp8_saturate_negzero_ties_bf16", "fp8_prefill_256_bf16",
-                                        "fp8_all_skipped_fp16"};
     const struct kl_module *mod = kl_module_find("store");
     int failures = 0;
     size_t off = 0;
     failed[0] = 0;
-    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+    for (size_t k = 0; k < sizeof fused_goldens / sizeof fused_goldens[0]; k++) {
         char dir[1200];
         struct kl_case c;
         struct kl_err err = {{0}};
         struct kl_outputs want = {0}, got = {0};
         struct kl_verdict vd;
-        snprintf(dir, sizeof dir, KL_SOURCE_DIR "/golden/store/%s", names[k]);
+        snprintf(dir, sizeof dir, KL_SOURCE_DIR "/golden/store/%s", fused_goldens[k]);
         cr_assert_eq(kl_case_open(&c, dir, &err), 0, "%s", err.msg);
         struct kl_store_problem *p = mod->tensor->load(&c, &want, &err);
-        cr_assert(p && p->fused, "%s: %s", names[k], err.msg);
+        cr_assert(p && p->fused, "%s: %s", fused_goldens[k], err.msg);
         fused_model(m, p, &got);
         kl_compare_outputs(&got, &want, false, &vd);
         if (vd.status == KL_FAIL) {
             failures++;
-            off += (size_t)snprintf(failed + off, off < len ? len - off : 0, "%s ", names[k]);
-            cr_log_info("%s on %s: %s", kmodel[m], names[k], vd.why);
+            off += (size_t)snprintf(failed + off, off < len ? len - off : 0, "%s ", fused_goldens[k]);
+            cr_log_info("%s on %s: %s", kmodel[m], fused_goldens[k], vd.why);
         }
         mod->tensor->free(p);
         kl_outputs_free(&want), kl_outputs_free(&got);
@@ -248,17 +250,15 @@ Test(store, every_fused_reference_mutant_fails_the_fused_goldens)
 Test(store, fused_goldens_cover_pages_1_and_16_gqa_both_dtypes_skips_and_a_prefill)
 {
     const struct kl_module *mod = kl_module_find("store");
-    const char *names[] = {"fp8_page1_bf16_gqa4", "fp8_page16_fp16_interleaved", "fp8_prefill_256_bf16",
-                           "fp8_saturate_negzero_ties_bf16", "fp8_all_skipped_fp16"};
     bool page1 = false, page16 = false, gqa = false, bf16 = false, fp16 = false, skip = false, prefill = false;
     bool negzero = false;
-    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+    for (size_t k = 0; k < sizeof fused_goldens / sizeof fused_goldens[0]; k++) {
         char dir[1200];
         struct kl_case c;
         struct kl_err err = {{0}};
         struct kl_outputs want = {0};
         long long page = 0;
-        snprintf(dir, sizeof dir, KL_SOURCE_DIR "/golden/store/%s", names[k]);
+        snprintf(dir, sizeof dir, KL_SOURCE_DIR "/golden/store/%s", fused_goldens[k]);
         cr_assert_eq(kl_case_open(&c, dir, &err), 0, "%s", err.msg);
         cr_assert_eq(kl_case_param_int(&c, "page_size", 1, &page, &err), 0);
         struct kl_store_problem *p = mod->tensor->load(&c, &want, &err);
