@@ -29,7 +29,8 @@
  * shots and the copy-out. PDL as v8 (every read and store after griddepcontrol.wait).
  * Expect: per rank 2 (world-1)/world x n bytes stored over NVLink, as v5 reads, with one one-way
  * trip per shot instead of v5's copy-in and two barrier round trips; and 2 (world-1)/world x n
- * local bytes emptied, off the critical path. A size switch hands it 1-8 MB.
+ * local bytes emptied, off the critical path. v6_switch hands it the sizes between its two
+ * thresholds (kernels/allreduce/v6_switch.cu).
  * Run alone: build/kernlab bench allreduce --variant v9_lamport_twoshot */
 #include <stdio.h>
 

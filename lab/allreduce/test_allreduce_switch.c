@@ -43,7 +43,7 @@ static int mixed_sizes(const char *variant, char *msg, size_t len)
             if (run.b->job[k].n_bad[r] && !problems++)
                 snprintf(msg, len, "job %d (n=%lld), rank %d: %s", k, (long long)ksizes[k], r, run.b->job[k].note[r]);
     kl_ar_run_end(&run);
-    unsetenv("KL_AR_ONESHOT_MAX"), unsetenv("KL_AR_TWOSHOT_MAX");
+    unsetenv("KL_AR_ONESHOT_MAX"), unsetenv("KL_AR_TWOSHOT_MAX"), unsetenv("KL_AR_SPIN_TIMEOUT_S");
     return problems;
 }
 

@@ -43,7 +43,8 @@ struct kl_attention_decode_problem *kl_attention_decode_problem_random_multi(
 void kl_attention_decode_problem_free(struct kl_attention_decode_problem *p);
 /* Turns a random problem (one query row per request, dtype fp16 or bf16) into one on an FP8 cache:
  * every attended cache value x becomes the code e4m3(24 x), poison rows NaN codes, and kv head g's
- * scales are kl_attention_decode_fp8_scale(g) times 1/24 (so the values stay near x). */
+ * scales are kl_attention_decode_fp8_scale(g) times 1/24, so a decoded value is about x times that
+ * scale (0.003 .. 0.05 x): the logits are small and the softmax nearly flat unless q is scaled up. */
 void kl_attention_decode_problem_to_fp8(struct kl_attention_decode_problem *p);
 /* A factor of ten between neighbouring kv heads, so another head's scale is visibly wrong: k_scale
  * 0.03 (1 + 0.37 g) / 10^(g % 2), v_scale 0.05 (1 + 0.61 g) / 10^((g + 1) % 2) (the goldens' too). */
