@@ -24,8 +24,7 @@ static int by_module_name(const void *a, const void *b)
     return strcmp((*(const struct kl_module *const *)a)->name, (*(const struct kl_module *const *)b)->name);
 }
 
-/* N of a "vN_..." name; false for names without that prefix (mutants). */
-static bool variant_number(const char *name, unsigned long long *n)
+bool kl_variant_number(const char *name, unsigned long long *n)
 {
     if (name[0] != 'v' || !isdigit((unsigned char)name[1])) return false;
     char *end;
@@ -37,7 +36,7 @@ static bool variant_number(const char *name, unsigned long long *n)
 int kl_variant_name_cmp(const char *a, const char *b)
 {
     unsigned long long na = 0, nb = 0;
-    bool ha = variant_number(a, &na), hb = variant_number(b, &nb);
+    bool ha = kl_variant_number(a, &na), hb = kl_variant_number(b, &nb);
     if (ha != hb) return ha ? -1 : 1;
     if (ha && na != nb) return na < nb ? -1 : 1;
     return strcmp(a, b);

@@ -175,6 +175,8 @@ struct kl_module {
     __attribute__((used, section("kl_modules"))) const struct kl_module                      \
         *kl_module_ptr_##mod = &kl_module_desc_##mod
 
+/* N of a "vN_..." name (a rung of the ladder); false for names without that prefix (mutants, peers). */
+bool kl_variant_number(const char *name, unsigned long long *n);
 /* Variant names in ladder order: by the number N of "vN_" (v10_x after v9_x, where strcmp
  * would put it before v2_x), then by name; names without a number (mutants) last. */
 int kl_variant_name_cmp(const char *a, const char *b);

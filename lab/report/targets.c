@@ -302,12 +302,6 @@ void kl_rep_section_reproduce(FILE *f, const struct kl_guide *md)
 }
 
 
-/* "vN_..." : a rung of the ladder (mutants and peers have no number). */
-static bool numbered(const char *v)
-{
-    const size_t n = strspn(v + (v[0] == 'v'), "0123456789");
-    return v[0] == 'v' && n > 0 && v[1 + n] == '_';
-}
 
 static int by_rung(const void *a, const void *b) { return kl_variant_name_cmp(*(const char *const *)a, *(const char *const *)b); }
 
@@ -317,7 +311,7 @@ void kl_rep_section_ladder(FILE *f, const struct kl_guide *md)
     const char *rungs[64];
     int n = 0;
     for (int i = 0; i < md->n_variants; i++)
-        if (numbered(md->variants[i])) rungs[n++] = md->variants[i];
+        if (kl_variant_number(md->variants[i], &(unsigned long long){0})) rungs[n++] = md->variants[i];
     qsort(rungs, (size_t)n, sizeof rungs[0], by_rung);
     if (n < 2) return;
     fprintf(f,
