@@ -98,14 +98,12 @@ bool kl_bench_wants(const struct kl_bench_args *a, const char *name)
     }
 }
 
-/* The first name of the list that is none of the module's workloads (an empty name counts), or NULL. */
-static const char *unknown_workload(const struct kl_perf_ops *ops, const char *list)
+const char *kl_bench_unknown_workload(const char *list, const char *const *names, int n)
 {
     for (const char *p = list;; p++) {
         const size_t len = strcspn(p, ",");
         bool found = false;
-        for (int i = 0; i < ops->n_workloads; i++)
-            found |= strlen(ops->workloads[i].name) == len && strncmp(p, ops->workloads[i].name, len) == 0;
+        for (int i = 0; i < n; i++) found |= strlen(names[i]) == len && strncmp(p, names[i], len) == 0;
         if (!found) return p;
         p += len;
         if (!*p) return NULL;
@@ -494,7 +492,11 @@ int kl_cmd_bench(int argc, char **argv)
     if (one && a.variant && !asked)
         return kl_usage_error(&kl_bench_command, "--variant '%s': no such variant of %s", a.variant, one->name);
     if (one && a.workload && one->perf && !one->bench) {
-        const char *unknown = unknown_workload(one->perf, a.workload);
+        const char *names[KL_BENCH_MAX_WORKLOADS];
+        int n = 0;
+        for (int i = 0; i < one->perf->n_workloads && n < KL_BENCH_MAX_WORKLOADS; i++)
+            names[n++] = one->perf->workloads[i].name;
+        const char *unknown = kl_bench_unknown_workload(a.workload, names, n);
         if (unknown)
             return kl_usage_error(&kl_bench_command, "--workload '%.*s': no such workload of %s",
                                   (int)strcspn(unknown, ","), unknown, one->name);

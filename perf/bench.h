@@ -298,6 +298,10 @@ int kl_cmd_ceilings(int argc, char **argv);
 int kl_cmd_bench(int argc, char **argv);
 /* Whether the run takes this workload: a->workload is NULL or names it in its comma list. */
 bool kl_bench_wants(const struct kl_bench_args *a, const char *workload);
+/* The first name of the comma list that is none of names[0..n) (an empty name counts), or NULL:
+ * a module's own bench refuses it as the generic one does. */
+#define KL_BENCH_MAX_WORKLOADS 64
+const char *kl_bench_unknown_workload(const char *list, const char *const *names, int n);
 
 #ifdef __cplusplus
 }

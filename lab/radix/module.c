@@ -542,11 +542,12 @@ static int radix_bench(const struct kl_bench_args *args)
         fprintf(stderr, "bench radix: no variant named \"%s\"\n", args->variant);
         return -2;
     }
-    int nw = (int)(sizeof workloads / sizeof *workloads), any = 0;
-    for (int i = 0; i < nw; i++)
-        any |= kl_bench_wants(args, workloads[i].name);
-    if (!any) {
-        fprintf(stderr, "bench radix: no workload named \"%s\" (have:", args->workload);
+    const int nw = (int)(sizeof workloads / sizeof *workloads);
+    const char *names[sizeof workloads / sizeof *workloads];
+    for (int i = 0; i < nw; i++) names[i] = workloads[i].name;
+    const char *unknown = args->workload ? kl_bench_unknown_workload(args->workload, names, nw) : NULL;
+    if (unknown) {
+        fprintf(stderr, "bench radix: no workload named \"%.*s\" (have:", (int)strcspn(unknown, ","), unknown);
         for (int i = 0; i < nw; i++)
             fprintf(stderr, " %s", workloads[i].name);
         fprintf(stderr, ")\n");
