@@ -21,20 +21,19 @@
  * 0-15 K, 16-31 V) as head_dim / 64 boxes of 64 columns x 1 row, through a second map per cache,
  * landing at the row's place in the same swizzled layout; rows past the chunk copy its last token
  * again (finite data whose score is masked), so every tile carries the same bytes on its full
- * barrier. The rest is v5's: warp 4 produces, consumer warp i % 4 computes tile i with mma.sync
- * and hands its stage back on the empty barrier (all 32 lanes arrive), pages looked up 4 x 32
- * tokens ahead, the split plan from the shape alone, the last CTA of a request merges, PDL.
+ * barrier. The producer's loop and the maps are page_ring.cuh's (v9 shares them). The rest is
+ * v5's: warp 4 produces, consumer warp i % 4 computes tile i with mma.sync and hands its stage
+ * back on the empty barrier (all 32 lanes arrive), pages looked up 4 x 32 tokens ahead, the split
+ * plan from the shape alone, the last CTA of a request merges, PDL.
  * Bound: the read bandwidth. bf16/fp16, head_dim 64/128/256, sm_90a (fp32: cudaErrorNotSupported).
  * Run alone: build/kernlab bench attention_decode --variant v8_tma_pages */
-#include <cudaTypedefs.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <string.h>
 
 #include "kernels/attention_decode/decode.cuh"
+#include "kernels/attention_decode/page_ring.cuh"
 #include "kernels/ptx_sm80.cuh"
 #include "kernels/ptx_sm90.cuh"
-#include "kernels/tma_map.cuh"
 #include "kernels/variant.h"
 
 /* A CTA: CW consumer warps and one producer warp; a ring of STAGES tiles of 16 tokens, each the
@@ -46,11 +45,9 @@ template <typename T, int HD, int CW, int STAGES_> struct tma_shape {
     static constexpr uint32_t BLOCK_BYTES = 16 * 128; /* one block of a tile: one 16-row box */
     static constexpr uint32_t TILE_HALF = BLOCKS * BLOCK_BYTES;   /* K (or V) of a tile */
     static constexpr uint32_t STAGE_BYTES = 2 * TILE_HALF;        /* a stage: K then V */
-    static constexpr uint32_t TILE_BYTES = STAGE_BYTES;           /* what a stage's copies bring */
     static constexpr int ROW = HD + 2;               /* merged rows: acc, m, l */
     static constexpr int RING = STAGES * STAGE_BYTES;             /* bytes of the ring */
     static constexpr int SMEM = 1024 + RING + 2 * STAGES * 8;     /* alignment slack, the ring, its barriers */
-    static constexpr int AHEAD = 4;                  /* groups of 32 tokens whose pages are looked up early */
     static_assert(sizeof(T) == 2 && HD % 64 == 0, "16-bit rows of whole 64-column blocks");
     /* Stage s is always consumed by warp s % CW, so its empty barrier counts that warp's 32 lanes. */
     static_assert(STAGES % CW == 0, "each stage belongs to one consumer warp");
@@ -86,7 +83,7 @@ static __global__ void __launch_bounds__(32 * (CW + 1))
     uint4 *ring = reinterpret_cast<uint4 *>(kl::ptx::align_1024(smem_raw)); /* the swizzle's atom */
     uint64_t *full = reinterpret_cast<uint64_t *>(ring + S::RING / 16), *empty = full + STAGES; /* after the ring */
     const uint32_t ring_at = kl::ptx::smem_addr(ring);
-    __shared__ bool last;
+    __shared__ bool last; /* this CTA merges the request's partials */
     /* Set up before waiting on the previous kernel: this overlaps its tail. */
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; s++) kl::ptx::mbar_init(&full[s], 1), kl::ptx::mbar_init(&empty[s], 32);
@@ -113,58 +110,8 @@ static __global__ void __launch_bounds__(32 * (CW + 1))
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0}; /* heads 2 tq and 2 tq + 1 */
 
     if (warp == S::PRODUCER) {
-        /* Lane j of the producer looks up the slot of token t0 + 32 k + j (group k: tiles 2k and
-         * 2k + 1); a token past t1 takes t1 - 1's slot. ahead[k % AHEAD] holds group k's slots from
-         * AHEAD groups before its copies, so the page-table loads overlap the ring's waits. */
-        const int32_t *pages = p.kv_indices + p.kv_indptr[b];
-        const int ps = (int)p.page_size, groups = (tiles + 1) / 2;
-        auto slot_of = [&](int k) {
-            if (32 * k >= t1 - t0) return 0; /* past the chunk: never copied */
-            const int t = min(t0 + 32 * k + lane, t1 - 1);
-            return pages[t / ps] * ps + t % ps;
-        };
-        int ahead[S::AHEAD];
-#pragma unroll
-        for (int k = 0; k < S::AHEAD; k++) ahead[k] = slot_of(k);
-        /* A gathered tile: lanes 0-15 copy row lane % 16 of its K, lanes 16-31 the same row of its V. */
-        const CUtensorMap *row_map = lane < 16 ? &k_row : &v_row;
-        const uint32_t row_dst = (lane / 16) * S::TILE_HALF + (lane % 16) * 128;
-        for (int k0 = 0; k0 < groups; k0 += S::AHEAD) {
-#pragma unroll
-            for (int kk = 0; kk < S::AHEAD; kk++) {
-                const int k = k0 + kk;
-                if (k >= groups) break;
-                const int slots = ahead[kk];
-                ahead[kk] = slot_of(k + S::AHEAD);
-#pragma unroll
-                for (int half = 0; half < 2; half++) {
-                    const int i = 2 * k + half, st = i % STAGES;
-                    if (i >= tiles) break;
-                    const int slot = __shfl_sync(0xffffffffu, slots, 16 * half + lane % 16);
-                    const int first = __shfl_sync(0xffffffffu, slots, 16 * half); /* the tile's token 0 */
-                    /* Round i / STAGES of stage st: wait until its consumer handed back round
-                     * i / STAGES - 1 (round 0 passes: a fresh barrier's parity-1 phase counts as done). */
-                    kl::ptx::mbar_wait(&empty[st], (i / STAGES & 1) ^ 1);
-                    if (lane == 0) kl::ptx::mbar_arrive_expect(&full[st], S::TILE_BYTES);
-                    __syncwarp();
-                    const uint32_t stage = ring_at + st * S::STAGE_BYTES;
-                    if (boxes && 16 * i + 16 <= t1 - t0) {
-                        /* 16 whole slots of one page (t0 + 16 i is a multiple of 16, and so is the
-                         * page size): lane j < 2 BLOCKS copies block j % BLOCKS of K (j < BLOCKS) or V. */
-                        if (lane < 2 * S::BLOCKS) {
-                            const int kv = lane / S::BLOCKS, blk = lane % S::BLOCKS;
-                            kl::ptx::tma_load_3d(stage + kv * S::TILE_HALF + blk * S::BLOCK_BYTES, kv ? &v_box : &k_box,
-                                                 64 * blk, g, first, &full[st]);
-                        }
-                    } else {
-#pragma unroll
-                        for (int blk = 0; blk < S::BLOCKS; blk++)
-                            kl::ptx::tma_load_3d(stage + row_dst + blk * S::BLOCK_BYTES, row_map, 64 * blk, g, slot,
-                                                 &full[st]);
-                    }
-                }
-            }
-        }
+        kl::decode::produce_page_tiles<STAGES, S::BLOCKS, 64>(&k_box, &v_box, &k_row, &v_row, boxes, p, b, g, t0, t1,
+                                                              ring_at, full, empty);
     } else {
         /* Q^T as the B operand of every k-step (d = 16 ks + 2 tq .. , head gq), loaded once. */
         uint32_t qf[S::KSTEPS][2];
@@ -231,10 +178,11 @@ static __global__ void __launch_bounds__(32 * (CW + 1))
         }
     }
     /* Every tile issued was waited for by its consumer, so no copy is in flight: the ring becomes
-     * the merge area (plain floats: the swizzle only concerned the tiles). The one block-wide barrier of the key loop's lifetime. */
+     * the merge area (plain floats: the swizzle only concerned the tiles). The one block-wide
+     * barrier of the key loop's lifetime. */
     __syncthreads();
 
-    float *mrg = reinterpret_cast<float *>(ring), *res = mrg + CW * 8 * S::ROW;
+    float *mrg = reinterpret_cast<float *>(ring);
     if (warp < CW) { /* each consumer's state: l summed over the lanes sharing a head first */
 #pragma unroll
         for (int off = 4; off < 32; off <<= 1) {
@@ -249,46 +197,7 @@ static __global__ void __launch_bounds__(32 * (CW + 1))
         }
         if (gq == 0) w0[HD] = m[0], w0[HD + 1] = l[0], w1[HD] = m[1], w1[HD + 1] = l[1];
     }
-    __syncthreads();
-    /* The consumers merged: res[h] = (acc on the common max, that max, the sum). A warp with no
-     * tile has m = -inf and weighs 0. */
-    for (int i = threadIdx.x; i < nh * S::ROW; i += S::THREADS) {
-        const int h = i / S::ROW, d = i % S::ROW;
-        float mx = -INFINITY, sum = 0;
-        for (int w = 0; w < CW; w++) mx = fmaxf(mx, mrg[(w * 8 + h) * S::ROW + HD]);
-        for (int w = 0; w < CW; w++) {
-            const float *row = mrg + (w * 8 + h) * S::ROW;
-            sum += (d == HD ? 0.f : row[d]) * (mx == -INFINITY ? 0.f : exp2f(row[HD] - mx));
-        }
-        res[i] = d == HD ? mx : sum;
-    }
-    __syncthreads();
-
-    if (splits == 1) { /* the whole request in this CTA: write the output */
-        for (int i = threadIdx.x; i < nh * HD; i += S::THREADS) {
-            const int h = i / HD, d = i % HD;
-            const float *r = res + h * S::ROW;
-            static_cast<T *>(p.out)[((int64_t)b * p.num_qo_heads + h0 + h) * HD + d] = kl::from_f32<T>(r[d] / r[HD + 1]);
-            if (d == 0) p.lse[(int64_t)b * p.num_qo_heads + h0 + h] = (r[HD] + log2f(r[HD + 1])) * 0.69314718056f;
-        }
-        return;
-    }
-    for (int i = threadIdx.x; i < nh * S::ROW; i += S::THREADS)
-        kl::decode::partial(p, split, b, h0 + i / S::ROW)[i % S::ROW] = res[i];
-    /* Publish the partial, then count it (v4's scheme): the fence makes this thread's partial
-     * stores visible device-wide before the barrier lets thread 0 increment the counter; the CTA
-     * that brings the count to `splits` merges, reading the partials through L2. */
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        unsigned *counter = kl::decode::counters(p) + ((int64_t)b * p.num_kv_heads + g) * blocks + blockIdx.y % blocks;
-        last = atomicAdd(counter, 1u) == (unsigned)splits - 1;
-        if (last) *counter = 0; /* every other CTA of this request has counted: reset for the next launch */
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    kl::decode::merge_partials<T>(p, b, h0, nh, splits, reinterpret_cast<float *>(ring));
+    kl::decode::finish_ring_cta<T, HD, CW>(p, mrg, last, b, g, h0, nh, split, splits);
 #else
     __trap(); /* built without sm_90a: the launcher is only reached on sm_90 (min_cc) */
 #endif
@@ -296,33 +205,9 @@ static __global__ void __launch_bounds__(32 * (CW + 1))
 
 /* ---- host ---- */
 
-/* The tensor maps of one launch: both caches, as 16-slot boxes (boxes 1) and as single slots. */
-struct cache_maps {
-    CUtensorMap k_box, v_box, k_row, v_row;
-    int boxes;
-};
-
-/* Both caches' maps (kernels/tma_map.cuh encodes each); the 16-slot boxes only where a page is
- * whole 16-slot runs. No slots (every request empty): zeroed maps, no copy is issued. */
-static cudaError_t make_maps(const struct kl_attention_decode_params *p, struct cache_maps *m)
-{
-    memset(m, 0, sizeof *m);
-    const int64_t slots = p->num_pages * p->page_size;
-    if (slots == 0) return cudaSuccess;
-    const bool bf16 = p->dtype == KL_BF16;
-    m->boxes = p->page_size % 16 == 0;
-    const char *who = "attention_decode v8_tma_pages";
-    const int64_t hd = p->head_dim, kvh = p->num_kv_heads;
-    cudaError_t rc = kl::encode_cache_map(&m->k_row, p->k_cache, bf16, hd, kvh, slots, 1, who);
-    if (rc == cudaSuccess) rc = kl::encode_cache_map(&m->v_row, p->v_cache, bf16, hd, kvh, slots, 1, who);
-    if (rc == cudaSuccess && m->boxes) rc = kl::encode_cache_map(&m->k_box, p->k_cache, bf16, hd, kvh, slots, 16, who);
-    if (rc == cudaSuccess && m->boxes) rc = kl::encode_cache_map(&m->v_box, p->v_cache, bf16, hd, kvh, slots, 16, who);
-    return rc;
-}
-
 template <typename T, int HD, int CW, int STAGES>
 static cudaError_t launch_shape(const struct kl_attention_decode_params *p, struct kl_decode_split plan,
-                                const struct cache_maps &m, cudaStream_t stream)
+                                const kl::decode::page_maps &m, cudaStream_t stream)
 {
     using S = tma_shape<T, HD, CW, STAGES>;
     static bool configured = false; /* once per instantiation: more than 48 KB of shared memory */
@@ -347,7 +232,7 @@ static cudaError_t launch_shape(const struct kl_attention_decode_params *p, stru
  * keep the ring near the same bytes and three CTAs per SM. */
 template <typename T, int HD>
 static cudaError_t launch_hd(const struct kl_attention_decode_params *p, struct kl_decode_split plan,
-                             const struct cache_maps &m, cudaStream_t stream)
+                             const kl::decode::page_maps &m, cudaStream_t stream)
 {
     if constexpr (HD == 256) return launch_shape<T, HD, 4, 4>(p, plan, m, stream);
     else return launch_shape<T, HD, 4, 8>(p, plan, m, stream);
@@ -368,8 +253,9 @@ static cudaError_t launch(const struct kl_attention_decode_params *p, cudaStream
                 kl_attention_decode_workspace_for(p, plan.splits));
         return cudaErrorInvalidValue;
     }
-    struct cache_maps maps;
-    rc = make_maps(p, &maps);
+    kl::decode::page_maps maps;
+    rc = kl::decode::make_page_maps(p, p->dtype == KL_BF16 ? kl::cache_elem::bf16 : kl::cache_elem::f16,
+                                    "attention_decode v8_tma_pages", &maps);
     if (rc != cudaSuccess) return rc;
     if (p->dtype == KL_BF16) {
         KL_DISPATCH_HEAD_DIM(p->head_dim, HD, return launch_hd<__nv_bfloat16, HD>(p, plan, maps, stream));

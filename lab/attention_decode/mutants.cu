@@ -28,7 +28,9 @@
  * then v8_tma_pages recompiled with its ldmatrix addresses unswizzled:
  *   v8_no_swizzle         the consumers read the tiles as if the TMA had not swizzled them
  * and v7_fp8_f16_mma recompiled with a bf16 q's per-head power of two left in the scores:
- *   v7_q_scale_kept       the logits 2^14 .. 2^15 / max|q| times too large (bf16 q only) */
+ *   v7_q_scale_kept       the logits 2^14 .. 2^15 / max|q| times too large (bf16 q only)
+ * and v9_fp8_tma_pages recompiled with its code reads unswizzled:
+ *   v9_no_swizzle         the consumers read the codes as if the TMA had not swizzled them */
 #include <cudaTypedefs.h>
 #include <stdio.h>
 #include <string.h>
@@ -36,6 +38,7 @@
 #include <type_traits>
 
 #include "kernels/attention_decode/decode.cuh"
+#include "kernels/attention_decode/page_ring.cuh" /* outside the namespaces v8 and v9 are compiled into */
 #include "kernels/ptx_sm80.cuh"
 #include "kernels/ptx_sm90.cuh"
 #include "kernels/tma_map.cuh"
@@ -189,3 +192,17 @@ namespace v7_q_scale_kept {
 
 KL_VARIANT(attention_decode, mutant_v7_q_scale_kept, v7_q_scale_kept::launch, .min_cc = 89,
            .summary = "v7_fp8_f16_mma with a bf16 q's power of two left in the scores", .mutant = 1);
+
+/* v9 reading its codes without the TMA's swizzle (KL_DECODE_V9_BUG 1). */
+#pragma push_macro("KL_VARIANT")
+#undef KL_VARIANT
+#define KL_VARIANT(...) static_assert(true, "registered below under the mutant's name")
+#define KL_DECODE_V9_BUG 1
+namespace v9_no_swizzle {
+#include "kernels/attention_decode/v9_fp8_tma_pages.cu"
+}
+#undef KL_DECODE_V9_BUG
+#pragma pop_macro("KL_VARIANT")
+
+KL_VARIANT(attention_decode, mutant_v9_no_swizzle, v9_no_swizzle::launch, .min_cc = 90,
+           .summary = "v9_fp8_tma_pages with its code reads unswizzled", .mutant = 1);

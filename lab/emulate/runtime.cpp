@@ -667,7 +667,10 @@ CUresult encode_tiled(CUtensorMap *map, CUtensorMapDataType dtype, cuuint32_t ra
                       CUtensorMapFloatOOBfill)
 {
     /* the driver's rules where they bite, and what this emulation supports */
-    if (rank != 3 || (dtype != CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 && dtype != CU_TENSOR_MAP_DATA_TYPE_FLOAT16) ||
+    const uint32_t bytes = dtype == CU_TENSOR_MAP_DATA_TYPE_UINT8 ? 1 : 2;
+    if (rank != 3 ||
+        (dtype != CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 && dtype != CU_TENSOR_MAP_DATA_TYPE_FLOAT16 &&
+         dtype != CU_TENSOR_MAP_DATA_TYPE_UINT8) ||
         interleave != CU_TENSOR_MAP_INTERLEAVE_NONE || swizzle != CU_TENSOR_MAP_SWIZZLE_128B)
         return CUDA_ERROR_NOT_SUPPORTED;
     if ((uintptr_t)addr % 16) return CUDA_ERROR_INVALID_VALUE;
@@ -677,9 +680,9 @@ CUresult encode_tiled(CUtensorMap *map, CUtensorMapDataType dtype, cuuint32_t ra
         if (box[i] < 1 || box[i] > 256 || element_strides[i] != 1 || dims[i] < 1 || dims[i] > (1ull << 32))
             return CUDA_ERROR_INVALID_VALUE;
     }
-    if (box[0] * 2 > 128) return CUDA_ERROR_INVALID_VALUE; /* the inner box within the 128-byte swizzle span */
+    if (box[0] * bytes > 128) return CUDA_ERROR_INVALID_VALUE; /* the inner box within the 128-byte swizzle span */
     emu::emu_map m{emu::kMapMagic, (const unsigned char *)addr, {dims[0], dims[1], dims[2]}, {strides[0], strides[1]},
-                   {box[0], box[1], box[2]}, 2};
+                   {box[0], box[1], box[2]}, bytes};
     static_assert(sizeof m <= sizeof(CUtensorMap), "fits the opaque map");
     memset(map, 0, sizeof *map);
     memcpy(map, &m, sizeof m);

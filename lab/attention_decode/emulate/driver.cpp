@@ -79,6 +79,13 @@ bool fp8_variant(const emu::variant &v)
     return n.find("fp8") != std::string::npos;
 }
 
+/* v9_fp8_tma_pages reads rows of 128 codes (one 128-byte swizzle row): it declines head_dim 64. */
+bool declines_head_dim(const problem &pr, const emu::variant &v)
+{
+    const std::string &n = v.mutant_of.empty() ? v.name : v.mutant_of;
+    return pr.head_dim == 64 && n == "v9_fp8_tma_pages";
+}
+
 uint16_t to16(enum kl_dtype t, float f) { return t == KL_BF16 ? kl_f32_to_bf16(f) : kl_f32_to_f16(f); }
 double from16(enum kl_dtype t, uint16_t h) { return t == KL_BF16 ? kl_bf16_to_f32(h) : kl_f16_to_f32(h); }
 
@@ -155,9 +162,11 @@ bool check(const problem &pr, const emu::variant &variant, std::string &why)
         std::fill(out.begin(), out.end(), nan16), std::fill(lse.begin(), lse.end(), NAN);
         emu::clear_failure();
         const cudaError_t rc = ((kl_attention_decode_launch_fn)variant.launch)(&p, nullptr);
-        if (rc == cudaErrorNotSupported && emu::last_failure().empty() && (multi || pr.fp8 != fp8_variant(variant))) {
+        if (rc == cudaErrorNotSupported && emu::last_failure().empty() &&
+            (multi || pr.fp8 != fp8_variant(variant) || declines_head_dim(pr, variant))) {
             why = pr.fp8 != fp8_variant(variant) ? "skip: not this variant's cache"
-                                                 : "skip: the variant takes one query token per request";
+                  : multi                        ? "skip: the variant takes one query token per request"
+                                                 : "skip: the variant declines head_dim 64";
             return true; /* as the GPU suite SKIPs it */
         }
         if (rc != cudaSuccess) {

@@ -81,4 +81,17 @@ MUTANTS = [
         "edits": [("return __byte_perm(x, y, h ? 0x7362u : 0x5140u);", "return __byte_perm(x, y, h ? 0x7632u : 0x5410u);")],
         "expect": "outside the attention policy's bound",
     },
+    {   # v9: the codes read without the TMA's 128-byte swizzle
+        "name": "mutant_v9_swizzle_not_applied",
+        "variant": "v9_fp8_tma_pages",
+        "edits": [("#define KL_DECODE_V9_BUG 0", "#define KL_DECODE_V9_BUG 1")],
+        "expect": "outside the attention policy's bound",
+    },
+    {   # v9: kv head 0's k_scale for every kv head
+        "name": "mutant_v9_head0_k_scale",
+        "variant": "v9_fp8_tma_pages",
+        "edits": [("const float scale = p.sm_scale * p.k_scale[g] * 1.44269504089f;",
+                   "const float scale = p.sm_scale * p.k_scale[0] * 1.44269504089f;")],
+        "expect": "outside the attention policy's bound",
+    },
 ]
