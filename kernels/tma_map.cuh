@@ -36,9 +36,13 @@ inline cudaError_t encode_cache_map(CUtensorMap *map, const void *cache, cache_e
     const cuuint64_t dims[3] = {(cuuint64_t)head_dim, (cuuint64_t)kv_heads, (cuuint64_t)slots};
     const cuuint64_t strides[2] = {(cuuint64_t)(head_dim * bytes), (cuuint64_t)(kv_heads * head_dim * bytes)};
     const cuuint32_t box[3] = {(cuuint32_t)(128 / bytes), 1, (cuuint32_t)box_rows}, unit[3] = {1, 1, 1};
+    /* L2 fetches of 256 bytes where a head's row is whole 256-byte runs; 128 where a row is 128
+     * bytes (e4m3 at head_dim 128, 16-bit at 64): a 256-byte fetch would bring the next head's row,
+     * which another CTA reads at another time, and DRAM reads grow by what L2 evicts before then. */
+    const CUtensorMapL2promotion l2 =
+        head_dim * bytes % 256 == 0 ? CU_TENSOR_MAP_L2_PROMOTION_L2_256B : CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
     const CUresult rc = encode(map, type, 3, (void *)cache, dims, strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                               CU_TENSOR_MAP_SWIZZLE_128B, l2, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (rc != CUDA_SUCCESS) {
         fprintf(stderr, "%s: cuTensorMapEncodeTiled failed (%d) for a %lld x %lld x %lld cache, boxes of %d slots\n",
                 who, (int)rc, (long long)head_dim, (long long)kv_heads, (long long)slots, box_rows);
