@@ -121,15 +121,15 @@ __device__ __forceinline__ void produce_page_tiles(const CUtensorMap *k_box, con
 }
 
 /* After the key loop, the whole CTA (every thread calls it): consumer warp w < CW has written its
- * state for each of the nh heads h of the block (qo heads h0 + h) as the row mrg + (w * 8 + h) *
- * (HD + 2): the unnormalised acc[HD], the running max m (log2 units), the sum l. The rows are
- * merged on their common max into res (after the CW * 8 rows; a warp with no tile has m = -inf
- * and weighs 0); a request in one split writes out and lse, a split files its partial and counts
- * it on the request's counter (v4's scheme), and the CTA that counts last merges every partial
- * (`last`: a flag in the kernel's shared memory). */
+ * state for each of the nh heads h of the block (qo heads h0 + h, block hb of 8 heads of kv head
+ * g's group) as the row mrg + (w * 8 + h) * (HD + 2): the unnormalised acc[HD], the running max m
+ * (log2 units), the sum l. The rows are merged on their common max into res (after the CW * 8
+ * rows; a warp with no tile has m = -inf and weighs 0); a request in one split writes out and lse,
+ * a split files its partial and counts it on the request's counter (v4's scheme), and the CTA that
+ * counts last merges every partial (`last`: a flag in the kernel's shared memory). */
 template <typename T, int HD, int CW>
 __device__ __forceinline__ void finish_ring_cta(const kl_attention_decode_params &p, float *mrg, bool &last, int b,
-                                                int g, int h0, int nh, int split, int splits)
+                                                int g, int hb, int h0, int nh, int split, int splits)
 {
     constexpr int ROW = HD + 2;
     float *res = mrg + CW * 8 * ROW;
@@ -163,7 +163,7 @@ __device__ __forceinline__ void finish_ring_cta(const kl_attention_decode_params
     __syncthreads();
     if (threadIdx.x == 0) {
         const int blocks = (int)((p.num_qo_heads / p.num_kv_heads + 7) / 8);
-        unsigned *counter = kl::decode::counters(p) + ((int64_t)b * p.num_kv_heads + g) * blocks + blockIdx.y % blocks;
+        unsigned *counter = kl::decode::counters(p) + ((int64_t)b * p.num_kv_heads + g) * blocks + hb;
         last = atomicAdd(counter, 1u) == (unsigned)splits - 1;
         if (last) *counter = 0; /* every other CTA of this request has counted: reset for the next launch */
     }

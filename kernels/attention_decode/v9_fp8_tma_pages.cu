@@ -10,8 +10,7 @@
  * codes x 16 slots, page 1 and partial tiles gather row boxes) fills stages of 16 tokens: K's 16
  * rows of HD codes then V's, in blocks of 128 codes x 16 rows (2 KB), 128-byte swizzled (16-byte
  * chunk c of row r at chunk c ^ (r % 8); codes4 applies the same XOR). One 128-code row is one
- * swizzle row, so a tile at head_dim 128 is one box of K and one of V. Twice v8's stages (16) keep
- * the ring at v8's bytes. Consumer warp i % 4 computes tile i exactly as v7 computes its warp's 16
+ * swizzle row, so a tile at head_dim 128 is one box of K and one of V. Consumer warp i % 4 computes tile i exactly as v7 computes its warp's 16
  * tokens: K's codes read as 32-bit words (four dims) and turned into the fp16 A operand by one cvt
  * per pair, in a dim order q shares (q fp16, a bf16 q scaled per head by v7's power of two), the
  * online softmax on scores with k_scale folded into the score scale, P in fp16, V's codes paired
@@ -242,7 +241,7 @@ static __global__ void __launch_bounds__(32 * (CW + 1))
         }
         if (gq == 0) w0[HD] = m[0], w0[HD + 1] = l[0], w1[HD] = m[1], w1[HD + 1] = l[1];
     }
-    kl::decode::finish_ring_cta<T, HD, CW>(p, mrg, last, b, g, h0, nh, split, splits);
+    kl::decode::finish_ring_cta<T, HD, CW>(p, mrg, last, b, g, blockIdx.y % blocks, h0, nh, split, splits);
 #else
     __trap(); /* built without sm_90a: the launcher is only reached on sm_90 (min_cc) */
 #endif
@@ -273,13 +272,14 @@ static cudaError_t launch_shape(const struct kl_attention_decode_params *p, stru
                               (int)plan.chunk, m.boxes);
 }
 
-/* Sixteen stages of 16 tokens at head_dim 128 (four per consumer warp), eight at 256: v8's ring
- * bytes, three CTAs per SM. */
+/* Twelve stages of 16 tokens at head_dim 128 (three per consumer warp, 48 KB): four CTAs per SM,
+ * sixteen consumer warps, where v8's ring bytes (64 KB) would leave room for three; eight stages at
+ * 256 (64 KB, three CTAs). */
 template <typename T>
 static cudaError_t launch_hd(const struct kl_attention_decode_params *p, struct kl_decode_split plan,
                              const kl::decode::page_maps &m, cudaStream_t stream)
 {
-    if (p->head_dim == 128) return launch_shape<T, 128, 4, 16>(p, plan, m, stream);
+    if (p->head_dim == 128) return launch_shape<T, 128, 4, 12>(p, plan, m, stream);
     if (p->head_dim == 256) return launch_shape<T, 256, 4, 8>(p, plan, m, stream);
     return cudaErrorNotSupported;
 }
@@ -291,9 +291,9 @@ static cudaError_t launch(const struct kl_attention_decode_params *p, cudaStream
     if (p->head_dim != 128 && p->head_dim != 256) return cudaErrorNotSupported;
     if (p->num_pages * p->page_size > INT32_MAX) return cudaErrorNotSupported; /* slots are 32-bit coordinates */
     if (((uintptr_t)p->k_cache | (uintptr_t)p->v_cache) & 15) return cudaErrorNotSupported; /* a tensor map's base */
-    /* v8's plan: about three CTAs per SM, chunks of multiples of 64 tokens (every tile starts at a
+    /* v8's plan for four CTAs per SM: chunks of multiples of 64 tokens (every tile starts at a
      * multiple of 16). */
-    const struct kl_decode_split plan = kl_attention_decode_split(p, kl_attention_decode_sms(), 3, 64, 128, 2048);
+    const struct kl_decode_split plan = kl_attention_decode_split(p, kl_attention_decode_sms(), 4, 64, 128, 2048);
     if (plan.splits > 1 && p->workspace_bytes < kl_attention_decode_workspace_for(p, plan.splits)) {
         fprintf(stderr, "attention_decode v9_fp8_tma_pages: workspace of %zu bytes, %zu needed\n", p->workspace_bytes,
                 kl_attention_decode_workspace_for(p, plan.splits));
