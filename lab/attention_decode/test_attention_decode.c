@@ -513,22 +513,22 @@ ParameterizedTest(int *i, attention_decode_gpu, repeated_launches_give_identical
             kl_tensor_release(&kl_attention_decode_ops, &k);
             kl_attention_decode_problem_free(p);
             continue;
-    }
-    ran++;
-    cr_assert_eq(rc, cudaSuccess, "%s: %s", v->name, cudaGetErrorString(rc));
-    cr_assert_eq(kl_dev_sync(), 0);
-    cr_assert_eq(kl_tensor_download(&kl_attention_decode_ops, p, &k, &first, &err), 0, "%s", err.msg);
-    for (int r = 0; r < 5; r++) cr_assert_eq(f(&k, 0), cudaSuccess);
-    cr_assert_eq(kl_dev_sync(), 0);
-    cr_assert_eq(kl_tensor_download(&kl_attention_decode_ops, p, &k, &again, &err), 0, "%s", err.msg);
-    for (int o = 0; o < 2; o++)
-        for (int64_t j = 0; j < first.o[o].n; j++)
-            cr_assert(first.o[o].v[j] == again.o[o].v[j] || (isnan(first.o[o].v[j]) && isnan(again.o[o].v[j])),
-                      "%s: %s[%lld] %g then %g", v->name, first.o[o].name, (long long)j, first.o[o].v[j],
-                      again.o[o].v[j]);
-    kl_outputs_free(&first), kl_outputs_free(&again);
-    kl_tensor_release(&kl_attention_decode_ops, &k);
-    kl_attention_decode_problem_free(p);
+        }
+        ran++;
+        cr_assert_eq(rc, cudaSuccess, "%s: %s", v->name, cudaGetErrorString(rc));
+        cr_assert_eq(kl_dev_sync(), 0);
+        cr_assert_eq(kl_tensor_download(&kl_attention_decode_ops, p, &k, &first, &err), 0, "%s", err.msg);
+        for (int r = 0; r < 5; r++) cr_assert_eq(f(&k, 0), cudaSuccess);
+        cr_assert_eq(kl_dev_sync(), 0);
+        cr_assert_eq(kl_tensor_download(&kl_attention_decode_ops, p, &k, &again, &err), 0, "%s", err.msg);
+        for (int o = 0; o < 2; o++)
+            for (int64_t j = 0; j < first.o[o].n; j++)
+                cr_assert(first.o[o].v[j] == again.o[o].v[j] || (isnan(first.o[o].v[j]) && isnan(again.o[o].v[j])),
+                          "%s: %s[%lld] %g then %g", v->name, first.o[o].name, (long long)j, first.o[o].v[j],
+                          again.o[o].v[j]);
+        kl_outputs_free(&first), kl_outputs_free(&again);
+        kl_tensor_release(&kl_attention_decode_ops, &k);
+        kl_attention_decode_problem_free(p);
     }
     cr_assert_gt(ran, 0, "%s declined every problem", v->name);
 }
