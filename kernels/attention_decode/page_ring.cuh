@@ -150,12 +150,14 @@ __device__ __forceinline__ void finish_ring_cta(const kl_attention_decode_params
         for (int i = threadIdx.x; i < nh * HD; i += blockDim.x) {
             const int h = i / HD, d = i % HD;
             const float *r = res + h * ROW;
-            static_cast<T *>(p.out)[((int64_t)b * p.num_qo_heads + h0 + h) * HD + d] = kl::from_f32<T>(r[d] / r[HD + 1]);
-            if (d == 0) p.lse[(int64_t)b * p.num_qo_heads + h0 + h] = (r[HD] + log2f(r[HD + 1])) * 0.69314718056f;
+            const int64_t row = (int64_t)b * p.num_qo_heads + h0 + h;
+            static_cast<T *>(p.out)[row * HD + d] = kl::from_f32<T>(r[d] / r[HD + 1]);
+            if (d == 0) p.lse[row] = (r[HD] + log2f(r[HD + 1])) * 0.69314718056f;
         }
         return;
     }
-    for (int i = threadIdx.x; i < nh * ROW; i += blockDim.x) kl::decode::partial(p, split, b, h0 + i / ROW)[i % ROW] = res[i];
+    for (int i = threadIdx.x; i < nh * ROW; i += blockDim.x)
+        kl::decode::partial(p, split, b, h0 + i / ROW)[i % ROW] = res[i];
     /* Publish the partial, then count it: the fence makes this thread's partial stores visible
      * device-wide before the barrier lets thread 0 increment the counter; the CTA that brings the
      * count to `splits` merges, reading the partials through L2. */

@@ -10,11 +10,12 @@
  * codes x 16 slots, page 1 and partial tiles gather row boxes) fills stages of 16 tokens: K's 16
  * rows of HD codes then V's, in blocks of 128 codes x 16 rows (2 KB), 128-byte swizzled (16-byte
  * chunk c of row r at chunk c ^ (r % 8); codes4 applies the same XOR). One 128-code row is one
- * swizzle row, so a tile at head_dim 128 is one box of K and one of V. Consumer warp i % 4 computes tile i exactly as v7 computes its warp's 16
- * tokens: K's codes read as 32-bit words (four dims) and turned into the fp16 A operand by one cvt
- * per pair, in a dim order q shares (q fp16, a bf16 q scaled per head by v7's power of two), the
- * online softmax on scores with k_scale folded into the score scale, P in fp16, V's codes paired
- * across two tokens by one prmt, v_scale applied as the accumulators leave.
+ * swizzle row, so a tile at head_dim 128 is one box of K and one of V. Consumer warp i % 4
+ * computes tile i exactly as v7 computes its warp's 16 tokens: K's codes read as 32-bit words
+ * (four dims) and turned into the fp16 A operand by one cvt per pair, in a dim order q shares (q
+ * fp16, a bf16 q scaled per head by v7's power of two), the online softmax on scores with k_scale
+ * folded into the score scale, P in fp16, V's codes paired across two tokens by one prmt, v_scale
+ * applied as the accumulators leave.
  * Bound: the read bandwidth on K/V at one byte an element, plus q, out and the page table.
  * bf16/fp16 q and out, head_dim 128/256 (a 64-code row is half a swizzle row: cudaErrorNotSupported),
  * one query token per request, sm_90a.
