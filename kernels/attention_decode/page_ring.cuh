@@ -10,8 +10,7 @@
  * request's last partial tile, gather: each of the 32 producer lanes copies one row (lanes 0-15 K,
  * 16-31 V) as BLOCKS boxes of 1 row, landing at the row's place in the same layout; rows past the
  * chunk copy its last token again (finite data the consumers mask), so every tile brings the same
- * bytes to its full barrier. After the key loop the CTA merges its consumer warps' states and
- * finishes the request or its split (finish_ring_cta). */
+ * bytes to its full barrier. After the key loop the CTA finishes with decode.cuh's finish_cta. */
 #pragma once
 
 #include <cudaTypedefs.h>
@@ -19,7 +18,6 @@
 #include <string.h>
 
 #include "kernels/attention_decode/attention_decode.h"
-#include "kernels/attention_decode/decode.cuh"
 #include "kernels/ptx_sm90.cuh"
 #include "kernels/tma_map.cuh"
 
@@ -118,61 +116,6 @@ __device__ __forceinline__ void produce_page_tiles(const CUtensorMap *k_box, con
         }
     }
 #endif
-}
-
-/* After the key loop, the whole CTA (every thread calls it): consumer warp w < CW has written its
- * state for each of the nh heads h of the block (qo heads h0 + h, block hb of 8 heads of kv head
- * g's group) as the row mrg + (w * 8 + h) * (HD + 2): the unnormalised acc[HD], the running max m
- * (log2 units), the sum l. The rows are merged on their common max into res (after the CW * 8
- * rows; a warp with no tile has m = -inf and weighs 0); a request in one split writes out and lse,
- * a split files its partial and counts it on the request's counter (v4's scheme), and the CTA that
- * counts last merges every partial (`last`: a flag in the kernel's shared memory). */
-template <typename T, int HD, int CW>
-__device__ __forceinline__ void finish_ring_cta(const kl_attention_decode_params &p, float *mrg, bool &last, int b,
-                                                int g, int hb, int h0, int nh, int split, int splits)
-{
-    constexpr int ROW = HD + 2;
-    float *res = mrg + CW * 8 * ROW;
-    __syncthreads();
-    for (int i = threadIdx.x; i < nh * ROW; i += blockDim.x) {
-        const int h = i / ROW, d = i % ROW;
-        float mx = -INFINITY, sum = 0;
-        for (int w = 0; w < CW; w++) mx = fmaxf(mx, mrg[(w * 8 + h) * ROW + HD]);
-        for (int w = 0; w < CW; w++) {
-            const float *row = mrg + (w * 8 + h) * ROW;
-            sum += (d == HD ? 0.f : row[d]) * (mx == -INFINITY ? 0.f : exp2f(row[HD] - mx));
-        }
-        res[i] = d == HD ? mx : sum;
-    }
-    __syncthreads();
-
-    if (splits == 1) { /* the whole request in this CTA: write the output */
-        for (int i = threadIdx.x; i < nh * HD; i += blockDim.x) {
-            const int h = i / HD, d = i % HD;
-            const float *r = res + h * ROW;
-            const int64_t row = (int64_t)b * p.num_qo_heads + h0 + h;
-            static_cast<T *>(p.out)[row * HD + d] = kl::from_f32<T>(r[d] / r[HD + 1]);
-            if (d == 0) p.lse[row] = (r[HD] + log2f(r[HD + 1])) * 0.69314718056f;
-        }
-        return;
-    }
-    for (int i = threadIdx.x; i < nh * ROW; i += blockDim.x)
-        kl::decode::partial(p, split, b, h0 + i / ROW)[i % ROW] = res[i];
-    /* Publish the partial, then count it: the fence makes this thread's partial stores visible
-     * device-wide before the barrier lets thread 0 increment the counter; the CTA that brings the
-     * count to `splits` merges, reading the partials through L2. */
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        const int blocks = (int)((p.num_qo_heads / p.num_kv_heads + 7) / 8);
-        unsigned *counter = kl::decode::counters(p) + ((int64_t)b * p.num_kv_heads + g) * blocks + hb;
-        last = atomicAdd(counter, 1u) == (unsigned)splits - 1;
-        if (last) *counter = 0; /* every other CTA of this request has counted: reset for the next launch */
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    kl::decode::merge_partials<T>(p, b, h0, nh, splits, mrg);
 }
 
 } // namespace kl::decode

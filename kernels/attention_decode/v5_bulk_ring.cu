@@ -190,7 +190,7 @@ static __global__ void __launch_bounds__(32 * (CW + 1)) decode_v5(const kl_atten
      * the merge area. The one block-wide barrier of the key loop's lifetime. */
     __syncthreads();
 
-    float *mrg = reinterpret_cast<float *>(ring), *res = mrg + CW * 8 * S::ROW;
+    float *mrg = reinterpret_cast<float *>(ring);
     if (warp < CW) { /* each consumer's state: l summed over the lanes sharing a head first */
 #pragma unroll
         for (int off = 4; off < 32; off <<= 1) {
@@ -205,46 +205,7 @@ static __global__ void __launch_bounds__(32 * (CW + 1)) decode_v5(const kl_atten
         }
         if (gq == 0) w0[HD] = m[0], w0[HD + 1] = l[0], w1[HD] = m[1], w1[HD + 1] = l[1];
     }
-    __syncthreads();
-    /* The consumers merged: res[h] = (acc on the common max, that max, the sum). A warp with no
-     * tile has m = -inf and weighs 0. */
-    for (int i = threadIdx.x; i < nh * S::ROW; i += S::THREADS) {
-        const int h = i / S::ROW, d = i % S::ROW;
-        float mx = -INFINITY, sum = 0;
-        for (int w = 0; w < CW; w++) mx = fmaxf(mx, mrg[(w * 8 + h) * S::ROW + HD]);
-        for (int w = 0; w < CW; w++) {
-            const float *row = mrg + (w * 8 + h) * S::ROW;
-            sum += (d == HD ? 0.f : row[d]) * (mx == -INFINITY ? 0.f : exp2f(row[HD] - mx));
-        }
-        res[i] = d == HD ? mx : sum;
-    }
-    __syncthreads();
-
-    if (splits == 1) { /* the whole request in this CTA: write the output */
-        for (int i = threadIdx.x; i < nh * HD; i += S::THREADS) {
-            const int h = i / HD, d = i % HD;
-            const float *r = res + h * S::ROW;
-            static_cast<T *>(p.out)[((int64_t)b * p.num_qo_heads + h0 + h) * HD + d] = kl::from_f32<T>(r[d] / r[HD + 1]);
-            if (d == 0) p.lse[(int64_t)b * p.num_qo_heads + h0 + h] = (r[HD] + log2f(r[HD + 1])) * 0.69314718056f;
-        }
-        return;
-    }
-    for (int i = threadIdx.x; i < nh * S::ROW; i += S::THREADS)
-        kl::decode::partial(p, split, b, h0 + i / S::ROW)[i % S::ROW] = res[i];
-    /* Publish the partial, then count it (v4's scheme): the fence makes this thread's partial
-     * stores visible device-wide before the barrier lets thread 0 increment the counter; the CTA
-     * that brings the count to `splits` merges, reading the partials through L2. */
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        unsigned *counter = kl::decode::counters(p) + ((int64_t)b * p.num_kv_heads + g) * blocks + blockIdx.y % blocks;
-        last = atomicAdd(counter, 1u) == (unsigned)splits - 1;
-        if (last) *counter = 0; /* every other CTA of this request has counted: reset for the next launch */
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    kl::decode::merge_partials<T>(p, b, h0, nh, splits, reinterpret_cast<float *>(ring));
+    kl::decode::finish_cta<T, HD, CW>(p, mrg, last, b, g, blockIdx.y % blocks, h0, nh, split, splits);
 #else
     __trap(); /* built without sm_90a: the launcher is only reached on sm_90 (min_cc) */
 #endif

@@ -264,7 +264,7 @@ static __global__ void __launch_bounds__(32 * WARPS) decode_v7(const kl_attentio
 
     /* Each warp's state to shared memory (8 rows per warp), v_scale applied: l summed over the lanes
      * sharing a column first. */
-    float *mrg = reinterpret_cast<float *>(smem), *res = mrg + S::WARPS * 8 * S::ROW;
+    float *mrg = reinterpret_cast<float *>(smem);
 #pragma unroll
     for (int off = 4; off < 32; off <<= 1) {
         l[0] += __shfl_xor_sync(0xffffffffu, l[0], off);
@@ -279,44 +279,8 @@ static __global__ void __launch_bounds__(32 * WARPS) decode_v7(const kl_attentio
         }
         if (gq == 0) w0[HD] = m[0], w0[HD + 1] = l[0], w1[HD] = m[1], w1[HD + 1] = l[1];
     }
-    __syncthreads();
-    /* The warps merged: res[h] = (acc on the common max, that max, the sum). */
-    for (int i = threadIdx.x; i < nh * S::ROW; i += S::THREADS) {
-        const int h = i / S::ROW, d = i % S::ROW;
-        float mx = -INFINITY, sum = 0;
-        for (int w = 0; w < S::WARPS; w++) mx = fmaxf(mx, mrg[(w * 8 + h) * S::ROW + HD]);
-        for (int w = 0; w < S::WARPS; w++) {
-            const float *row = mrg + (w * 8 + h) * S::ROW;
-            sum += (d == HD ? 0.f : row[d]) * (mx == -INFINITY ? 0.f : exp2f(row[HD] - mx));
-        }
-        res[i] = d == HD ? mx : sum;
-    }
-    __syncthreads();
-
-    if (splits == 1) { /* the whole request in this block: write the output */
-        for (int i = threadIdx.x; i < nh * HD; i += S::THREADS) {
-            const int h = i / HD, d = i % HD;
-            const float *r = res + h * S::ROW;
-            static_cast<T *>(p.out)[((int64_t)b * p.num_qo_heads + h0 + h) * HD + d] = kl::from_f32<T>(r[d] / r[HD + 1]);
-            if (d == 0) p.lse[(int64_t)b * p.num_qo_heads + h0 + h] = (r[HD] + log2f(r[HD + 1])) * 0.69314718056f;
-        }
-        return;
-    }
-    for (int i = threadIdx.x; i < nh * S::ROW; i += S::THREADS)
-        kl::decode::partial(p, split, b, h0 + i / S::ROW)[i % S::ROW] = res[i];
-    /* Publish the partial, then count it; the last block of the request merges (v4's protocol). */
-    __threadfence();
-    __syncthreads();
-    __shared__ bool last;
-    if (threadIdx.x == 0) {
-        unsigned *counter = kl::decode::counters(p) + ((int64_t)b * p.num_kv_heads + g) * blocks + blockIdx.y % blocks;
-        last = atomicAdd(counter, 1u) == (unsigned)splits - 1;
-        if (last) *counter = 0; /* every other block of this request has counted: reset for the next launch */
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    kl::decode::merge_partials<T>(p, b, h0, nh, splits, reinterpret_cast<float *>(smem));
+    __shared__ bool last; /* this block merges the request's partials */
+    kl::decode::finish_cta<T, HD, S::WARPS>(p, mrg, last, b, g, blockIdx.y % blocks, h0, nh, split, splits);
 }
 
 template <typename T, int HD, int WARPS, int STAGES>

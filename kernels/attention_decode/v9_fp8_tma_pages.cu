@@ -242,7 +242,7 @@ static __global__ void __launch_bounds__(32 * (CW + 1))
         }
         if (gq == 0) w0[HD] = m[0], w0[HD + 1] = l[0], w1[HD] = m[1], w1[HD + 1] = l[1];
     }
-    kl::decode::finish_ring_cta<T, HD, CW>(p, mrg, last, b, g, blockIdx.y % blocks, h0, nh, split, splits);
+    kl::decode::finish_cta<T, HD, CW>(p, mrg, last, b, g, blockIdx.y % blocks, h0, nh, split, splits);
 #else
     __trap(); /* built without sm_90a: the launcher is only reached on sm_90 (min_cc) */
 #endif
