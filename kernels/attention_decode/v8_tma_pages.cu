@@ -17,11 +17,11 @@
  * XORs address bits 4-6 with bits 7-9, and each tile starts 1024-byte aligned); the ldmatrix
  * addresses apply the same XOR (chunk_at), so the 8 rows one ldmatrix phase reads sit in 8
  * different bank groups with no padding. Other pages (page 1, or any size not a multiple of 16),
- * and a request's last partial tile, gather: each of the 32 producer lanes copies one row (lanes
- * 0-15 K, 16-31 V) as head_dim / 64 boxes of 64 columns x 1 row, through a second map per cache,
- * landing at the row's place in the same swizzled layout; rows past the chunk copy its last token
- * again (finite data whose score is masked), so every tile carries the same bytes on its full
- * barrier. The producer's loop and the maps are page_ring.cuh's (v9 shares them). The rest is
+ * and a request's last partial tile, gather: the 32 producer lanes copy each row of K and V as
+ * head_dim / 64 boxes of 64 columns x 1 row, through a second map per cache, landing at the row's
+ * place in the same swizzled layout; rows past the chunk copy its last token again (finite data
+ * whose score is masked), so every tile carries the same bytes on its full barrier. The producer's
+ * loop and the maps are page_ring.cuh's (v9 and v10 share them). The rest is
  * v5's: warp 4 produces, consumer warp i % 4 computes tile i with mma.sync and hands its stage
  * back on the empty barrier (all 32 lanes arrive), pages looked up 4 x 32 tokens ahead, the split
  * plan from the shape alone, the last CTA of a request merges, PDL.

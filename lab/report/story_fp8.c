@@ -70,6 +70,9 @@ static const char *mismatch(const cJSON *a, const cJSON *b)
 void kl_sd_section_fp8(FILE *f, const struct kl_story_doc *d)
 {
     const cJSON *fp8 = kl_json_get(d->root, "kv_fp8_run");
+    /* The variants the measured run used (a later build may name others); without a run, this build's. */
+    const char *fused = fp8 ? kl_json_str(fp8, "variants.store_fused", "?") : KL_STORY_FP8_STORE;
+    const char *decode = fp8 ? kl_json_str(fp8, "variants.attention_decode", "?") : KL_STORY_FP8_DECODE;
     fprintf(
         f,
         "## The FP8 KV cache (`--kv fp8`)\n\nWith `kernlab story --kv fp8` the decode steps read K and V as e4m3 "
@@ -80,7 +83,7 @@ void kl_sd_section_fp8(FILE *f, const struct kl_story_doc *d)
         "store for the FP8 one, then rope on K and the bf16 store). The scale is the weights' bound on |K| (|V|) "
         "over 448, so no code saturates; e4m3 keeps 3 mantissa bits for every value above scale/64, so the "
         "headroom costs precision only in the subnormals.\n\n",
-        KL_STORY_FP8_STORE, KL_STORY_FP8_DECODE);
+        fused, decode);
     if (!fp8) {
         fprintf(f,
                 "FP8 decode: not measured (no story-fp8.json in the results: `build/kernlab story --kv fp8 --out DIR`, "

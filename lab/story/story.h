@@ -109,7 +109,7 @@ void kl_story_memory_plan(const struct kl_story_options *o, double free_bytes, s
 /* The variants an FP8 cache (kv_fp8) needs, looked up by name: the fused RoPE + quantize + store
  * and the decode that reads e4m3 pages. */
 #define KL_STORY_FP8_STORE "v4_rope_quant_store"
-#define KL_STORY_FP8_DECODE "v6_fp8_tensor_cores"
+#define KL_STORY_FP8_DECODE "v7_fp8_f16_mma"
 /* NULL, or why an FP8 cache cannot run on a device of compute capability cc (a variant missing
  * from this build, or needing a newer device), naming the variant (lab/story/model.c). */
 const char *kl_story_fp8_missing(int cc, char *why, size_t len);

@@ -79,11 +79,12 @@ bool fp8_variant(const emu::variant &v)
     return n.find("fp8") != std::string::npos;
 }
 
-/* v9_fp8_tma_pages reads rows of 128 codes (one 128-byte swizzle row): it declines head_dim 64. */
+/* v9_fp8_tma_pages and v10_fp8_page_heads read rows of 128 codes (one 128-byte swizzle row): they
+ * decline head_dim 64. */
 bool declines_head_dim(const problem &pr, const emu::variant &v)
 {
     const std::string &n = v.mutant_of.empty() ? v.name : v.mutant_of;
-    return pr.head_dim == 64 && n == "v9_fp8_tma_pages";
+    return pr.head_dim == 64 && (n == "v9_fp8_tma_pages" || n == "v10_fp8_page_heads");
 }
 
 uint16_t to16(enum kl_dtype t, float f) { return t == KL_BF16 ? kl_f32_to_bf16(f) : kl_f32_to_f16(f); }

@@ -94,4 +94,22 @@ MUTANTS = [
                    "const float scale = p.sm_scale * p.k_scale[0] * 1.44269504089f;")],
         "expect": "outside the attention policy's bound",
     },
+    {   # v10: every consumer warp reads the first head's tile of the stage, whatever its kv head
+        "name": "mutant_v10_every_warp_reads_head0",
+        "variant": "v10_fp8_page_heads",
+        "edits": [("*ks = ring + st * S::STAGE_BYTES + hh * S::HEAD_TILE,", "*ks = ring + st * S::STAGE_BYTES,")],
+        "expect": "outside the attention policy's bound",
+    },
+    {   # v10: a stage handed back when one warp of its HB has arrived: the barrier phases run ahead of the ring
+        "name": "mutant_v10_stage_freed_by_one_warp",
+        "variant": "v10_fp8_page_heads",
+        "edits": [("kl::ptx::mbar_init(&empty[s], 32 * HB);", "kl::ptx::mbar_init(&empty[s], 32);")],
+        "expect": "deadlock: every live thread of the cluster is blocked",
+    },
+    {   # v10: every head of the CTA finished from the first head's merge rows
+        "name": "mutant_v10_heads_finish_from_head0",
+        "variant": "v10_fp8_page_heads",
+        "edits": [("(p, mrg + h * S::MERGE_ROWS * S::ROW, last,", "(p, mrg, last,")],
+        "expect": "outside the attention policy's bound",
+    },
 ]
