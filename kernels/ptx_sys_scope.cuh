@@ -24,6 +24,15 @@ __device__ __forceinline__ uint32_t ld_acquire_sys(const uint32_t *p)
     return v;
 }
 
+/* ld.acquire.gpu: nothing this thread does after it (a later atomic included) is performed before
+ * the load; for memory only this GPU writes. */
+__device__ __forceinline__ uint32_t ld_acquire_gpu(const uint32_t *p)
+{
+    uint32_t v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
 /* ld.volatile.global.v4: 16 bytes read afresh from L2 on every call (not kept in L1), for polling
  * memory that other GPUs write. */
 __device__ __forceinline__ uint4 ld_volatile_v4(const uint4 *p)

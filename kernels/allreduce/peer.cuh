@@ -142,6 +142,40 @@ __device__ __forceinline__ void end_call(const peers &P, uint32_t e)
     }
 }
 
+/* begin_call and end_call without end_call's fence, for a kernel whose stores go to peers: a fence
+ * after them waits until the peers' memory has taken them (a round trip over NVLink) before the block
+ * may count itself. Here thread 0 reads the call number with acquire instead, so its count, whenever
+ * it comes, is performed after that read; and a one-block grid, whose number no other block reads,
+ * publishes it at once and counts nothing. Both meet the file comment's rule (every block has read
+ * the number before it is published) and leave the same epoch for any variant that runs next. */
+__device__ __forceinline__ uint32_t begin_call_unfenced(const peers &P)
+{
+    __shared__ uint32_t e;
+    if (threadIdx.x == 0) {
+        kl_ar_signal *me = P.signal[P.rank];
+        e = kl::ptx::ld_acquire_gpu(&me->epoch) + 1;
+        if (gridDim.x == 1) *(volatile uint32_t *)&me->epoch = e;
+    }
+    stamp(P, KL_AR_T_ENTRY);
+    __syncthreads();
+    return e;
+}
+
+__device__ __forceinline__ void end_call_unfenced(const peers &P, uint32_t e)
+{
+    if (P.trace) { /* the exit stamp means every thread of block 0 is done */
+        __syncthreads();
+        stamp(P, KL_AR_T_EXIT);
+    }
+    if (gridDim.x > 1 && threadIdx.x == 0) {
+        kl_ar_signal *me = P.signal[P.rank];
+        if (atomicAdd(&me->done, 1u) == gridDim.x - 1) {
+            me->done = 0;
+            *(volatile uint32_t *)&me->epoch = e;
+        }
+    }
+}
+
 static __device__ __noinline__ void barrier_timed_out(const peers &P, int phase, int s, uint32_t e, uint32_t seen)
 {
     volatile kl_ar_diag *d = P.diag;

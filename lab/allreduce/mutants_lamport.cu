@@ -12,19 +12,45 @@
  *                        at once (a stale flag across calls)
  *   lamport_no_poll      reads each slot once without waiting for the sentinel to go
  *   lamport_raw_sentinel sends x as it is: an input element equal to the sentinel is never seen
- *                        as arrived (sentinel equal to real data), and the reader waits forever */
+ *                        as arrived (sentinel equal to real data), and the reader waits forever
+ *   lamport_publish_at_once
+ *                        v11's early publication of the call number in every grid, not only a
+ *                        one-block one: a block that reads the number after block 0 published it
+ *                        takes the next call's set, and the peers' blocks wait for it there in vain.
+ *                        Blocks past the first read the number 20 us late (as a block the scheduler
+ *                        starts late would), so the tests see the race every time */
 #include "kernels/allreduce/lamport.cuh"
 #include "lab/core/registry.h"
 
 using namespace kl_ar;
 
-enum bug { TWO_SETS, NEVER_EMPTY, NO_POLL, RAW_SENTINEL };
+enum bug { TWO_SETS, NEVER_EMPTY, NO_POLL, RAW_SENTINEL, PUBLISH_AT_ONCE };
+
+/* begin_call_unfenced (peer.cuh) publishing the call number at once in any grid: the bug of
+ * lamport_publish_at_once. */
+__device__ __forceinline__ uint32_t begin_call_publish_at_once(const peers &P)
+{
+    __shared__ uint32_t e;
+    if (threadIdx.x == 0) {
+        if (blockIdx.x > 0) {
+            const unsigned long long t0 = globaltimer();
+            while (globaltimer() - t0 < 20000) {
+            }
+        }
+        kl_ar_signal *me = P.signal[P.rank];
+        e = kl::ptx::ld_acquire_gpu(&me->epoch) + 1;
+        *(volatile uint32_t *)&me->epoch = e;
+    }
+    __syncthreads();
+    return e;
+}
 
 template <typename T, int BUG>
 static __global__ void __launch_bounds__(kThreads) mutant(const T *x, T *out, int64_t n, peers P, lamport_bufs L)
 {
     const uint32_t sets = BUG == TWO_SETS ? 2 : KL_AR_LAMPORT_SETS;
-    const uint32_t e = begin_call(P), set = e % sets, previous = (e + sets - 1) % sets;
+    const uint32_t e = BUG == PUBLISH_AT_ONCE ? begin_call_publish_at_once(P) : begin_call(P);
+    const uint32_t set = e % sets, previous = (e + sets - 1) % sets;
     const int64_t first = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
     kl_ar_signal *me = P.signal[P.rank];
     const uint64_t previous_bytes = me->lamport_dirty[previous];
@@ -51,7 +77,8 @@ static __global__ void __launch_bounds__(kThreads) mutant(const T *x, T *out, in
         }
         out[i] = kl::from_f32<T>(acc);
     }
-    end_call(P, e);
+    if (BUG == PUBLISH_AT_ONCE) end_call_unfenced(P, e);
+    else end_call(P, e);
 }
 
 template <int BUG>
@@ -76,3 +103,5 @@ KL_VARIANT(allreduce, mutant_lamport_no_poll, ops<NO_POLL>, .min_cc = 70,
            .summary = "Lamport slots read once, without waiting for the sentinel to go", .mutant = 1);
 KL_VARIANT(allreduce, mutant_lamport_raw_sentinel, ops<RAW_SENTINEL>, .min_cc = 70,
            .summary = "an input equal to the sentinel is sent as it is and never arrives", .mutant = 1);
+KL_VARIANT(allreduce, mutant_lamport_publish_at_once, ops<PUBLISH_AT_ONCE>, .min_cc = 70,
+           .summary = "the call number published as soon as read in a grid of several blocks", .mutant = 1);
