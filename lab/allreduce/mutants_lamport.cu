@@ -16,9 +16,11 @@
  *   lamport_publish_at_once
  *                        v11's early publication of the call number in every grid, not only a
  *                        one-block one: a block that reads the number after block 0 published it
- *                        takes the next call's set, and the peers' blocks wait for it there in vain.
- *                        Blocks past the first read the number 20 us late (as a block the scheduler
- *                        starts late would), so the tests see the race every time */
+ *                        takes the next call's, so its set and the set it empties are no longer
+ *                        the call's (a block of a peer that read in time waits for it in vain; on
+ *                        every rank alike, it empties the wrong set and reads data three calls
+ *                        old). Blocks past the first read the number 20 us late (as a block the
+ *                        scheduler starts late would), so the tests see the race every time */
 #include "kernels/allreduce/lamport.cuh"
 #include "lab/core/registry.h"
 
