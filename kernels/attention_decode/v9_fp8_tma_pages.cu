@@ -15,22 +15,22 @@
  * (four dims) and turned into the fp16 A operand by one cvt per pair, in a dim order q shares (q
  * fp16, a bf16 q scaled per head by v7's power of two), the online softmax on scores with k_scale
  * folded into the score scale, P in fp16, V's codes paired across two tokens by one prmt, v_scale
- * applied as the accumulators leave.
+ * applied as the accumulators leave (fp8_ring_tile.cuh, which v10 shares).
  * Bound: the read bandwidth on K/V at one byte an element, plus q, out and the page table.
  * bf16/fp16 q and out, head_dim 128/256 (a 64-code row is half a swizzle row: cudaErrorNotSupported),
  * one query token per request, sm_90a.
  * Run alone: build/kernlab bench attention_decode --variant v9_fp8_tma_pages --workload b64-kv8k-p16-fp8 */
 #include <stdint.h>
 #include <stdio.h>
-#include <type_traits>
 
 #include "kernels/attention_decode/decode.cuh"
+#include "kernels/attention_decode/fp8_ring_tile.cuh"
 #include "kernels/attention_decode/page_ring.cuh"
 #include "kernels/ptx_sm80.cuh"
 #include "kernels/ptx_sm90.cuh"
 #include "kernels/variant.h"
 
-namespace { /* v7 has helpers of the same names */
+namespace {
 
 /* A CTA: CW consumer warps and one producer warp; a ring of STAGES tiles of 16 tokens, each the K
  * tile then the V tile, each BLOCKS blocks of 16 rows x 128 codes. */
@@ -49,40 +49,13 @@ template <int HD, int CW, int STAGES_> struct f8_ring_shape {
     static_assert((CW + 1) * 8 * ROW * 4 <= RING, "the merge reuses the ring");
 };
 
+} // namespace
+
 /* The tests' mutants build this file with KL_DECODE_V9_BUG 1: the codes read without the swizzle.
  * 0 here. */
 #ifndef KL_DECODE_V9_BUG
 #define KL_DECODE_V9_BUG 0
 #endif
-
-/* Codes o .. o + 3 (o a multiple of 4) of row r of a K or V tile at `tile` (1024-byte aligned):
- * block o / 128, row r, 16-byte chunk (o / 16) % 8 moved as the TMA's 128-byte swizzle moved it. */
-__device__ __forceinline__ uint32_t codes4(const unsigned char *tile, int r, int o)
-{
-    const int c = o / 16 % 8, moved = KL_DECODE_V9_BUG == 1 ? c : c ^ (r % 8);
-    return *reinterpret_cast<const uint32_t *>(tile + (o / 128) * 16 * 128 + r * 128 + moved * 16 + o % 16);
-}
-
-/* The low (h = 0) or high (h = 1) pair of codes of a 32-bit word as f16x2, exact. */
-__device__ __forceinline__ uint32_t f16x2(uint32_t codes, int h)
-{
-    return kl::ptx::cvt_e4m3x2_f16x2((uint16_t)(codes >> (16 * h)));
-}
-
-/* [x.b(2h), y.b(2h), x.b(2h+1), y.b(2h+1)]: the e4m3 pairs of two dims across two tokens, one prmt. */
-__device__ __forceinline__ uint32_t interleave(uint32_t x, uint32_t y, int h)
-{
-    return __byte_perm(x, y, h ? 0x7362u : 0x5140u);
-}
-
-/* v7's power of two 2^(141 - e) for a head whose largest |q| has exponent field e, as (up, 1 / up). */
-__device__ __forceinline__ float2 q_scales(float q_abs_max)
-{
-    const int f = (int)(__float_as_uint(q_abs_max) >> 23), e = f == 255 ? 141 : max(f, 15);
-    return make_float2(__uint_as_float((uint32_t)(268 - e) << 23), __uint_as_float((uint32_t)(e - 14) << 23));
-}
-
-} // namespace
 
 /* k_box / v_box: boxes of 128 codes x 1 head x 16 slots (zeros, and boxes 0, where the page size is
  * not a multiple of 16); k_row / v_row: 128 codes x 1 head x 1 slot. */
@@ -119,105 +92,27 @@ static __global__ void __launch_bounds__(32 * (CW + 1))
     }
     if (split >= splits) return;
     const int t0 = split * chunk, t1 = min(n, t0 + chunk), tiles = (t1 - t0 + 15) / 16;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4, tq = lane % 4;
+    const int warp = threadIdx.x / 32;
 
-    float o[S::KSTEPS][4] = {}; /* O^T, m-tile mt: rows gq, gq + 8 are dims 32 (mt / 2) + 4 gq + 2 (mt % 2) + 0, 1 */
+    float o[S::KSTEPS][4] = {}; /* the online softmax: O^T, m, l (fp8_ring_tile.cuh) */
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0}; /* heads 2 tq and 2 tq + 1 */
 
     if (warp == S::PRODUCER) {
         kl::decode::produce_page_tiles<STAGES, S::BLOCKS, 128>(&k_box, &v_box, &k_row, &v_row, boxes, p, b, g, t0, t1,
                                                                ring_at, full, empty);
     } else {
-        /* Q^T as the B operand in fp16, in K's dim order (v7's): k-step ks, lane (gq, tq) holds qo
-         * head h0 + gq's dims 16 ks + 4 tq .. + 3; a bf16 q scaled by its head's power of two. */
+        /* q as the fp16 B operand, and the scores in log2 units with k_scale folded in. */
         uint32_t qf[S::KSTEPS][2];
-        float q_down = 1.f; /* head gq's 1 / up */
-        const T *q = static_cast<const T *>(p.q) + ((int64_t)b * p.num_qo_heads + h0 + min(gq, nh - 1)) * HD;
-#pragma unroll
-        for (int ks = 0; ks < S::KSTEPS; ks++) {
-            const uint2 w = *reinterpret_cast<const uint2 *>(q + 16 * ks + 4 * tq);
-            qf[ks][0] = gq < nh ? w.x : 0u, qf[ks][1] = gq < nh ? w.y : 0u; /* a head past nh: q = 0, never written */
-        }
-        if constexpr (std::is_same<T, __nv_bfloat16>::value) {
-            float mx = 0.f; /* fmaxf passes NaN by: a NaN element stays NaN below */
-#pragma unroll
-            for (int ks = 0; ks < S::KSTEPS; ks++)
-#pragma unroll
-                for (int i = 0; i < 2; i++)
-                    mx = fmaxf(mx, fmaxf(fabsf(__uint_as_float(qf[ks][i] << 16)),
-                                         fabsf(__uint_as_float(qf[ks][i] & 0xFFFF0000u))));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float2 sc = q_scales(mx);
-            q_down = sc.y;
-#pragma unroll
-            for (int ks = 0; ks < S::KSTEPS; ks++)
-#pragma unroll
-                for (int i = 0; i < 2; i++)
-                    qf[ks][i] = kl::ptx::pack2<__half>(__uint_as_float(qf[ks][i] << 16) * sc.x,
-                                                       __uint_as_float(qf[ks][i] & 0xFFFF0000u) * sc.x);
-        }
-        /* The scores' columns 2 tq and 2 tq + 1 are heads 2 tq and 2 tq + 1: their 1 / up. */
-        const float dq0 = __shfl_sync(0xffffffffu, q_down, 8 * tq), dq1 = __shfl_sync(0xffffffffu, q_down, 8 * tq + 4);
-        /* Scores in log2 units, k_scale folded in. */
+        float dq0, dq1;
+        kl::decode::fp8_ring::q_operand<T, HD>(p, b, h0, nh, qf, dq0, dq1);
         const float scale = p.sm_scale * p.k_scale[g] * 1.44269504089f;
 
         for (int i = warp; i < tiles; i += CW) {
             const int st = i % STAGES;
             kl::ptx::mbar_wait(&full[st], i / STAGES & 1); /* round i / STAGES of the stage has landed */
             const unsigned char *ks = ring + st * S::STAGE_BYTES, *vs = ks + S::TILE_HALF;
-
-            /* S^T = K Q^T over the tile's 16 tokens (v7's operand order): a0/a2 row gq's first/last
-             * pair of the four codes at 16 kk + 4 tq, a1/a3 row gq + 8's. */
-            float s[4] = {0, 0, 0, 0}, s_odd[4] = {0, 0, 0, 0}; /* two chains: half the dependent mma latency */
-#pragma unroll
-            for (int kk = 0; kk < S::KSTEPS; kk++) {
-                const uint32_t w0 = codes4(ks, gq, 16 * kk + 4 * tq), w1 = codes4(ks, gq + 8, 16 * kk + 4 * tq);
-                const uint32_t a[4] = {f16x2(w0, 0), f16x2(w1, 0), f16x2(w0, 1), f16x2(w1, 1)};
-                kl::ptx::mma_16816<__half>(kk % 2 ? s_odd : s, a, qf[kk][0], qf[kk][1]);
-            }
-#pragma unroll
-            for (int e = 0; e < 4; e++) s[e] += s_odd[e];
-
-            /* Online softmax per head column on the scores with q's power of two taken out (exact):
-             * s[0], s[1] token gq, heads 2tq, 2tq+1; s[2], s[3] token gq + 8. Tokens past t1
-             * (copies of the last one) score -inf. */
-            const int tok = t0 + 16 * i + gq;
-            const float x0 = tok < t1 ? s[0] * dq0 * scale : -INFINITY, x1 = tok < t1 ? s[1] * dq1 * scale : -INFINITY;
-            const float x2 = tok + 8 < t1 ? s[2] * dq0 * scale : -INFINITY;
-            const float x3 = tok + 8 < t1 ? s[3] * dq1 * scale : -INFINITY;
-            float mx0 = fmaxf(x0, x2), mx1 = fmaxf(x1, x3);
-#pragma unroll
-            for (int off = 4; off < 32; off <<= 1) {
-                mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
-                mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
-            }
-            const float mn0 = fmaxf(m[0], mx0), mn1 = fmaxf(m[1], mx1);
-            const float base0 = mn0 == -INFINITY ? 0.f : mn0, base1 = mn1 == -INFINITY ? 0.f : mn1;
-            const float al0 = exp2f(m[0] - base0), al1 = exp2f(m[1] - base1);
-            const float p0 = exp2f(x0 - base0), p1 = exp2f(x1 - base1), p2 = exp2f(x2 - base0), p3 = exp2f(x3 - base1);
-            l[0] = l[0] * al0 + p0 + p2, l[1] = l[1] * al1 + p1 + p3; /* from the unrounded p */
-            m[0] = mn0, m[1] = mn1;
-#pragma unroll
-            for (int mt = 0; mt < S::KSTEPS; mt++) o[mt][0] *= al0, o[mt][1] *= al1, o[mt][2] *= al0, o[mt][3] *= al1;
-            /* P^T as the B operand in fp16: b0 tokens 2tq, 2tq + 1, b1 tokens 8 + 2tq, + 1. */
-            const uint32_t pb0 = kl::ptx::movmatrix_trans(kl::ptx::pack2<__half>(p0, p1));
-            const uint32_t pb1 = kl::ptx::movmatrix_trans(kl::ptx::pack2<__half>(p2, p3));
-
-            /* O^T += V^T P^T (v7's): A columns are tokens 2tq, 2tq + 1 (a0, a1) and 8 + 2tq, + 1 (a2,
-             * a3); rows gq / gq + 8 of m-tile 2j + h are dims 32 j + 4 gq + 2h / + 1. */
-#pragma unroll
-            for (int j = 0; j < HD / 32; j++) {
-                const int off = 32 * j + 4 * gq;
-                const uint32_t v0 = codes4(vs, 2 * tq, off), v1 = codes4(vs, 2 * tq + 1, off);
-                const uint32_t v8 = codes4(vs, 2 * tq + 8, off), v9 = codes4(vs, 2 * tq + 9, off);
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const uint32_t lo = interleave(v0, v1, h), hi = interleave(v8, v9, h);
-                    const uint32_t a[4] = {f16x2(lo, 0), f16x2(lo, 1), f16x2(hi, 0), f16x2(hi, 1)};
-                    kl::ptx::mma_16816<__half>(o[2 * j + h], a, pb0, pb1);
-                }
-            }
+            kl::decode::fp8_ring::tile_update<HD, KL_DECODE_V9_BUG != 1>(ks, vs, qf, dq0, dq1, scale, t0 + 16 * i, t1,
+                                                                          o, m, l);
             /* This lane's reads of the stage are done; every lane arrives (v8 says why). */
             kl::ptx::mbar_arrive(&empty[st]);
         }
@@ -227,21 +122,8 @@ static __global__ void __launch_bounds__(32 * (CW + 1))
     __syncthreads();
 
     float *mrg = reinterpret_cast<float *>(ring);
-    if (warp < CW) { /* each consumer's state, v_scale applied: l summed over the lanes sharing a head first */
-        const float v_sc = p.v_scale[g];
-#pragma unroll
-        for (int off = 4; off < 32; off <<= 1) {
-            l[0] += __shfl_xor_sync(0xffffffffu, l[0], off);
-            l[1] += __shfl_xor_sync(0xffffffffu, l[1], off);
-        }
-        float *w0 = mrg + (warp * 8 + 2 * tq) * S::ROW, *w1 = w0 + S::ROW;
-#pragma unroll
-        for (int mt = 0; mt < S::KSTEPS; mt++) {
-            const int d = 32 * (mt / 2) + 4 * gq + 2 * (mt % 2);
-            w0[d] = o[mt][0] * v_sc, w1[d] = o[mt][1] * v_sc, w0[d + 1] = o[mt][2] * v_sc, w1[d + 1] = o[mt][3] * v_sc;
-        }
-        if (gq == 0) w0[HD] = m[0], w0[HD + 1] = l[0], w1[HD] = m[1], w1[HD + 1] = l[1];
-    }
+    if (warp < CW) /* each consumer's state, v_scale applied */
+        kl::decode::fp8_ring::write_state<HD>(mrg + warp * 8 * S::ROW, o, m, l, p.v_scale[g]);
     kl::decode::finish_cta<T, HD, CW>(p, mrg, last, b, g, blockIdx.y % blocks, h0, nh, split, splits);
 #else
     __trap(); /* built without sm_90a: the launcher is only reached on sm_90 (min_cc) */
