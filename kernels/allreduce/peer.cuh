@@ -143,11 +143,12 @@ __device__ __forceinline__ void end_call(const peers &P, uint32_t e)
 }
 
 /* begin_call and end_call without end_call's fence, for a kernel whose stores go to peers: a fence
- * after them waits until the peers' memory has taken them (a round trip over NVLink) before the block
- * may count itself. Here thread 0 reads the call number with acquire instead, so its count, whenever
- * it comes, is performed after that read; and a one-block grid, whose number no other block reads,
- * publishes it at once and counts nothing. Both meet the file comment's rule (every block has read
- * the number before it is published) and leave the same epoch for any variant that runs next. */
+ * orders those stores too, so it can hold the block's count until NVLink has delivered them, which
+ * the call number does not need. Here thread 0 reads the call number with acquire instead, so its
+ * count, whenever it comes, is performed after that read; and a one-block grid, whose number no other
+ * block reads, publishes it at once and counts nothing. Both meet the file comment's rule (every
+ * block has read the number before it is published) and leave the same epoch for any variant that
+ * runs next. */
 __device__ __forceinline__ uint32_t begin_call_unfenced(const peers &P)
 {
     __shared__ uint32_t e;

@@ -5,13 +5,13 @@
  * barrier) before any thread loads its x, so the call starts with two memory trips in series; here every
  * thread issues the load of its first unit of x before the call number's read, and the two trips overlap.
  * Second, v8 ends with end_call: thread 0 fences, then counts its block on the communicator's counter,
- * and the last block publishes the call number. The fence orders only the call number's read before
- * the count, but a fence also waits until every store this thread issued is performed, and this
- * thread's stores went to the peers over NVLink: the end of every call waits for a round trip it has no
- * use for. Here thread 0 reads the call number with ld.acquire (its count cannot pass the read), there
- * is no fence, and a one-block grid (8 KB and below) publishes the number as soon as it has read it and
+ * and the last block publishes the call number. The fence is there to order the call number's read
+ * before the count, but a fence orders every store this thread issued, and this thread's stores went
+ * to the peers over NVLink: the end of every call can wait for their delivery, which it has no use
+ * for. Here thread 0 reads the call number with ld.acquire (its count cannot pass the read), there is
+ * no fence, and a one-block grid (8 KB and below) publishes the number as soon as it has read it and
  * counts nothing (peer.cuh's begin_call_unfenced / end_call_unfenced). The protocol, the buffers, the
- * sets and PDL are v8's; v6_switch may run it beside v8, v9 and NCCL (the same epoch afterwards).
+ * sets and PDL are v8's, and a call leaves the call number and the sets as a call of v8 leaves them.
  * Work mapping: v7's. Expect v8 minus about a memory trip and the fence at small sizes.
  * Run alone: build/kernlab bench allreduce --variant v11_lamport_unfenced */
 #include "kernels/allreduce/lamport.cuh"
