@@ -535,17 +535,18 @@ ParameterizedTest(int *i, attention_decode_gpu, repeated_launches_give_identical
 
 Test(attention_decode_gpu, the_draft_token_variants_take_draft_tokens)
 {
-    /* v0_naive and v4_tensor_cores declare several query tokens per request: on such a problem
-     * they must run (and match the reference), not decline it as the others do. */
+    /* v0_naive and v4_tensor_cores declare several query tokens per request, and v11_by_shape hands
+     * them to v4: on such a problem they must run (and match the reference), not decline it as the
+     * others do. */
     if (!kl_have_gpu()) cr_skip_test("no CUDA device");
-    const char *takes[2] = {"v0_naive", "v4_tensor_cores"};
+    const char *takes[3] = {"v0_naive", "v4_tensor_cores", "v11_by_shape"};
     const int64_t lens[4] = {37, 8, 300, 5}, q_lens[4] = {3, 8, 1, 5};
     struct kl_attention_decode_problem *p =
         kl_attention_decode_problem_random_multi(4, 32, 8, 128, 16, lens, q_lens, KL_BF16, 1, 13);
     struct kl_outputs want = {0};
     struct kl_err err;
     kl_attention_decode_run_reference(p, &want, &err);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         const struct kl_variant *v = kl_variant_find("attention_decode", takes[i]);
         cr_assert(v, "%s is not registered", takes[i]);
         if (kl_test_skip_reason(v)) continue;

@@ -1,0 +1,44 @@
+/* v11_by_shape: for each call, the rung this lab measured fastest on that kind of call, as a serving
+ * engine picks its decode kernel by the batch's shape: no new kernel, a choice among v4, v7, v8, v10.
+ *
+ * What changed from v10, and why: no single rung runs every workload at its best. v8_tma_pages reads a
+ * 16-bit cache fastest where every tile is 16 slots of one page, but it declines draft tokens and
+ * gathers other page sizes one 128-byte box per row, below v4's cp.async gather; v4_tensor_cores takes
+ * every 16-bit call; the FP8 rungs take only e4m3 caches, v10 at head_dim 128 and 256, v7 at 64 too.
+ * Here the call goes, in order of preference, to
+ *   an e4m3 cache:                                      v10_fp8_page_heads, else v7_fp8_f16_mma
+ *   one query a request, page size a multiple of 16:    v8_tma_pages, else v4_tensor_cores
+ *   draft tokens (qo_indptr), or any other page size:   v4_tensor_cores
+ * "else": the next one where a rung is not built, needs a newer device, or declines the shape
+ * (cudaErrorNotSupported, before it launches anything). The choice reads only the params, never the
+ * lengths on the device, so a graph captured for one batch replays with any lengths. The tables of the
+ * rungs it names show where it sits; the gate judges it on every workload.
+ * Bound: that of the rung it picks. sm_80 and up (v4 alone below sm_90, no FP8 below sm_89).
+ * Run alone: build/kernlab bench attention_decode --variant v11_by_shape */
+#include <stdio.h>
+
+#include "kernels/attention_decode/attention_decode.h"
+#include "kernels/common.cuh"
+#include "kernels/variant.h"
+
+static cudaError_t launch(const struct kl_attention_decode_params *p, cudaStream_t stream)
+{
+    static const char *const fp8[] = {"v10_fp8_page_heads", "v7_fp8_f16_mma", NULL};
+    static const char *const pages16[] = {"v8_tma_pages", "v4_tensor_cores", NULL};
+    static const char *const gather[] = {"v4_tensor_cores", NULL};
+    const char *const *order = p->k_scale                                   ? fp8
+                               : !p->qo_indptr && p->page_size % 16 == 0 ? pages16
+                                                                           : gather;
+    const int cc = kl::this_device().cc;
+    for (; *order; order++) {
+        const struct kl_variant *v = kl_variant_find("attention_decode", *order);
+        if (!v || v->min_cc > cc) continue;
+        const cudaError_t rc = ((kl_attention_decode_launch_fn)v->launch)(p, stream);
+        if (rc != cudaErrorNotSupported) return rc;
+    }
+    return cudaErrorNotSupported;
+}
+
+KL_VARIANT(attention_decode, v11_by_shape, launch, .min_cc = 80,
+           .summary = "by shape: v8 on whole 16-slot pages with one query, v4 for draft tokens and other pages, "
+                      "v10 (else v7) on e4m3 caches");
