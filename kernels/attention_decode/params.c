@@ -130,3 +130,12 @@ int kl_attention_decode_sms(void)
     }
     return sms;
 }
+
+const char *const *kl_attention_decode_by_shape(const struct kl_attention_decode_params *p)
+{
+    static const char *const fp8[] = {"v10_fp8_page_heads", "v7_fp8_f16_mma", NULL};
+    static const char *const pages16[] = {"v8_tma_pages", "v4_tensor_cores", NULL};
+    static const char *const gather[] = {"v4_tensor_cores", NULL};
+    if (p->k_scale) return fp8;
+    return !p->qo_indptr && p->page_size % 16 == 0 ? pages16 : gather;
+}

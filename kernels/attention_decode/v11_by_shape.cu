@@ -5,7 +5,7 @@
  * 16-bit cache fastest where every tile is 16 slots of one page, but it declines draft tokens and
  * gathers other page sizes one 128-byte box per row, below v4's cp.async gather; v4_tensor_cores takes
  * every 16-bit call; the FP8 rungs take only e4m3 caches, v10 at head_dim 128 and 256, v7 at 64 too.
- * Here the call goes, in order of preference, to
+ * Here the call goes, in order of preference (kl_attention_decode_by_shape, params.c), to
  *   an e4m3 cache:                                      v10_fp8_page_heads, else v7_fp8_f16_mma
  *   one query a request, page size a multiple of 16:    v8_tma_pages, else v4_tensor_cores
  *   draft tokens (qo_indptr), or any other page size:   v4_tensor_cores
@@ -23,14 +23,8 @@
 
 static cudaError_t launch(const struct kl_attention_decode_params *p, cudaStream_t stream)
 {
-    static const char *const fp8[] = {"v10_fp8_page_heads", "v7_fp8_f16_mma", NULL};
-    static const char *const pages16[] = {"v8_tma_pages", "v4_tensor_cores", NULL};
-    static const char *const gather[] = {"v4_tensor_cores", NULL};
-    const char *const *order = p->k_scale                                   ? fp8
-                               : !p->qo_indptr && p->page_size % 16 == 0 ? pages16
-                                                                           : gather;
     const int cc = kl::this_device().cc;
-    for (; *order; order++) {
+    for (const char *const *order = kl_attention_decode_by_shape(p); *order; order++) {
         const struct kl_variant *v = kl_variant_find("attention_decode", *order);
         if (!v || v->min_cc > cc) continue;
         const cudaError_t rc = ((kl_attention_decode_launch_fn)v->launch)(p, stream);

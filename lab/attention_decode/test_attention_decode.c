@@ -169,6 +169,36 @@ Test(attention_decode, launch_checks_take_an_fp8_cache_only_from_variants_that_d
     cr_assert_eq(kl_attention_decode_check_params(&p, "test"), cudaSuccess);
 }
 
+/* v11_by_shape's order of rungs for each kind of call, and every rung it names is registered (a
+ * renamed rung would otherwise leave it declining what it should run). */
+Test(attention_decode, by_shape_sends_each_kind_of_call_to_its_rung)
+{
+    struct kl_attention_decode_params p = {.page_size = 16};
+    const int32_t qo[2] = {0, 4};
+    const float scale[1] = {1};
+    const struct {
+        int64_t page;
+        bool draft, fp8;
+        const char *first, *second;
+    } cases[] = {
+        {16, false, false, "v8_tma_pages", "v4_tensor_cores"}, {32, false, false, "v8_tma_pages", "v4_tensor_cores"},
+        {1, false, false, "v4_tensor_cores", NULL},           {8, false, false, "v4_tensor_cores", NULL},
+        {16, true, false, "v4_tensor_cores", NULL},           {16, false, true, "v10_fp8_page_heads", "v7_fp8_f16_mma"},
+        {1, false, true, "v10_fp8_page_heads", "v7_fp8_f16_mma"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        p.page_size = cases[i].page, p.qo_indptr = cases[i].draft ? qo : NULL;
+        p.k_scale = p.v_scale = cases[i].fp8 ? scale : NULL;
+        const char *const *order = kl_attention_decode_by_shape(&p);
+        cr_assert_str_eq(order[0], cases[i].first, "page %lld%s%s", (long long)cases[i].page,
+                         cases[i].draft ? ", draft tokens" : "", cases[i].fp8 ? ", e4m3" : "");
+        if (cases[i].second) cr_assert_str_eq(order[1], cases[i].second);
+        cr_assert_null(order[cases[i].second ? 2 : 1]);
+        for (const char *const *n = order; *n; n++)
+            cr_assert(kl_variant_find("attention_decode", *n), "%s is not a registered variant", *n);
+    }
+}
+
 Test(attention_decode, the_workspace_holds_a_partial_for_every_draft_row)
 {
     /* With qo_indptr the partials are per (split, request x max_q_len slot, head) and the merge
