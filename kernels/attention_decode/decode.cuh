@@ -243,15 +243,16 @@ __device__ __forceinline__ void write_output(const kl_attention_decode_params &p
 }
 
 /* After the key loop of a variant whose CW warps each kept an online softmax over part of a
- * chunk, the whole block (every thread calls it): warp w < CW has written its state for each of the nh heads h of the block (qo heads h0 + h, block hb of 8 heads of kv head
- * g's group) as the row mrg + (w * 8 + h) * (HD + 2): the unnormalised acc[HD], the running max m
- * (log2 units), the sum l. The rows are merged on their common max into res (after the CW * 8
- * rows; a warp with no tile has m = -inf and weighs 0); a request in one split writes out and lse,
- * a split files its partial and counts it on the request's counter (v4's scheme), and the block that
- * counts last merges every partial (`last`: a flag in the kernel's shared memory). */
+ * chunk, the whole block (every thread calls it): warp w < CW has written its state for each of the
+ * nh heads h of the block (qo heads h0 + h, block hb of 8 heads of kv head g's group) as the row
+ * mrg + (w * 8 + h) * (HD + 2): the unnormalised acc[HD], the running max m (log2 units), the sum l.
+ * The rows are merged on their common max into res (after the CW * 8 rows; a warp with no tile has
+ * m = -inf and weighs 0); a request in one split writes out and lse, a split files its partial and
+ * counts it on the request's counter (v4's scheme), and the block that counts last merges every
+ * partial (`last`: a flag in the kernel's shared memory). */
 template <typename T, int HD, int CW>
 __device__ __forceinline__ void finish_cta(const kl_attention_decode_params &p, float *mrg, bool &last, int b,
-                                                int g, int hb, int h0, int nh, int split, int splits)
+                                           int g, int hb, int h0, int nh, int split, int splits)
 {
     constexpr int ROW = HD + 2;
     float *res = mrg + CW * 8 * ROW;

@@ -5,17 +5,19 @@
  *
  * What changed from v9, and why: at one byte an element a head's row of a slot is 128 bytes, and v9's
  * CTA, one kv head, reads 16 such rows 1 KB apart (8 kv heads x 128) per tile; the seven other heads'
- * rows of the same slots are read by seven other CTAs, whenever they get there. HBM serves scattered
- * 128-byte reads less well than long runs (v8's 256-byte rows of the 16-bit cache reach more of the
- * read bandwidth on the same ring). Here a CTA takes HB consecutive kv heads (8 where the head count
- * allows, at most 8 x 128 codes of row, so a stage stays 32 KB) and one chunk of a request; a stage is
- * the tile of 16 tokens for all HB heads, K's HB head tiles then V's, each head tile laid out and
- * swizzled as v9's (page_ring.cuh's producer with HEADS = HB). The page table is read once for all the
- * heads. Consumer warp w (of 8) computes head w % HB on the tiles i with i % (8 / HB) == w / HB, with
- * v9's arithmetic (fp8_ring_tile.cuh; its q, k_scale and v_scale are its own head's); a stage goes
- * back to the producer when its HB warps have arrived. At the end each head's warps merge and the CTA
- * finishes head by head with decode.cuh's finish_cta. The ring is at least three stages and about 96 KB: two CTAs an SM.
- * The split is chosen from the shape alone (no host plan, graph-safe): the number of splits whose
+ * rows of the same slots are read by seven other CTAs, whenever they get there. The question this rung
+ * asks: does HBM serve those scattered 128-byte reads less well than whole runs (v8's 256-byte rows of
+ * the 16-bit cache reach more of the read bandwidth on the same ring)? The guide tells what the run
+ * answered. Here a CTA takes HB consecutive kv heads (8 where the head count allows, at most 8 x 128
+ * codes of row, so a stage is at most 32 KB) and one chunk of a request; a stage is the tile of 16
+ * tokens for all HB heads, K's HB head tiles then V's, each head tile laid out and swizzled as v9's
+ * (page_ring.cuh's producer with HEADS = HB). The page table is read once for all the heads. Consumer
+ * warp w (of 8) computes head w % HB on the tiles i with i % (8 / HB) == w / HB, with v9's arithmetic
+ * (fp8_ring_tile.cuh; its q, k_scale and v_scale are its own head's); a stage goes back to the
+ * producer when its HB warps have arrived. At the end each head's warps merge and the CTA finishes head
+ * by head with decode.cuh's finish_cta. The ring is at least three stages and about 96 KB (two CTAs an
+ * SM; 128 KB and one CTA at head_dim 256 with four heads). The split comes from the params alone
+ * (max_kv_len, never the lengths on the device, so graph replays are safe): the number of splits whose
  * CTAs fill the SMs' slots in the fewest waves of the least work each.
  * Bound: the read bandwidth on K/V at one byte an element, plus q, out and the page table.
  * bf16/fp16 q and out, head_dim 128/256, a GQA group of at most 8 qo heads (else
@@ -63,7 +65,7 @@ template <int HD, int HB> struct heads_ring_shape {
  * not a multiple of 16); k_row / v_row: 128 codes x 1 head x 1 slot. Grid: (request, kv heads / HB,
  * split). */
 template <typename T, int HD, int HB>
-static __global__ void __launch_bounds__(32 * 9)
+static __global__ void __launch_bounds__(heads_ring_shape<HD, HB>::THREADS)
     decode_v10(const __grid_constant__ CUtensorMap k_box, const __grid_constant__ CUtensorMap v_box,
                const __grid_constant__ CUtensorMap k_row, const __grid_constant__ CUtensorMap v_row,
                const kl_attention_decode_params p, int chunk, int boxes)

@@ -215,8 +215,8 @@ __device__ __forceinline__ void load_q_rows(T *q_tile, int wg_row0, int bar_id, 
 inline cudaError_t make_cache_map(CUtensorMap *map, const void *cache, bool bf16, int64_t head_dim,
                                   int64_t kv_heads, int64_t slots, int box_rows)
 {
-    return kl::encode_cache_map(map, cache, bf16 ? kl::cache_elem::bf16 : kl::cache_elem::f16, head_dim, kv_heads, slots,
-                                box_rows, "attention_prefill");
+    return kl::encode_cache_map(map, cache, bf16 ? kl::cache_elem::bf16 : kl::cache_elem::f16, head_dim, kv_heads,
+                                slots, box_rows, "attention_prefill");
 }
 
 /* Host: TMA per page when a page is whole 16-row boxes that tile the key tile (or the tile tiles the
