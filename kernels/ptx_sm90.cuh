@@ -264,6 +264,13 @@ __device__ __forceinline__ void mbar_arrive_expect(uint64_t *bar, uint32_t bytes
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
                  : "memory");
 }
+/* An arrival on `bar` made once every cp.async this thread issued before it has landed (.noinc: the
+ * barrier's count includes these arrivals). The copies' bytes are then visible to whoever waits on
+ * the phase. */
+__device__ __forceinline__ void cp_async_mbar_arrive(uint64_t *bar)
+{
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
 __device__ __forceinline__ void mbar_wait(uint64_t *bar, int parity)
 {
     const uint32_t addr = smem_addr(bar);

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "kernels/attention_decode/attention_decode.h"
+#include "kernels/ptx_sm80.cuh"
 #include "kernels/ptx_sm90.cuh"
 #include "kernels/tma_map.cuh"
 
@@ -52,13 +53,42 @@ inline cudaError_t make_page_maps(const struct kl_attention_decode_params *p, kl
 
 /* ---- device ---- */
 
+/* One tile's rows by cp.async (produce_page_tiles with CP_ASYNC_ROWS): lane j of the warp holds in
+ * `slots` the slot of token 16 half + j % 16 of the tile's group. The tile's 2 x HEADS x 16 rows (K
+ * then V, head, row) of BLOCKS x 128 bytes go in order, 32 16-byte chunks a warp instruction: chunk c
+ * of a row to block c / 8, chunk c % 8 ^ r % 8, as the boxes' swizzle places it. */
+template <int BLOCKS, int HEADS>
+__device__ __forceinline__ void gather_rows_cp_async(const kl_attention_decode_params &p, int g0, int slots, int half,
+                                                     uint32_t stage)
+{
+    constexpr int CHUNKS = 8 * BLOCKS, ROW_BYTES = 128 * BLOCKS; /* of one head's row */
+    constexpr int STEPS = 2 * HEADS * 16 * CHUNKS / 32;
+    constexpr uint32_t HEAD_TILE = 16 * ROW_BYTES, TILE_HALF = HEADS * HEAD_TILE;
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int step = 0; step < STEPS; step++) {
+        const int f = 32 * step + lane, row = f / CHUNKS, c = f % CHUNKS; /* row: (K or V, head, r) */
+        const int kv = row / (16 * HEADS), head = row / 16 % HEADS, r = row % 16;
+        const int slot = __shfl_sync(0xffffffffu, slots, 16 * half + r);
+        const unsigned char *cache = static_cast<const unsigned char *>(kv ? p.v_cache : p.k_cache);
+        const unsigned char *src = cache + ((int64_t)slot * p.num_kv_heads + g0 + head) * ROW_BYTES + 16 * c;
+        const uint32_t dst = stage + kv * TILE_HALF + head * HEAD_TILE + (c / 8) * 16 * 128 + r * 128 +
+                             ((c % 8) ^ (r % 8)) * 16;
+        kl::ptx::cp_async_16(dst, src, true);
+    }
+}
+
 /* The producer warp: tiles 0 .. tiles - 1 of tokens t0 .. t1 - 1 of request b, kv heads g0 .. g0 +
  * HEADS - 1, into stage i % STAGES of the ring at ring_at (tile i's round i / STAGES), each after its
  * consumers handed the stage back on empty[st] and with its bytes counted on full[st]. COLS: the
  * elements a 128-byte box row holds. Lane j looks up the slot of token t0 + 32 k + j (group k: tiles
  * 2k and 2k + 1); a token past t1 takes t1 - 1's slot. ahead[k % AHEAD] holds group k's slots from
- * AHEAD groups before its copies, so the page-table loads overlap the ring's waits. */
-template <int STAGES, int BLOCKS, int COLS, int HEADS = 1>
+ * AHEAD groups before its copies, so the page-table loads overlap the ring's waits.
+ * CP_ASYNC_ROWS (v12): the gathered tiles come by cp.async instead of row boxes, 16 bytes a lane, a
+ * warp instruction covering 512 contiguous bytes of the cache (whole rows, so each 32-byte sector is
+ * asked for once), each lane's copies counted by its cp.async.mbarrier.arrive; the full barriers then
+ * count 32 arrivals, a box tile's too (lane 0 announcing the bytes, the others plain arrivals). */
+template <int STAGES, int BLOCKS, int COLS, int HEADS = 1, bool CP_ASYNC_ROWS = false>
 __device__ __forceinline__ void produce_page_tiles(const CUtensorMap *k_box, const CUtensorMap *v_box,
                                                    const CUtensorMap *k_row, const CUtensorMap *v_row, bool boxes,
                                                    const kl_attention_decode_params &p, int b, int g0, int t0, int t1,
@@ -104,10 +134,17 @@ __device__ __forceinline__ void produce_page_tiles(const CUtensorMap *k_box, con
                 /* Round i / STAGES of stage st: wait until its consumers handed back round i / STAGES
                  * - 1 (round 0 passes: a fresh barrier's parity-1 phase counts as done). */
                 kl::ptx::mbar_wait(&empty[st], (i / STAGES & 1) ^ 1);
-                if (lane == 0) kl::ptx::mbar_arrive_expect(&full[st], STAGE_BYTES);
-                __syncwarp();
+                const bool whole = boxes && 16 * i + 16 <= t1 - t0;
                 const uint32_t stage = ring_at + st * STAGE_BYTES;
-                if (boxes && 16 * i + 16 <= t1 - t0) {
+                if (CP_ASYNC_ROWS && !whole) {
+                    gather_rows_cp_async<BLOCKS, HEADS>(p, g0, slots, half, stage);
+                    kl::ptx::cp_async_mbar_arrive(&full[st]);
+                    continue;
+                }
+                if (lane == 0) kl::ptx::mbar_arrive_expect(&full[st], STAGE_BYTES);
+                else if (CP_ASYNC_ROWS) kl::ptx::mbar_arrive(&full[st]);
+                __syncwarp();
+                if (whole) {
                     /* 16 whole slots of one page (t0 + 16 i is a multiple of 16, and so is the page
                      * size): lane c < COPIES copies box c. */
                     if (lane < COPIES)

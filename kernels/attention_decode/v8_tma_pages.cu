@@ -15,7 +15,7 @@
  * needs a box row of at most 128 bytes, hence the 64-column blocks: a tile is [block][row][64] in
  * shared memory, dense, with 16-byte chunk c of a row stored at chunk c ^ (row % 8) (the swizzle
  * XORs address bits 4-6 with bits 7-9, and each tile starts 1024-byte aligned); the ldmatrix
- * addresses apply the same XOR (chunk_at), so the 8 rows one ldmatrix phase reads sit in 8
+ * addresses apply the same XOR (bf16_ring_tile.cuh's chunk_at), so the 8 rows one ldmatrix phase reads sit in 8
  * different bank groups with no padding. Other pages (page 1, or any size not a multiple of 16),
  * and a request's last partial tile, gather: the 32 producer lanes copy each row of K and V as
  * head_dim / 64 boxes of 64 columns x 1 row, through a second map per cache, landing at the row's
@@ -30,6 +30,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "kernels/attention_decode/bf16_ring_tile.cuh"
 #include "kernels/attention_decode/decode.cuh"
 #include "kernels/attention_decode/page_ring.cuh"
 #include "kernels/ptx_sm80.cuh"
@@ -59,15 +60,6 @@ template <typename T, int HD, int CW, int STAGES_> struct tma_shape {
 #ifndef KL_DECODE_V8_BUG
 #define KL_DECODE_V8_BUG 0
 #endif
-
-/* The shared address of 16-byte chunk c (of HD / 8) of row r of a K or V tile at `tile` (1024-byte
- * aligned): block c / 8, row r, chunk c % 8, moved as the TMA's 128-byte swizzle moved it (address
- * bits 4-6 XOR bits 7-9: chunk c % 8 ^ r % 8 here). */
-__device__ __forceinline__ uint32_t chunk_at(uint32_t tile, int r, int c)
-{
-    const uint32_t a = tile + (uint32_t)(c / 8) * 16 * 128 + (uint32_t)r * 128 + (uint32_t)(c % 8) * 16;
-    return KL_DECODE_V8_BUG == 1 ? a : a ^ (((a >> 7) & 7) << 4);
-}
 
 /* k_box / v_box: boxes of 64 columns x 1 head x 16 slots (zeros, and boxes 0, where the page size is
  * not a multiple of 16); k_row / v_row: 64 columns x 1 head x 1 slot. */
@@ -104,72 +96,25 @@ static __global__ void __launch_bounds__(32 * (CW + 1))
     }
     if (split >= splits) return;
     const int t0 = split * chunk, t1 = min(n, t0 + chunk), tiles = (t1 - t0 + 15) / 16;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4, tq = lane % 4;
+    const int warp = threadIdx.x / 32;
 
-    float o[S::KSTEPS][4] = {}; /* O^T: m-tile mt holds (d 16 mt + gq (+8), heads 2 tq, 2 tq + 1) */
+    float o[S::KSTEPS][4] = {}; /* the online softmax: O^T, m, l (bf16_ring_tile.cuh) */
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0}; /* heads 2 tq and 2 tq + 1 */
 
     if (warp == S::PRODUCER) {
         kl::decode::produce_page_tiles<STAGES, S::BLOCKS, 64>(&k_box, &v_box, &k_row, &v_row, boxes, p, b, g, t0, t1,
                                                               ring_at, full, empty);
     } else {
-        /* Q^T as the B operand of every k-step (d = 16 ks + 2 tq .. , head gq), loaded once. */
+        /* Q^T as the B operand of every k-step, loaded once; scores in log2 units. */
         uint32_t qf[S::KSTEPS][2];
-        const T *q = static_cast<const T *>(p.q) + ((int64_t)b * p.num_qo_heads + h0 + min(gq, nh - 1)) * HD;
-#pragma unroll
-        for (int ks = 0; ks < S::KSTEPS; ks++) {
-            qf[ks][0] = gq < nh ? *reinterpret_cast<const uint32_t *>(q + 16 * ks + 2 * tq) : 0u;
-            qf[ks][1] = gq < nh ? *reinterpret_cast<const uint32_t *>(q + 16 * ks + 8 + 2 * tq) : 0u;
-        }
-        const float scale = p.sm_scale * 1.44269504089f; /* scores in log2 units */
-        const int i8 = lane % 8, mat = lane / 8;
+        kl::decode::bf16_ring::q_operand<T, HD>(p, b, h0, nh, qf);
+        const float scale = p.sm_scale * 1.44269504089f;
         for (int i = warp; i < tiles; i += CW) {
             const int st = i % STAGES;
             kl::ptx::mbar_wait(&full[st], i / STAGES & 1); /* round i / STAGES of the stage has landed */
             const uint32_t ks = ring_at + st * S::STAGE_BYTES, vs = ks + S::TILE_HALF;
-
-            /* S^T = K Q^T over the tile's 16 tokens: A = K rows (matrices: tokens 0-7 / 8-15 x
-             * dims 0-7 / 8-15 of the k-step, in a0..a3 order). */
-            float s[4] = {0, 0, 0, 0}, s_odd[4] = {0, 0, 0, 0}; /* two chains: half the dependent mma latency */
-#pragma unroll
-            for (int kk = 0; kk < S::KSTEPS; kk++) {
-                uint32_t a[4];
-                kl::ptx::ldmatrix_x4(a, chunk_at(ks, i8 + 8 * (mat & 1), 2 * kk + (mat >> 1)));
-                kl::ptx::mma_16816<T>(kk % 2 ? s_odd : s, a, qf[kk][0], qf[kk][1]);
-            }
-#pragma unroll
-            for (int e = 0; e < 4; e++) s[e] += s_odd[e];
-
-            /* Online softmax per head column, as v4: s[0], s[1] are token gq, heads 2tq, 2tq+1;
-             * s[2], s[3] token gq + 8. Tokens past t1 (copies of the last one) score -inf. */
-            const int tok = t0 + 16 * i + gq;
-            const float x0 = tok < t1 ? s[0] * scale : -INFINITY, x1 = tok < t1 ? s[1] * scale : -INFINITY;
-            const float x2 = tok + 8 < t1 ? s[2] * scale : -INFINITY, x3 = tok + 8 < t1 ? s[3] * scale : -INFINITY;
-            float mx0 = fmaxf(x0, x2), mx1 = fmaxf(x1, x3);
-#pragma unroll
-            for (int off = 4; off < 32; off <<= 1) {
-                mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
-                mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
-            }
-            const float mn0 = fmaxf(m[0], mx0), mn1 = fmaxf(m[1], mx1);
-            const float base0 = mn0 == -INFINITY ? 0.f : mn0, base1 = mn1 == -INFINITY ? 0.f : mn1;
-            const float al0 = exp2f(m[0] - base0), al1 = exp2f(m[1] - base1);
-            const float p0 = exp2f(x0 - base0), p1 = exp2f(x1 - base1), p2 = exp2f(x2 - base0), p3 = exp2f(x3 - base1);
-            l[0] = l[0] * al0 + p0 + p2, l[1] = l[1] * al1 + p1 + p3; /* from the unrounded p */
-            m[0] = mn0, m[1] = mn1;
-#pragma unroll
-            for (int mt = 0; mt < S::KSTEPS; mt++) o[mt][0] *= al0, o[mt][1] *= al1, o[mt][2] *= al0, o[mt][3] *= al1;
-
-            /* P^T as the B operand (v4 says how movmatrix transposes it), then O^T += V^T P^T with
-             * A = V^T by ldmatrix.trans of V rows. */
-            const uint32_t pb[2] = {kl::ptx::movmatrix_trans(kl::ptx::pack2<T>(p0, p1)),
-                                    kl::ptx::movmatrix_trans(kl::ptx::pack2<T>(p2, p3))};
-#pragma unroll
-            for (int mt = 0; mt < S::KSTEPS; mt++) {
-                uint32_t a[4];
-                kl::ptx::ldmatrix_x4_trans(a, chunk_at(vs, i8 + 8 * (mat >> 1), 2 * mt + (mat & 1)));
-                kl::ptx::mma_16816<T>(o[mt], a, pb[0], pb[1]);
-            }
+            kl::decode::bf16_ring::tile_update<T, HD, KL_DECODE_V8_BUG != 1>(ks, vs, qf, scale, t0 + 16 * i, t1, o,
+                                                                              m, l);
             /* This lane's reads of the stage are done (ldmatrix wrote registers the mmas read).
              * Every lane arrives: an arrival releases only the arriving thread's own reads, so
              * the 32nd arrival, which lets the producer overwrite the stage, comes after all of
@@ -183,20 +128,7 @@ static __global__ void __launch_bounds__(32 * (CW + 1))
     __syncthreads();
 
     float *mrg = reinterpret_cast<float *>(ring);
-    if (warp < CW) { /* each consumer's state: l summed over the lanes sharing a head first */
-#pragma unroll
-        for (int off = 4; off < 32; off <<= 1) {
-            l[0] += __shfl_xor_sync(0xffffffffu, l[0], off);
-            l[1] += __shfl_xor_sync(0xffffffffu, l[1], off);
-        }
-        float *w0 = mrg + (warp * 8 + 2 * tq) * S::ROW, *w1 = w0 + S::ROW;
-#pragma unroll
-        for (int mt = 0; mt < S::KSTEPS; mt++) {
-            w0[16 * mt + gq] = o[mt][0], w1[16 * mt + gq] = o[mt][1];
-            w0[16 * mt + gq + 8] = o[mt][2], w1[16 * mt + gq + 8] = o[mt][3];
-        }
-        if (gq == 0) w0[HD] = m[0], w0[HD + 1] = l[0], w1[HD] = m[1], w1[HD + 1] = l[1];
-    }
+    if (warp < CW) kl::decode::bf16_ring::write_state<HD>(mrg + warp * 8 * S::ROW, o, m, l); /* each consumer's state */
     kl::decode::finish_cta<T, HD, CW>(p, mrg, last, b, g, blockIdx.y % blocks, h0, nh, split, splits);
 #else
     __trap(); /* built without sm_90a: the launcher is only reached on sm_90 (min_cc) */

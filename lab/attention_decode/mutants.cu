@@ -37,9 +37,10 @@
 #include <stdlib.h>
 #include <type_traits>
 
+#include "kernels/attention_decode/bf16_ring_tile.cuh" /* these three outside the namespaces v8 and v9 */
 #include "kernels/attention_decode/decode.cuh"
-#include "kernels/attention_decode/fp8_ring_tile.cuh" /* these two outside the namespaces v8 and v9 are */
-#include "kernels/attention_decode/page_ring.cuh"     /* compiled into */
+#include "kernels/attention_decode/fp8_ring_tile.cuh"  /* are compiled into */
+#include "kernels/attention_decode/page_ring.cuh"
 #include "kernels/ptx_sm80.cuh"
 #include "kernels/ptx_sm90.cuh"
 #include "kernels/tma_map.cuh"

@@ -283,6 +283,7 @@ void mma_16816(float *d, const uint32_t *a, uint32_t b0, uint32_t b1, bool bf16,
 void cp_async(uint32_t dst, const void *src, int bytes, bool valid, site s);
 void cp_async_commit(site s);
 void cp_async_wait(int n, site s);
+void cp_async_mbar_arrive(uint32_t at, site s);
 void wgmma_fence(site s);
 void wgmma_commit(site s);
 void wgmma_wait(int n, site s);

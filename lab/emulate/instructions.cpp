@@ -675,6 +675,19 @@ void mbar_arrive(unsigned rank, uint32_t at, uint32_t expect_bytes, site s)
     try_complete(c, b, add_note("the arrival", chain, at, b.completed));
 }
 
+/* cp.async.mbarrier.arrive.noinc: every copy the thread issued lands (committed or not), then it
+ * arrives, so a waiter on the phase finds them ordered before its wait. */
+void cp_async_mbar_arrive(uint32_t at, site s)
+{
+    fiber *f = cur;
+    for (const auto &group : f->cp_groups)
+        for (const cp_copy &cp : group) land(f, cp);
+    f->cp_groups.clear();
+    for (const cp_copy &cp : f->cp_open) land(f, cp);
+    f->cp_open.clear();
+    mbar_arrive(f->c->rank, at, 0, s);
+}
+
 void mbar_wait(uint32_t at, int parity, site s)
 {
     fiber *f = cur;

@@ -49,6 +49,11 @@ __device__ __forceinline__ void mbar_arrive_expect(uint64_t *bar, uint32_t bytes
 {
     ::emu::mbar_arrive(::emu::cur->c->rank, smem_addr(bar), bytes, emu_at);
 }
+/* The thread's cp.async copies land, then it arrives (they land no later than the hardware may land them). */
+__device__ __forceinline__ void cp_async_mbar_arrive(uint64_t *bar, ::emu::site emu_at = EMU_HERE)
+{
+    ::emu::cp_async_mbar_arrive(smem_addr(bar), emu_at);
+}
 __device__ __forceinline__ void mbar_wait(uint64_t *bar, int parity, ::emu::site emu_at = EMU_HERE)
 {
     ::emu::mbar_wait(smem_addr(bar), parity, emu_at);

@@ -1,0 +1,118 @@
+/* The consumer warp's arithmetic of the decode variants that read 16-bit pages from a ring of
+ * shared-memory stages (v8_tma_pages, v12_cp_async_gather): q as the B operand, one online-softmax
+ * update over a 16-token tile in a stage, and the warp's state written for finish_cta. The layout is
+ * page_ring.cuh's: a K or V tile is HD / 64 blocks of 16 rows x 64 columns, 16-byte chunk c of row r
+ * stored at chunk c ^ (r % 8) (the 128-byte swizzle; each tile 1024-byte aligned), so the 8 rows one
+ * ldmatrix phase reads sit in 8 different bank groups with no padding. Lane (gq, tq) = (lane / 4,
+ * lane % 4) of the mma fragments: the scores' columns 2 tq, 2 tq + 1 are qo heads 2 tq, 2 tq + 1 of
+ * the kv head's group, its rows gq and gq + 8 the tile's tokens (v4_tensor_cores says why the GQA
+ * group is the mma's N dimension). */
+#pragma once
+
+#include <stdint.h>
+
+#include "kernels/attention_decode/attention_decode.h"
+#include "kernels/common.cuh"
+#include "kernels/ptx_sm80.cuh"
+
+namespace kl::decode::bf16_ring {
+
+/* The shared address of 16-byte chunk c (of HD / 8) of row r of a tile at `tile`: block c / 8, row r,
+ * chunk c % 8 moved as the swizzle moved it (address bits 4-6 XOR bits 7-9: c % 8 ^ r % 8).
+ * SWIZZLED false reads where the chunk was in the cache: a planted bug of the tests. */
+template <bool SWIZZLED> __device__ __forceinline__ uint32_t chunk_at(uint32_t tile, int r, int c)
+{
+    const uint32_t a = tile + (uint32_t)(c / 8) * 16 * 128 + (uint32_t)r * 128 + (uint32_t)(c % 8) * 16;
+    return SWIZZLED ? a ^ (((a >> 7) & 7) << 4) : a;
+}
+
+/* Q^T as the B operand of every k-step: k-step ks, lane (gq, tq) holds qo head h0 + gq's dims
+ * 16 ks + 2 tq, + 1 and 16 ks + 8 + 2 tq, + 1 of request b (0 for gq >= nh). */
+template <typename T, int HD>
+__device__ __forceinline__ void q_operand(const kl_attention_decode_params &p, int b, int h0, int nh,
+                                          uint32_t (&qf)[HD / 16][2])
+{
+    const int lane = threadIdx.x % 32, gq = lane / 4, tq = lane % 4;
+    const T *q = static_cast<const T *>(p.q) + ((int64_t)b * p.num_qo_heads + h0 + min(gq, nh - 1)) * HD;
+#pragma unroll
+    for (int ks = 0; ks < HD / 16; ks++) {
+        qf[ks][0] = gq < nh ? *reinterpret_cast<const uint32_t *>(q + 16 * ks + 2 * tq) : 0u;
+        qf[ks][1] = gq < nh ? *reinterpret_cast<const uint32_t *>(q + 16 * ks + 8 + 2 * tq) : 0u;
+    }
+}
+
+/* One tile: K's tile at shared address ks, V's at vs, tokens tok0 .. tok0 + 15 (those at or past t1,
+ * copies of the last one, score -inf); scores in log2 units times `scale`. The online softmax per
+ * head column: running max m, sum l, unnormalised O^T (m-tile mt: rows gq, gq + 8 are dims 16 mt + gq,
+ * + 8; columns heads 2 tq, 2 tq + 1). */
+template <typename T, int HD, bool SWIZZLED>
+__device__ __forceinline__ void tile_update(uint32_t ks, uint32_t vs, const uint32_t (&qf)[HD / 16][2], float scale,
+                                            int tok0, int t1, float (&o)[HD / 16][4], float (&m)[2], float (&l)[2])
+{
+    const int lane = threadIdx.x % 32, gq = lane / 4, i8 = lane % 8, mat = lane / 8;
+    /* S^T = K Q^T over the tile's 16 tokens: A = K rows (matrices: tokens 0-7 / 8-15 x dims 0-7 /
+     * 8-15 of the k-step, in a0..a3 order). */
+    float s[4] = {0, 0, 0, 0}, s_odd[4] = {0, 0, 0, 0}; /* two chains: half the dependent mma latency */
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++) {
+        uint32_t a[4];
+        kl::ptx::ldmatrix_x4(a, chunk_at<SWIZZLED>(ks, i8 + 8 * (mat & 1), 2 * kk + (mat >> 1)));
+        kl::ptx::mma_16816<T>(kk % 2 ? s_odd : s, a, qf[kk][0], qf[kk][1]);
+    }
+#pragma unroll
+    for (int e = 0; e < 4; e++) s[e] += s_odd[e];
+
+    /* Online softmax per head column, as v4: s[0], s[1] are token gq, heads 2tq, 2tq+1; s[2], s[3]
+     * token gq + 8. */
+    const int tok = tok0 + gq;
+    const float x0 = tok < t1 ? s[0] * scale : -INFINITY, x1 = tok < t1 ? s[1] * scale : -INFINITY;
+    const float x2 = tok + 8 < t1 ? s[2] * scale : -INFINITY, x3 = tok + 8 < t1 ? s[3] * scale : -INFINITY;
+    float mx0 = fmaxf(x0, x2), mx1 = fmaxf(x1, x3);
+#pragma unroll
+    for (int off = 4; off < 32; off <<= 1) {
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
+    }
+    const float mn0 = fmaxf(m[0], mx0), mn1 = fmaxf(m[1], mx1);
+    const float base0 = mn0 == -INFINITY ? 0.f : mn0, base1 = mn1 == -INFINITY ? 0.f : mn1;
+    const float al0 = exp2f(m[0] - base0), al1 = exp2f(m[1] - base1);
+    const float p0 = exp2f(x0 - base0), p1 = exp2f(x1 - base1), p2 = exp2f(x2 - base0), p3 = exp2f(x3 - base1);
+    l[0] = l[0] * al0 + p0 + p2, l[1] = l[1] * al1 + p1 + p3; /* from the unrounded p */
+    m[0] = mn0, m[1] = mn1;
+#pragma unroll
+    for (int mt = 0; mt < HD / 16; mt++) o[mt][0] *= al0, o[mt][1] *= al1, o[mt][2] *= al0, o[mt][3] *= al1;
+
+    /* P^T as the B operand (v4 says how movmatrix transposes it), then O^T += V^T P^T with A = V^T by
+     * ldmatrix.trans of V rows. */
+    const uint32_t pb[2] = {kl::ptx::movmatrix_trans(kl::ptx::pack2<T>(p0, p1)),
+                            kl::ptx::movmatrix_trans(kl::ptx::pack2<T>(p2, p3))};
+#pragma unroll
+    for (int mt = 0; mt < HD / 16; mt++) {
+        uint32_t a[4];
+        kl::ptx::ldmatrix_x4_trans(a, chunk_at<SWIZZLED>(vs, i8 + 8 * (mat >> 1), 2 * mt + (mat & 1)));
+        kl::ptx::mma_16816<T>(o[mt], a, pb[0], pb[1]);
+    }
+}
+
+/* The warp's state as finish_cta reads it: its 8 rows at `rows` (heads 2 tq and 2 tq + 1 at rows
+ * 2 tq, 2 tq + 1; HD + 2 floats a row: acc, m, l), l summed over the lanes sharing a head first. */
+template <int HD>
+__device__ __forceinline__ void write_state(float *rows, const float (&o)[HD / 16][4], const float (&m)[2],
+                                            float (&l)[2])
+{
+    const int lane = threadIdx.x % 32, gq = lane / 4, tq = lane % 4;
+#pragma unroll
+    for (int off = 4; off < 32; off <<= 1) {
+        l[0] += __shfl_xor_sync(0xffffffffu, l[0], off);
+        l[1] += __shfl_xor_sync(0xffffffffu, l[1], off);
+    }
+    float *w0 = rows + 2 * tq * (HD + 2), *w1 = w0 + HD + 2;
+#pragma unroll
+    for (int mt = 0; mt < HD / 16; mt++) {
+        w0[16 * mt + gq] = o[mt][0], w1[16 * mt + gq] = o[mt][1];
+        w0[16 * mt + gq + 8] = o[mt][2], w1[16 * mt + gq + 8] = o[mt][3];
+    }
+    if (gq == 0) w0[HD] = m[0], w0[HD + 1] = l[0], w1[HD] = m[1], w1[HD + 1] = l[1];
+}
+
+} // namespace kl::decode::bf16_ring
