@@ -127,6 +127,15 @@ struct kl_decode_split {
 struct kl_decode_split kl_attention_decode_split(const struct kl_attention_decode_params *p, int sms,
                                                  int blocks_per_sm, int64_t granule, int64_t min_chunk,
                                                  int64_t max_chunk);
+/* The split that fills the SMs' CTA slots in whole waves: of the split counts with chunks of whole
+ * 64-token multiples (at least KL_DECODE_MIN_CHUNK tokens, at most KL_DECODE_MAX_SPLITS chunks), the
+ * one whose ctas_per_split x splits CTAs, `slots` at a time, finish in the fewest waves times work a
+ * CTA; the fewer splits on a tie. A CTA's work is its chunk plus KL_DECODE_CTA_TOKENS, a charge for
+ * its start (barriers, page lookups, the ring's first fill) and its partial, so that chunks of a few
+ * tiles do not win on rounding alone. From the shape alone, as kl_attention_decode_split. */
+#define KL_DECODE_CTA_TOKENS 64
+struct kl_decode_split kl_attention_decode_split_waves(const struct kl_attention_decode_params *p,
+                                                       int64_t ctas_per_split, int64_t slots);
 
 /* Workspace for any split plan of this shape (the `sms` argument is kept for plans that depend
  * on the device): per (request, query slot < q_rows, qo head, split) a partial output of

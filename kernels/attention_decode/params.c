@@ -101,6 +101,22 @@ struct kl_decode_split kl_attention_decode_split(const struct kl_attention_decod
     return (struct kl_decode_split){chunk, n > 0 ? (int)((n + chunk - 1) / chunk) : 1};
 }
 
+struct kl_decode_split kl_attention_decode_split_waves(const struct kl_attention_decode_params *p,
+                                                       int64_t ctas_per_split, int64_t slots)
+{
+    const int64_t n = p->max_kv_len;
+    struct kl_decode_split best = {n > 0 ? (n + 63) / 64 * 64 : 64, 1};
+    int64_t best_cost = INT64_MAX;
+    for (int64_t s = 1; s <= KL_DECODE_MAX_SPLITS && n > 0 && slots > 0; s++) {
+        const int64_t chunk = ((n + s - 1) / s + 63) / 64 * 64;
+        if (s > 1 && chunk < KL_DECODE_MIN_CHUNK) break;
+        if ((n + chunk - 1) / chunk != s) continue; /* this chunk makes fewer splits: counted there */
+        const int64_t cost = (ctas_per_split * s + slots - 1) / slots * (chunk + KL_DECODE_CTA_TOKENS);
+        if (cost < best_cost) best_cost = cost, best = (struct kl_decode_split){chunk, (int)s};
+    }
+    return best;
+}
+
 size_t kl_attention_decode_workspace_for(const struct kl_attention_decode_params *p, int splits)
 {
     const int64_t group = p->num_qo_heads / (p->num_kv_heads > 0 ? p->num_kv_heads : 1);
@@ -135,7 +151,9 @@ const char *const *kl_attention_decode_by_shape(const struct kl_attention_decode
 {
     static const char *const fp8[] = {"v10_fp8_page_heads", "v7_fp8_f16_mma", NULL};
     static const char *const pages16[] = {"v8_tma_pages", "v4_tensor_cores", NULL};
-    static const char *const gather[] = {"v4_tensor_cores", NULL};
+    static const char *const gather[] = {"v12_cp_async_gather", "v4_tensor_cores", NULL};
+    static const char *const draft[] = {"v4_tensor_cores", NULL};
     if (p->k_scale) return fp8;
-    return !p->qo_indptr && p->page_size % 16 == 0 ? pages16 : gather;
+    if (p->qo_indptr) return draft;
+    return p->page_size % 16 == 0 ? pages16 : gather;
 }

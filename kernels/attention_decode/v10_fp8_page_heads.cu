@@ -141,26 +141,6 @@ static __global__ void __launch_bounds__(heads_ring_shape<HD, HB>::THREADS)
 
 /* ---- host ---- */
 
-/* The split from the shape alone: of the split counts with chunks of whole 64-token multiples (at
- * least KL_DECODE_MIN_CHUNK, at most KL_DECODE_MAX_SPLITS of them), the one whose CTAs, `slots` at a
- * time, finish in the fewest waves times tokens a CTA; the fewer splits on a tie. */
-static struct kl_decode_split plan_waves(const struct kl_attention_decode_params *p, int64_t ctas_per_split,
-                                         int64_t slots)
-{
-    const int64_t n = p->max_kv_len;
-    struct kl_decode_split best = {n > 0 ? (n + 63) / 64 * 64 : 64, 1};
-    int64_t best_cost = INT64_MAX;
-    for (int64_t s = 1; s <= KL_DECODE_MAX_SPLITS && n > 0; s++) {
-        const int64_t chunk = ((n + s - 1) / s + 63) / 64 * 64;
-        if (s > 1 && chunk < KL_DECODE_MIN_CHUNK) break;
-        const int64_t used = (n + chunk - 1) / chunk; /* splits this chunk makes */
-        if (used != s) continue;
-        const int64_t cost = (ctas_per_split * s + slots - 1) / slots * chunk;
-        if (cost < best_cost) best_cost = cost, best = (struct kl_decode_split){chunk, (int)s};
-    }
-    return best;
-}
-
 template <typename T, int HD, int HB>
 static cudaError_t launch_shape(const struct kl_attention_decode_params *p, const kl::decode::page_maps &m,
                                 cudaStream_t stream)
@@ -175,7 +155,7 @@ static cudaError_t launch_shape(const struct kl_attention_decode_params *p, cons
     }
     const int64_t per_sm = 228 * 1024 / (S::SMEM + 1024); /* the CTAs an SM's shared memory holds */
     const struct kl_decode_split plan =
-        plan_waves(p, p->batch * (p->num_kv_heads / HB), per_sm * kl_attention_decode_sms());
+        kl_attention_decode_split_waves(p, p->batch * (p->num_kv_heads / HB), per_sm * kl_attention_decode_sms());
     if (plan.splits > 1 && p->workspace_bytes < kl_attention_decode_workspace_for(p, plan.splits)) {
         fprintf(stderr, "attention_decode v10_fp8_page_heads: workspace of %zu bytes, %zu needed\n", p->workspace_bytes,
                 kl_attention_decode_workspace_for(p, plan.splits));

@@ -1,5 +1,6 @@
 /* v11_by_shape: for each call, the rung this lab measured fastest on that kind of call, as a serving
- * engine picks its decode kernel by the batch's shape: no new kernel, a choice among v4, v7, v8, v10.
+ * engine picks its decode kernel by the batch's shape: no new kernel, a choice among v4, v7, v8, v10
+ * and v12 (a later rung, built for the page sizes v8 gathers).
  *
  * What changed from v10, and why: no single rung runs every workload at its best. v8_tma_pages reads a
  * 16-bit cache fastest where every tile is 16 slots of one page, but it declines draft tokens and
@@ -8,7 +9,8 @@
  * Here the call goes, in order of preference (kl_attention_decode_by_shape, params.c), to
  *   an e4m3 cache:                                      v10_fp8_page_heads, else v7_fp8_f16_mma
  *   one query a request, page size a multiple of 16:    v8_tma_pages, else v4_tensor_cores
- *   draft tokens (qo_indptr), or any other page size:   v4_tensor_cores
+ *   one query a request, any other page size (page 1):  v12_cp_async_gather, else v4_tensor_cores
+ *   draft tokens (qo_indptr):                           v4_tensor_cores
  * "else": the next one where a rung is not built, needs a newer device, or declines the shape
  * (cudaErrorNotSupported, before it launches anything). The choice reads only the params, never the
  * lengths on the device, so a graph captured for one batch replays with any lengths. The tables of the
@@ -34,5 +36,5 @@ static cudaError_t launch(const struct kl_attention_decode_params *p, cudaStream
 }
 
 KL_VARIANT(attention_decode, v11_by_shape, launch, .min_cc = 80,
-           .summary = "by shape: v8 on whole 16-slot pages with one query, v4 for draft tokens and other pages, "
-                      "v10 (else v7) on e4m3 caches");
+           .summary = "by shape: v8 on whole 16-slot pages with one query, v12 on other pages, v4 for draft "
+                      "tokens, v10 (else v7) on e4m3 caches");

@@ -13,9 +13,13 @@
  * cp.async.mbarrier.arrive.noinc, each lane's arrival made once its own copies landed, so a stage's
  * full barrier counts 32 arrivals; a whole 16-slot tile still comes as boxes, lane 0 announcing its
  * bytes and the other lanes arriving plainly. The slots come from the page table 4 x 32 tokens ahead
- * in registers, as in v8, so no copy waits on a page-table load. Everything else is v8's: warp 4
- * produces, consumer warp i % 4 computes tile i with mma.sync and hands its stage back on the empty
- * barrier, the split plan from the shape alone, the last CTA of a request merges, PDL.
+ * in registers, as in v8, so no copy waits on a page-table load. The second change is the split:
+ * v8 asks for about three CTAs an SM and caps chunks at 2048 tokens, which can leave a last wave
+ * mostly empty (b32-kv4k-p1: 512 CTAs for 396 slots); v12 takes v10's planner
+ * (kl_attention_decode_split_waves: the split whose CTAs fill the slots in the fewest waves of the
+ * least work each), from the shape alone as before. Everything else is v8's: warp 4 produces,
+ * consumer warp i % 4 computes tile i with mma.sync and hands its stage back on the empty barrier,
+ * the last CTA of a request merges, PDL.
  * Bound: the read bandwidth. bf16/fp16, head_dim 64/128/256, sm_90a (fp32: cudaErrorNotSupported).
  * Run alone: build/kernlab bench attention_decode --variant v12_cp_async_gather --workload b32-kv4k-p1 */
 #include <stdint.h>
@@ -163,9 +167,11 @@ static cudaError_t launch(const struct kl_attention_decode_params *p, cudaStream
     if (p->dtype == KL_F32) return cudaErrorNotSupported;
     if (p->num_pages * p->page_size > INT32_MAX) return cudaErrorNotSupported; /* slots are 32-bit coordinates */
     if (((uintptr_t)p->k_cache | (uintptr_t)p->v_cache) & 15) return cudaErrorNotSupported; /* a tensor map's base */
-    /* About three CTAs fit per SM (a ring of 64 KB each): the plan asks for that many. Chunks are
-     * multiples of 64 tokens, so every tile starts at a multiple of 16. */
-    const struct kl_decode_split plan = kl_attention_decode_split(p, kl_attention_decode_sms(), 3, 64, 128, 2048);
+    /* Three CTAs fit an SM (a ring of 64 KB each); the split fills those slots in whole waves. Chunks
+     * are multiples of 64 tokens, so every tile starts at a multiple of 16. */
+    const int64_t ctas_per_split = p->batch * p->num_kv_heads * ((p->num_qo_heads / p->num_kv_heads + 7) / 8);
+    const struct kl_decode_split plan =
+        kl_attention_decode_split_waves(p, ctas_per_split, 3 * (int64_t)kl_attention_decode_sms());
     if (plan.splits > 1 && p->workspace_bytes < kl_attention_decode_workspace_for(p, plan.splits)) {
         fprintf(stderr, "attention_decode v12_cp_async_gather: workspace of %zu bytes, %zu needed\n", p->workspace_bytes,
                 kl_attention_decode_workspace_for(p, plan.splits));
@@ -185,4 +191,4 @@ static cudaError_t launch(const struct kl_attention_decode_params *p, cudaStream
 
 KL_VARIANT(attention_decode, v12_cp_async_gather, launch, .min_cc = 90,
            .summary = "v8's TMA ring with pages that are not whole 16-slot runs (page 1) gathered by cp.async into "
-                      "the swizzled stages, counted by cp.async.mbarrier arrivals");
+                      "the swizzled stages (cp.async.mbarrier arrivals), a split that fills the SMs in whole waves");

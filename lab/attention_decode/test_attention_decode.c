@@ -181,9 +181,13 @@ Test(attention_decode, by_shape_sends_each_kind_of_call_to_its_rung)
         bool draft, fp8;
         const char *first, *second;
     } cases[] = {
-        {16, false, false, "v8_tma_pages", "v4_tensor_cores"}, {32, false, false, "v8_tma_pages", "v4_tensor_cores"},
-        {1, false, false, "v4_tensor_cores", NULL},           {8, false, false, "v4_tensor_cores", NULL},
-        {16, true, false, "v4_tensor_cores", NULL},           {16, false, true, "v10_fp8_page_heads", "v7_fp8_f16_mma"},
+        {16, false, false, "v8_tma_pages", "v4_tensor_cores"},
+        {32, false, false, "v8_tma_pages", "v4_tensor_cores"},
+        {1, false, false, "v12_cp_async_gather", "v4_tensor_cores"},
+        {8, false, false, "v12_cp_async_gather", "v4_tensor_cores"},
+        {1, true, false, "v4_tensor_cores", NULL},
+        {16, true, false, "v4_tensor_cores", NULL},
+        {16, false, true, "v10_fp8_page_heads", "v7_fp8_f16_mma"},
         {1, false, true, "v10_fp8_page_heads", "v7_fp8_f16_mma"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -197,6 +201,28 @@ Test(attention_decode, by_shape_sends_each_kind_of_call_to_its_rung)
         for (const char *const *n = order; *n; n++)
             cr_assert(kl_variant_find("attention_decode", *n), "%s is not a registered variant", *n);
     }
+}
+
+/* The whole-wave split (v10, v12) on the shapes it was made for, worked by hand: 256 CTAs a split on
+ * 396 slots (b32-kv4k: 3 splits of 1408 tokens, 768 CTAs in 2 waves of 1408 + 64, where 2 splits of
+ * 2048 take 2 longer waves and 32 of 128 take 21 waves of 128 + 64), one long request (8 CTAs a
+ * split: the most splits that fit one wave), and the bounds: 100 tokens in two chunks of 64 (one
+ * wave either way, shorter CTAs), never more than KL_DECODE_MAX_SPLITS. */
+Test(attention_decode, the_wave_split_fills_whole_waves)
+{
+    struct kl_attention_decode_params p = {.max_kv_len = 4096};
+    struct kl_decode_split s = kl_attention_decode_split_waves(&p, 256, 396);
+    cr_assert(s.splits == 3 && s.chunk == 1408, "b32-kv4k: %d splits of %lld", s.splits, (long long)s.chunk);
+    p.max_kv_len = 32768;
+    s = kl_attention_decode_split_waves(&p, 8, 396);
+    cr_assert(s.splits == 47 && s.chunk == 704, "b1-kv32k: %d splits of %lld", s.splits, (long long)s.chunk);
+    p.max_kv_len = 100;
+    s = kl_attention_decode_split_waves(&p, 4, 396);
+    cr_assert(s.splits == 2 && s.chunk == 64, "short: %d splits of %lld", s.splits, (long long)s.chunk);
+    p.max_kv_len = 1 << 20;
+    s = kl_attention_decode_split_waves(&p, 1, 1000);
+    cr_assert(s.splits == KL_DECODE_MAX_SPLITS && s.chunk == 4096, "long: %d splits of %lld", s.splits,
+              (long long)s.chunk);
 }
 
 Test(attention_decode, the_workspace_holds_a_partial_for_every_draft_row)
