@@ -294,8 +294,8 @@ static void ar_curves(FILE *f, const struct kl_guide *md)
 static void ar_switch(FILE *f, const struct kl_guide *md)
 {
     int worlds[8], nw = ar_worlds(md, worlds, 8);
-    static const char *kcand[] = {"v0_nccl", "v8_lamport_pdl", "v9_lamport_twoshot"};
-    static const char *klabel[] = {"NCCL", "Lamport one-shot (v8)", "Lamport two-shot (v9)"};
+    static const char *kcand[] = {"v0_nccl", "v11_lamport_unfenced", "v9_lamport_twoshot"};
+    static const char *klabel[] = {"NCCL", "Lamport one-shot (v11)", "Lamport two-shot (v9)"};
     enum { NC = sizeof kcand / sizeof *kcand };
     fprintf(f, "## The size switch\n\n`v6_switch` picks the Lamport one-shot, the Lamport two-shot or NCCL by size and "
                "world with thresholds fixed in kernels/allreduce/v6_switch.cu (only barrier-free variants and NCCL may "
