@@ -92,8 +92,8 @@ static __global__ void __launch_bounds__(32 * (CW + 1))
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0}; /* heads 2 tq and 2 tq + 1 */
 
     if (warp == S::PRODUCER) {
-        kl::decode::produce_page_tiles<STAGES, S::BLOCKS, 64, 1, true>(&k_box, &v_box, &k_row, &v_row, boxes, p, b, g, t0, t1,
-                                                              ring_at, full, empty);
+        kl::decode::produce_page_tiles<STAGES, S::BLOCKS, 64, 1, true>(&k_box, &v_box, &k_row, &v_row, boxes, p, b, g,
+                                                                        t0, t1, ring_at, full, empty);
     } else {
         /* Q^T as the B operand of every k-step, loaded once; scores in log2 units. */
         uint32_t qf[S::KSTEPS][2];
@@ -103,8 +103,7 @@ static __global__ void __launch_bounds__(32 * (CW + 1))
             const int st = i % STAGES;
             kl::ptx::mbar_wait(&full[st], i / STAGES & 1); /* round i / STAGES of the stage has landed */
             const uint32_t ks = ring_at + st * S::STAGE_BYTES, vs = ks + S::TILE_HALF;
-            kl::decode::bf16_ring::tile_update<T, HD, true>(ks, vs, qf, scale, t0 + 16 * i, t1, o,
-                                                                              m, l);
+            kl::decode::bf16_ring::tile_update<T, HD, true>(ks, vs, qf, scale, t0 + 16 * i, t1, o, m, l);
             /* This lane's reads of the stage are done (ldmatrix wrote registers the mmas read).
              * Every lane arrives: an arrival releases only the arriving thread's own reads, so
              * the 32nd arrival, which lets the producer overwrite the stage, comes after all of
@@ -173,8 +172,8 @@ static cudaError_t launch(const struct kl_attention_decode_params *p, cudaStream
     const struct kl_decode_split plan =
         kl_attention_decode_split_waves(p, ctas_per_split, 3 * (int64_t)kl_attention_decode_sms());
     if (plan.splits > 1 && p->workspace_bytes < kl_attention_decode_workspace_for(p, plan.splits)) {
-        fprintf(stderr, "attention_decode v12_cp_async_gather: workspace of %zu bytes, %zu needed\n", p->workspace_bytes,
-                kl_attention_decode_workspace_for(p, plan.splits));
+        fprintf(stderr, "attention_decode v12_cp_async_gather: workspace of %zu bytes, %zu needed\n",
+                p->workspace_bytes, kl_attention_decode_workspace_for(p, plan.splits));
         return cudaErrorInvalidValue;
     }
     kl::decode::page_maps maps;

@@ -10,7 +10,8 @@
  * What is checked, beside the results (driver.cpp):
  * - Happens-before. Each thread, and each mbarrier, carries a vector clock; barriers, arrivals and
  *   waits join them. Every 16-byte chunk of shared memory remembers the write that delivered it (the
- *   TMA phase it landed in, or the thread whose cp.async.wait_group landed it). ldmatrix and wgmma
+ *   TMA phase it landed in, or the thread whose cp.async.wait_group or cp.async.mbarrier.arrive
+ *   landed it). ldmatrix and wgmma
  *   check that the reading thread is ordered after that delivery, and that no copy is in flight
  *   into the bytes.
  * - Proxies. A second copy of shared memory, the async proxy's view, changes with TMA writes and with
@@ -20,7 +21,8 @@
  *   (signalling NaNs in accumulators, NaN pairs in A fragments); products run at the wait_group that
  *   covers them; the wait checks the registers still hold the poison, then restores them, and kernel
  *   arithmetic on a poisoned accumulator traps (FE_INVALID is unmasked while threads run). cp.async
- *   lands at its wait_group, a TMA copy when the mbarrier phase counting its bytes completes. A stage
+ *   lands at its wait_group (or at the thread's cp.async.mbarrier.arrive, which then arrives), a TMA
+ *   copy when the mbarrier phase counting its bytes completes. A stage
  *   handed back to the producer (an empty mbarrier's phase completing) is poisoned at once, and a
  *   product still reading it fails.
  * - wgmma.fence: registers a thread changed since its last fence (or, for registers no wgmma used
