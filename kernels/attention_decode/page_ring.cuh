@@ -1,6 +1,7 @@
 /* The TMA side of the decode variants that feed a ring of shared-memory stages from the paged cache
- * with bulk tensor copies (v8_tma_pages: 16-bit K/V; v9_fp8_tma_pages and v10_fp8_page_heads: e4m3
- * codes): the cache's tensor maps on the host, and the producer warp's loop on the device.
+ * with bulk tensor copies (v8_tma_pages and v12_cp_async_gather: 16-bit K/V; v9_fp8_tma_pages and
+ * v10_fp8_page_heads: e4m3 codes): the cache's tensor maps on the host, and the producer warp's loop
+ * on the device.
  *
  * A stage holds one tile of 16 tokens of HEADS consecutive kv heads (1 for v8 and v9): its K half,
  * then its V half; a half is HEADS head tiles, each BLOCKS blocks of 16 rows x 128 bytes (64 16-bit
@@ -9,10 +10,10 @@
  * whole tile is 16 consecutive slots of one page and comes in 2 x HEADS x BLOCKS boxes of 16 rows,
  * issued together, so the heads' rows of a slot (adjacent in the cache) are asked of memory at once.
  * Other pages (page 1, or any size not a multiple of 16), and a request's last partial tile, gather:
- * each of the 16 rows of every head tile and block is a box of 1 row, landing at the row's place in
- * the same layout; rows past the chunk copy its last token again (finite data the consumers mask), so
- * every tile brings the same bytes to its full barrier. After the key loop the CTA finishes with
- * decode.cuh's finish_cta. */
+ * each of the 16 rows of every head tile and block is a box of 1 row (v12: cp.async, 16 bytes a lane),
+ * landing at the row's place in the same layout; rows past the chunk copy its last token again
+ * (finite data the consumers mask), so every tile brings the same bytes to its full barrier. After
+ * the key loop the CTA finishes with decode.cuh's finish_cta. */
 #pragma once
 
 #include <cudaTypedefs.h>
@@ -54,7 +55,8 @@ inline cudaError_t make_page_maps(const struct kl_attention_decode_params *p, kl
 /* ---- device ---- */
 
 /* One tile's rows by cp.async (produce_page_tiles with CP_ASYNC_ROWS): lane j of the warp holds in
- * `slots` the slot of token 16 half + j % 16 of the tile's group. The tile's 2 x HEADS x 16 rows (K
+ * `slots` the slot of its group's token j, and the tile is the group's half `half` (tokens 16 half ..
+ * 16 half + 15). The tile's 2 x HEADS x 16 rows (K
  * then V, head, row) of BLOCKS x 128 bytes go in order, 32 16-byte chunks a warp instruction: chunk c
  * of a row to block c / 8, chunk c % 8 ^ r % 8, as the boxes' swizzle places it. */
 template <int BLOCKS, int HEADS>
