@@ -17,7 +17,9 @@
  * v8 asks for about three CTAs an SM and caps chunks at 2048 tokens, which can leave a last wave
  * mostly empty (b32-kv4k-p1: 512 CTAs for 396 slots); v12 takes v10's planner
  * (kl_attention_decode_split_waves: the split whose CTAs fill the slots in the fewest waves of the
- * least work each), from the shape alone as before. Everything else is v8's: warp 4 produces,
+ * least work each), from the shape alone as before. It sees max_kv_len only, so on a ragged batch
+ * its chunks can be longer than v8's cap and the long requests finish last (v11_by_shape keeps whole
+ * 16-slot pages on v8). Everything else is v8's: warp 4 produces,
  * consumer warp i % 4 computes tile i with mma.sync and hands its stage back on the empty barrier,
  * the last CTA of a request merges, PDL.
  * Bound: the read bandwidth. bf16/fp16, head_dim 64/128/256, sm_90a (fp32: cudaErrorNotSupported).
