@@ -113,8 +113,8 @@ static __global__ void __launch_bounds__(32 * (CW + 1))
             const int st = i % STAGES;
             kl::ptx::mbar_wait(&full[st], i / STAGES & 1); /* round i / STAGES of the stage has landed */
             const uint32_t ks = ring_at + st * S::STAGE_BYTES, vs = ks + S::TILE_HALF;
-            kl::decode::bf16_ring::tile_update<T, HD, KL_DECODE_V8_BUG != 1>(ks, vs, qf, scale, t0 + 16 * i, t1, o,
-                                                                              m, l);
+            kl::decode::bf16_ring::tile_update<T, HD, KL_DECODE_V8_BUG != 1>(ks, vs, qf, scale, t0 + 16 * i, t1,
+                                                                              o, m, l);
             /* This lane's reads of the stage are done (ldmatrix wrote registers the mmas read).
              * Every lane arrives: an arrival releases only the arriving thread's own reads, so
              * the 32nd arrival, which lets the producer overwrite the stage, comes after all of

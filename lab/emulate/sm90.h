@@ -49,7 +49,7 @@ __device__ __forceinline__ void mbar_arrive_expect(uint64_t *bar, uint32_t bytes
 {
     ::emu::mbar_arrive(::emu::cur->c->rank, smem_addr(bar), bytes, emu_at);
 }
-/* The thread's cp.async copies land, then it arrives (they land no later than the hardware may land them). */
+/* The thread's cp.async copies land, then it arrives: the hardware counts the arrival once they have landed. */
 __device__ __forceinline__ void cp_async_mbar_arrive(uint64_t *bar, ::emu::site emu_at = EMU_HERE)
 {
     ::emu::cp_async_mbar_arrive(smem_addr(bar), emu_at);

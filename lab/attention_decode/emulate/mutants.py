@@ -113,7 +113,8 @@ MUTANTS = [
         "expect": "outside the attention policy's bound",
     },
     {   # v12: a stage's full barrier counting one arrival, not the producer's 32: the phase completes
-        # when the first lane's copies have landed, while the other lanes' rows are still in flight
+        # when the first lane's copies have landed, while the other lanes' rows are still in flight (the
+        # emulator sees the 31 arrivals past the count)
         "name": "mutant_v12_full_counts_one_lane",
         "variant": "v12_cp_async_gather",
         "edits": [("kl::ptx::mbar_init(&full[s], 32)", "kl::ptx::mbar_init(&full[s], 1)")],
