@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "kernels/attention_decode/attention_decode.h"
+#include "kernels/attention_decode/decode.cuh"
 #include "kernels/common.cuh"
 #include "kernels/ptx_sm80.cuh"
 
@@ -65,27 +66,15 @@ __device__ __forceinline__ void tile_update(uint32_t ks, uint32_t vs, const uint
     /* Online softmax per head column, as v4: s[0], s[1] are token gq, heads 2tq, 2tq+1; s[2], s[3]
      * token gq + 8. */
     const int tok = tok0 + gq;
-    const float x0 = tok < t1 ? s[0] * scale : -INFINITY, x1 = tok < t1 ? s[1] * scale : -INFINITY;
-    const float x2 = tok + 8 < t1 ? s[2] * scale : -INFINITY, x3 = tok + 8 < t1 ? s[3] * scale : -INFINITY;
-    float mx0 = fmaxf(x0, x2), mx1 = fmaxf(x1, x3);
-#pragma unroll
-    for (int off = 4; off < 32; off <<= 1) {
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
-    }
-    const float mn0 = fmaxf(m[0], mx0), mn1 = fmaxf(m[1], mx1);
-    const float base0 = mn0 == -INFINITY ? 0.f : mn0, base1 = mn1 == -INFINITY ? 0.f : mn1;
-    const float al0 = exp2f(m[0] - base0), al1 = exp2f(m[1] - base1);
-    const float p0 = exp2f(x0 - base0), p1 = exp2f(x1 - base1), p2 = exp2f(x2 - base0), p3 = exp2f(x3 - base1);
-    l[0] = l[0] * al0 + p0 + p2, l[1] = l[1] * al1 + p1 + p3; /* from the unrounded p */
-    m[0] = mn0, m[1] = mn1;
-#pragma unroll
-    for (int mt = 0; mt < HD / 16; mt++) o[mt][0] *= al0, o[mt][1] *= al1, o[mt][2] *= al0, o[mt][3] *= al1;
+    const float x[4] = {tok < t1 ? s[0] * scale : -INFINITY, tok < t1 ? s[1] * scale : -INFINITY,
+                        tok + 8 < t1 ? s[2] * scale : -INFINITY, tok + 8 < t1 ? s[3] * scale : -INFINITY};
+    float w[4];
+    kl::decode::softmax_tile<HD / 16>(x, m, l, o, w);
 
     /* P^T as the B operand (v4 says how movmatrix transposes it), then O^T += V^T P^T with A = V^T by
      * ldmatrix.trans of V rows. */
-    const uint32_t pb[2] = {kl::ptx::movmatrix_trans(kl::ptx::pack2<T>(p0, p1)),
-                            kl::ptx::movmatrix_trans(kl::ptx::pack2<T>(p2, p3))};
+    const uint32_t pb[2] = {kl::ptx::movmatrix_trans(kl::ptx::pack2<T>(w[0], w[1])),
+                            kl::ptx::movmatrix_trans(kl::ptx::pack2<T>(w[2], w[3]))};
 #pragma unroll
     for (int mt = 0; mt < HD / 16; mt++) {
         uint32_t a[4];
@@ -101,11 +90,7 @@ __device__ __forceinline__ void write_state(float *rows, const float (&o)[HD / 1
                                             float (&l)[2])
 {
     const int lane = threadIdx.x % 32, gq = lane / 4, tq = lane % 4;
-#pragma unroll
-    for (int off = 4; off < 32; off <<= 1) {
-        l[0] += __shfl_xor_sync(0xffffffffu, l[0], off);
-        l[1] += __shfl_xor_sync(0xffffffffu, l[1], off);
-    }
+    kl::decode::sum_column_l(l);
     float *w0 = rows + 2 * tq * (HD + 2), *w1 = w0 + HD + 2;
 #pragma unroll
     for (int mt = 0; mt < HD / 16; mt++) {

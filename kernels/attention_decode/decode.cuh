@@ -298,6 +298,42 @@ __device__ __forceinline__ void finish_cta(const kl_attention_decode_params &p, 
     kl::decode::merge_partials<T>(p, b, h0, nh, splits, mrg);
 }
 
+/* The online softmax of one 16-token tile in the mma.sync layout the ring consumers share
+ * (bf16_ring_tile.cuh, fp8_ring_tile.cuh): lane (gq, tq) holds x[0], x[1] (token gq, head columns 2 tq, 2 tq + 1) and x[2], x[3] (token
+ * gq + 8), scores in log2 units, -inf where masked. Each column's max over the tile (the 8 lanes of
+ * one tq) updates its running max m; l and the unnormalised O^T (MT m-tiles, columns as the scores')
+ * are rescaled to it, and the tile's weights, returned in w, are added to l before any rounding. */
+template <int MT>
+__device__ __forceinline__ void softmax_tile(const float (&x)[4], float (&m)[2], float (&l)[2], float (&o)[MT][4],
+                                             float (&w)[4])
+{
+    float mx0 = fmaxf(x[0], x[2]), mx1 = fmaxf(x[1], x[3]);
+#pragma unroll
+    for (int off = 4; off < 32; off <<= 1) {
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
+    }
+    const float mn0 = fmaxf(m[0], mx0), mn1 = fmaxf(m[1], mx1);
+    const float base0 = mn0 == -INFINITY ? 0.f : mn0, base1 = mn1 == -INFINITY ? 0.f : mn1;
+    const float al0 = exp2f(m[0] - base0), al1 = exp2f(m[1] - base1);
+    w[0] = exp2f(x[0] - base0), w[1] = exp2f(x[1] - base1), w[2] = exp2f(x[2] - base0), w[3] = exp2f(x[3] - base1);
+    l[0] = l[0] * al0 + w[0] + w[2], l[1] = l[1] * al1 + w[1] + w[3];
+    m[0] = mn0, m[1] = mn1;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) o[mt][0] *= al0, o[mt][1] *= al1, o[mt][2] *= al0, o[mt][3] *= al1;
+}
+
+/* A column's l summed over the 8 lanes that hold its tokens (the lanes of one tq), before the state
+ * is written for finish_cta. */
+__device__ __forceinline__ void sum_column_l(float (&l)[2])
+{
+#pragma unroll
+    for (int off = 4; off < 32; off <<= 1) {
+        l[0] += __shfl_xor_sync(0xffffffffu, l[0], off);
+        l[1] += __shfl_xor_sync(0xffffffffu, l[1], off);
+    }
+}
+
 } // namespace kl::decode
 
 /* Calls body with HD bound to head_dim (64, 128 or 256); other sizes: cudaErrorNotSupported. */
