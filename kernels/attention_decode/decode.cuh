@@ -54,9 +54,11 @@ struct out_row {
  * M = max m_s, the weights w_s = 2^(m_s - M) put every partial on one scale: out = sum acc_s w_s
  * / L and lse = ln 2 (M + log2 L), L = sum l_s w_s. Phase 1: one warp per pair computes its
  * weights into w (shared, nr * (splits + 2) floats) with shuffles only; phase 2: every thread
- * sums its (pair, dim) outputs over the splits, independent loads the compiler can keep in flight
- * together. Partials were written by other blocks: read through L2 (__ldcg), never from a stale
- * L1 line. */
+ * sums two adjacent dims of a pair over the splits (a partial row is head_dim + 2 floats, so a dim
+ * pair is 8-byte aligned), MERGE_LOADS splits' loads issued before their sums: a merge of many
+ * splits is a chain of L2 round trips, each as long for 16 loads as for one. The sums run in
+ * split order, as a one-at-a-time loop would. Partials were written by other blocks: read through
+ * L2 (__ldcg), never from a stale L1 line. */
 template <typename T, typename At>
 __device__ __forceinline__ void merge_partials_at(const kl_attention_decode_params &p, int nr, int splits, float *w,
                                                   int64_t q_rows, At at)
@@ -80,14 +82,27 @@ __device__ __forceinline__ void merge_partials_at(const kl_attention_decode_para
         if (lane == 0) wh[splits] = m, wh[splits + 1] = l;
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < nr * hd; i += blockDim.x) {
-        const int h = i / hd, d = i % hd;
+    constexpr int MERGE_LOADS = 16;
+    for (int i = threadIdx.x; i < nr * hd / 2; i += blockDim.x) {
+        const int h = i / (hd / 2), d = 2 * (i % (hd / 2));
         const out_row o = at(h);
         const float *wh = w + h * stride;
-        float acc = 0;
-        for (int s = 0; s < splits; s++) acc += __ldcg(partial(p, s, o.row, o.h0 + o.h, q_rows) + d) * wh[s];
-        static_cast<T *>(p.out)[((int64_t)o.row * p.num_qo_heads + o.h0 + o.h) * hd + d] =
-            kl::from_f32<T>(acc / wh[splits + 1]);
+        auto load = [&](int s) {
+            return __ldcg(reinterpret_cast<const float2 *>(partial(p, s, o.row, o.h0 + o.h, q_rows) + d));
+        };
+        float acc0 = 0, acc1 = 0;
+        for (int s = 0; s < splits; s += MERGE_LOADS) {
+            const int n = min(MERGE_LOADS, splits - s);
+            float2 v[MERGE_LOADS];
+#pragma unroll
+            for (int k = 0; k < MERGE_LOADS; k++)
+                if (k < n) v[k] = load(s + k);
+#pragma unroll
+            for (int k = 0; k < MERGE_LOADS; k++)
+                if (k < n) acc0 += v[k].x * wh[s + k], acc1 += v[k].y * wh[s + k];
+        }
+        T *out = static_cast<T *>(p.out) + ((int64_t)o.row * p.num_qo_heads + o.h0 + o.h) * hd + d;
+        out[0] = kl::from_f32<T>(acc0 / wh[splits + 1]), out[1] = kl::from_f32<T>(acc1 / wh[splits + 1]);
         if (d == 0)
             p.lse[(int64_t)o.row * p.num_qo_heads + o.h0 + o.h] = (wh[splits] + log2f(wh[splits + 1])) * 0.69314718056f;
     }
@@ -243,45 +258,53 @@ __device__ __forceinline__ void write_output(const kl_attention_decode_params &p
 }
 
 /* After the key loop of a variant whose CW warps each kept an online softmax over part of a
- * chunk, the whole block (every thread calls it): warp w < CW has written its state for each of the
- * nh heads h of the block (qo heads h0 + h, block hb of 8 heads of kv head g's group) as the row
- * mrg + (w * 8 + h) * (HD + 2): the unnormalised acc[HD], the running max m (log2 units), the sum l.
- * The rows are merged on their common max into res (after the CW * 8 rows; a warp with no tile has
- * m = -inf and weighs 0); a request in one split writes out and lse, a split files its partial and
- * counts it on the request's counter (v4's scheme), and the block that counts last merges every
- * partial (`last`: a flag in the kernel's shared memory). */
-template <typename T, int HD, int CW>
-__device__ __forceinline__ void finish_cta(const kl_attention_decode_params &p, float *mrg, bool &last, int b,
-                                           int g, int hb, int h0, int nh, int split, int splits)
+ * chunk, the whole block (every thread calls it), for HEADS consecutive kv heads g + k (k < HEADS)
+ * whose merge areas lie `stride` floats apart from mrg: in head k's area warp w < CW has written
+ * its state for each of the nh heads h of the block (qo heads h0 + k * nh + h, block hb of 8 heads
+ * of kv head g + k's group) as the row (w * 8 + h) * (HD + 2): the unnormalised acc[HD], the running
+ * max m (log2 units), the sum l. The rows are merged on their common max into res (after the CW * 8
+ * rows; a warp with no tile has m = -inf and weighs 0); a request in one split writes out and lse,
+ * a split files its partials and counts them once on the counter of kv head g (v4's scheme; every
+ * block of the request covers the same HEADS heads, so one count stands for all of them), and the
+ * block that counts last merges every head's partials (`last`: a flag in the kernel's shared
+ * memory). One fence publishes every head's partials: the fence waits for the block's stores to
+ * reach the whole device, so a block over eight heads pays for it once instead of eight times. */
+template <typename T, int HD, int CW, int HEADS>
+__device__ __forceinline__ void finish_cta_heads(const kl_attention_decode_params &p, float *mrg, int stride,
+                                                 bool &last, int b, int g, int hb, int h0, int nh, int split,
+                                                 int splits)
 {
     constexpr int ROW = HD + 2;
-    float *res = mrg + CW * 8 * ROW;
+    auto res = [&](int k) { return mrg + k * stride + CW * 8 * ROW; };
     __syncthreads();
-    for (int i = threadIdx.x; i < nh * ROW; i += blockDim.x) {
-        const int h = i / ROW, d = i % ROW;
+    for (int i = threadIdx.x; i < HEADS * nh * ROW; i += blockDim.x) {
+        const int k = i / (nh * ROW), h = i / ROW % nh, d = i % ROW;
+        const float *rows = mrg + k * stride;
         float mx = -INFINITY, sum = 0;
-        for (int w = 0; w < CW; w++) mx = fmaxf(mx, mrg[(w * 8 + h) * ROW + HD]);
+        for (int w = 0; w < CW; w++) mx = fmaxf(mx, rows[(w * 8 + h) * ROW + HD]);
         for (int w = 0; w < CW; w++) {
-            const float *row = mrg + (w * 8 + h) * ROW;
+            const float *row = rows + (w * 8 + h) * ROW;
             sum += (d == HD ? 0.f : row[d]) * (mx == -INFINITY ? 0.f : exp2f(row[HD] - mx));
         }
-        res[i] = d == HD ? mx : sum;
+        res(k)[i % (nh * ROW)] = d == HD ? mx : sum;
     }
     __syncthreads();
 
     if (splits == 1) { /* the whole request in this block: write the output */
-        for (int i = threadIdx.x; i < nh * HD; i += blockDim.x) {
-            const int h = i / HD, d = i % HD;
-            const float *r = res + h * ROW;
-            const int64_t row = (int64_t)b * p.num_qo_heads + h0 + h;
+        for (int i = threadIdx.x; i < HEADS * nh * HD; i += blockDim.x) {
+            const int k = i / (nh * HD), h = i / HD % nh, d = i % HD;
+            const float *r = res(k) + h * ROW;
+            const int64_t row = (int64_t)b * p.num_qo_heads + h0 + k * nh + h;
             static_cast<T *>(p.out)[row * HD + d] = kl::from_f32<T>(r[d] / r[HD + 1]);
             if (d == 0) p.lse[row] = (r[HD] + log2f(r[HD + 1])) * 0.69314718056f;
         }
         return;
     }
-    for (int i = threadIdx.x; i < nh * ROW; i += blockDim.x)
-        kl::decode::partial(p, split, b, h0 + i / ROW)[i % ROW] = res[i];
-    /* Publish the partial, then count it: the fence makes this thread's partial stores visible
+    for (int i = threadIdx.x; i < HEADS * nh * ROW; i += blockDim.x) {
+        const int k = i / (nh * ROW), j = i % (nh * ROW);
+        kl::decode::partial(p, split, b, h0 + k * nh + j / ROW)[j % ROW] = res(k)[j];
+    }
+    /* Publish the partials, then count them: the fence makes this thread's partial stores visible
      * device-wide before the barrier lets thread 0 increment the counter; the block that brings the
      * count to `splits` merges, reading the partials through L2. */
     __threadfence();
@@ -295,7 +318,16 @@ __device__ __forceinline__ void finish_cta(const kl_attention_decode_params &p, 
     __syncthreads();
     if (!last) return;
     __threadfence();
-    kl::decode::merge_partials<T>(p, b, h0, nh, splits, mrg);
+    for (int k = 0; k < HEADS; k++) /* each merge uses its own head's area: no barrier between them */
+        kl::decode::merge_partials<T>(p, b, h0 + k * nh, nh, splits, mrg + k * stride);
+}
+
+/* finish_cta_heads for the one kv head g of a block. */
+template <typename T, int HD, int CW>
+__device__ __forceinline__ void finish_cta(const kl_attention_decode_params &p, float *mrg, bool &last, int b,
+                                           int g, int hb, int h0, int nh, int split, int splits)
+{
+    finish_cta_heads<T, HD, CW, 1>(p, mrg, 0, last, b, g, hb, h0, nh, split, splits);
 }
 
 /* The online softmax of one 16-token tile in the mma.sync layout the ring consumers share

@@ -14,8 +14,8 @@
  * (page_ring.cuh's producer with HEADS = HB). The page table is read once for all the heads. Consumer
  * warp w (of 8) computes head w % HB on the tiles i with i % (8 / HB) == w / HB, with v9's arithmetic
  * (fp8_ring_tile.cuh; its q, k_scale and v_scale are its own head's); a stage goes back to the
- * producer when its HB warps have arrived. At the end each head's warps merge and the CTA finishes head
- * by head with decode.cuh's finish_cta. The ring is at least three stages and about 96 KB (two CTAs an
+ * producer when its HB warps have arrived. At the end each head's warps merge and the CTA finishes its
+ * HB heads together with decode.cuh's finish_cta_heads (one fence publishes every head's partial). The ring is at least three stages and about 96 KB (two CTAs an
  * SM; 128 KB and one CTA at head_dim 256 with four heads). The split comes from the params alone
  * (max_kv_len, never the lengths on the device, so graph replays are safe): the number of splits whose
  * CTAs fill the SMs' slots in the fewest waves of the least work each.
@@ -131,9 +131,9 @@ static __global__ void __launch_bounds__(heads_ring_shape<HD, HB>::THREADS)
     float *mrg = reinterpret_cast<float *>(ring);
     if (warp < S::CW) /* each consumer's state, v_scale applied */
         kl::decode::fp8_ring::write_state<HD>(mrg + (hh * S::MERGE_ROWS + turn * 8) * S::ROW, o, m, l, p.v_scale[g]);
-    for (int h = 0; h < HB; h++) /* finish_cta begins with a block barrier: the rows above are written */
-        kl::decode::finish_cta<T, HD, S::WPH>(p, mrg + h * S::MERGE_ROWS * S::ROW, last, b, g0 + h, 0,
-                                              (g0 + h) * group, group, split, splits);
+    /* finish_cta_heads begins with a block barrier: the rows above are written */
+    kl::decode::finish_cta_heads<T, HD, S::WPH, HB>(p, mrg, S::MERGE_ROWS * S::ROW, last, b, g0, 0, g0 * group, group,
+                                                    split, splits);
 #else
     __trap(); /* built without sm_90a: the launcher is only reached on sm_90 (min_cc) */
 #endif

@@ -14,7 +14,8 @@ attention_prefill, attention_decode); its variants are the files, as the registr
   OUT/variants_K.cpp    the variants, SHARDS files compiled in parallel: every kernels/<module>/v*.cu that
                         includes one of those headers, unchanged but for its launch (<<<>>> and
                         cudaLaunchKernelEx become the emulator's), its shared memory (the dynamic
-                        array, and a static __shared__ scalar: one per CTA) and the
+                        array, and a static __shared__ scalar or array of at most 8 bytes: one per
+                        CTA; any other static __shared__ declaration stops the generator) and the
                         registry (KL_VARIANT registers with the emulator), each in a namespace of its
                         own; then the planted bugs of the module's mutants file, as variants named
                         mutant_<what>.
@@ -299,11 +300,24 @@ def variant_unit(name, path, text, helpers, mutant=None):
     body = "\n".join(lines)
     body, n = re.subn(r"extern __shared__ (?:__align__\(\d+\) )?(unsigned char|uint4) (\w+)\[\];",
                       r"\1 *\2 = reinterpret_cast<\1 *>(::emu::dynamic_smem());", body)
-    slots = iter(range(1 << 30))  # each static __shared__ scalar a slot of its own in the CTA
+    slots = iter(range(1 << 30))  # each static __shared__ scalar or small array a slot of its own in the CTA
 
     def scalar(m):
         return f"{m.group(1)} &{m.group(2)} = *reinterpret_cast<{m.group(1)} *>(::emu::cta_scalar({next(slots)}));"
+
+    def small_array(m):
+        t, name, n = m.group(1), m.group(2), m.group(3)
+        if n.strip().isdigit() and int(n) * (1 if t == "bool" else 4) > 8:
+            die(f"{os.path.basename(path)}: a static __shared__ array of more than one 8-byte slot: {m.group(0)}")
+        return (f"{t} *{name} = reinterpret_cast<{t} *>(::emu::cta_scalar({next(slots)})); "
+                f'static_assert(sizeof({t}) * ({n}) <= 8, "a static __shared__ array of one 8-byte slot");')
     body = re.sub(r"__shared__ (bool|int|unsigned|float) (\w+);", scalar, body)
+    body = re.sub(r"__shared__ (bool|int|unsigned|float) (\w+)\[([^\]]+)\];", small_array, body)
+    # Any other static __shared__ declaration would compile as a per-thread variable: stop instead.
+    left = re.search(r"^[ \t]*(?:static[ \t]+)?__shared__\b.*$", body, re.M)
+    if left:
+        die(f"{os.path.basename(path)}: a __shared__ declaration the emulation does not translate "
+            f"(a scalar or an array of at most 8 bytes of bool, int, unsigned or float): {left.group(0).strip()}")
     body = name_operands(emulated_launches(body))
     emu_name = mutant["name"] if mutant else name
     defs = {

@@ -6,7 +6,9 @@
 - a function with inline PTX in kernels/ptx_*.cuh that the emulation files do not define stops the generator,
   naming it; inline PTX in a module's helper header (outside kernels/ptx_*.cuh) stops it too;
 - the generated text keeps every source line at its number;
-- a mutant's expected message follows its line (`@line{TEXT}`) when code moves, and TEXT must be on one line.
+- a mutant's expected message follows its line (`@line{TEXT}`) when code moves, and TEXT must be on one line;
+- a static __shared__ array of at most 8 bytes becomes a CTA slot, and any other static __shared__
+  declaration stops the generator (compiled as is it would be one variable per thread).
 Usage: test_gen.py SOURCE_DIR MUTANTS"""
 import os
 import shutil
@@ -78,6 +80,20 @@ def main():
         r = run(tmp, out)
         check(r.returncode != 0 and "@line{auto pv = [&]}" in r.stderr,
               "an expected line that names text on two lines stops the generator")
+        open(v10, "w").write(text)
+
+        kernel_open = "    extern __shared__"
+        check(kernel_open in text, "v10_pingpong.cu declares its dynamic shared memory where the test expects")
+        open(v10, "w").write(text.replace(kernel_open, "    __shared__ bool flags[2];\n" + kernel_open, 1))
+        r = run(tmp, out)
+        units = "".join(open(os.path.join(out, f)).read() for f in os.listdir(out) if f.startswith("variants_"))
+        check(r.returncode == 0 and "bool *flags = reinterpret_cast<bool *>(::emu::cta_scalar(" in units,
+              "a static __shared__ array of at most 8 bytes becomes one of the CTA's slots")
+        for other in ("__shared__ float part[32];", "__shared__ float2 pair;"):
+            open(v10, "w").write(text.replace(kernel_open, f"    {other}\n" + kernel_open, 1))
+            r = run(tmp, out)
+            check(r.returncode != 0 and other in r.stderr,
+                  f"{other} stops the generator, naming it (compiled as is it would be one variable per thread)")
         open(v10, "w").write(text)
 
         sm90 = os.path.join(tmp, "kernels", "ptx_sm90.cuh")

@@ -106,10 +106,10 @@ MUTANTS = [
         "edits": [("kl::ptx::mbar_init(&empty[s], 32 * HB);", "kl::ptx::mbar_init(&empty[s], 32);")],
         "expect": "deadlock: every live thread of the cluster is blocked",
     },
-    {   # v10: every head of the CTA finished from the first head's merge rows
+    {   # v10: every head of the CTA finished from the first head's merge rows (their stride 0)
         "name": "mutant_v10_heads_finish_from_head0",
         "variant": "v10_fp8_page_heads",
-        "edits": [("(p, mrg + h * S::MERGE_ROWS * S::ROW, last,", "(p, mrg, last,")],
+        "edits": [("(p, mrg, S::MERGE_ROWS * S::ROW, last,", "(p, mrg, 0, last,")],
         "expect": "outside the attention policy's bound",
     },
     {   # v12: a stage's full barrier counting one arrival, not the producer's 32: the phase completes
