@@ -44,6 +44,12 @@ __device__ __forceinline__ float *partial(const kl_attention_decode_params &p, i
     return base + ((split * p.batch * q_rows + row) * p.num_qo_heads + h) * (p.head_dim + 2);
 }
 
+/* Floats from a split's partial row to the next split's for the same query row and head. */
+__device__ __forceinline__ int64_t partial_split_stride(const kl_attention_decode_params &p, int64_t q_rows = 1)
+{
+    return p.batch * q_rows * p.num_qo_heads * (p.head_dim + 2);
+}
+
 /* Row r of what a block merges: query row `row` (of out), qo head h0 + h. */
 struct out_row {
     int row, h0, h;
@@ -64,19 +70,20 @@ __device__ __forceinline__ void merge_partials_at(const kl_attention_decode_para
                                                   int64_t q_rows, At at)
 {
     const int hd = (int)p.head_dim, lane = threadIdx.x % 32, stride = splits + 2;
+    const int64_t step = partial_split_stride(p, q_rows);
     for (int h = threadIdx.x / 32; h < nr; h += blockDim.x / 32) {
         const out_row o = at(h);
+        const float *first = partial(p, 0, o.row, o.h0 + o.h, q_rows); /* split 0's row; split s's is s steps on */
         float *wh = w + h * stride, m = -INFINITY, l = 0;
         for (int s = lane; s < splits; s += 32) {
-            const float *ps = partial(p, s, o.row, o.h0 + o.h, q_rows);
-            wh[s] = __ldcg(ps + hd); /* m_s, until it becomes the weight */
+            wh[s] = __ldcg(first + s * step + hd); /* m_s, until it becomes the weight */
             m = fmaxf(m, wh[s]);
         }
 #pragma unroll
         for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
         for (int s = lane; s < splits; s += 32) {
             wh[s] = exp2f(wh[s] - m);
-            l += __ldcg(partial(p, s, o.row, o.h0 + o.h, q_rows) + hd + 1) * wh[s];
+            l += __ldcg(first + s * step + hd + 1) * wh[s];
         }
         l = kl::warp_sum(l);
         if (lane == 0) wh[splits] = m, wh[splits + 1] = l;
@@ -86,17 +93,14 @@ __device__ __forceinline__ void merge_partials_at(const kl_attention_decode_para
     for (int i = threadIdx.x; i < nr * hd / 2; i += blockDim.x) {
         const int h = i / (hd / 2), d = 2 * (i % (hd / 2));
         const out_row o = at(h);
-        const float *wh = w + h * stride;
-        auto load = [&](int s) {
-            return __ldcg(reinterpret_cast<const float2 *>(partial(p, s, o.row, o.h0 + o.h, q_rows) + d));
-        };
+        const float *wh = w + h * stride, *first = partial(p, 0, o.row, o.h0 + o.h, q_rows) + d;
         float acc0 = 0, acc1 = 0;
         for (int s = 0; s < splits; s += MERGE_LOADS) {
             const int n = min(MERGE_LOADS, splits - s);
             float2 v[MERGE_LOADS];
 #pragma unroll
             for (int k = 0; k < MERGE_LOADS; k++)
-                if (k < n) v[k] = load(s + k);
+                v[k] = k < n ? __ldcg(reinterpret_cast<const float2 *>(first + (s + k) * step)) : make_float2(0.f, 0.f);
 #pragma unroll
             for (int k = 0; k < MERGE_LOADS; k++)
                 if (k < n) acc0 += v[k].x * wh[s + k], acc1 += v[k].y * wh[s + k];

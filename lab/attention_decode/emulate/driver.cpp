@@ -69,7 +69,7 @@ const std::vector<problem> &problems()
         {"one query, page 32, split", KL_BF16, 128, 8, 2, 32, {1000, 45, 16}, {}, 20},
         {"fp8, q heads 1e-3 .. 1e5", KL_BF16, 128, 8, 2, 16, {37, 300, 5}, {}, 18, true, true},
         {"one query, page 1, head_dim 64, split", KL_F16, 64, 8, 2, 1, {3000, 17}, {}, 21},
-        {"one query, 34768 keys: 17 splits of <= 2048 (v8)", KL_BF16, 64, 4, 1, 16, {34768, 5}, {}, 22},
+        {"one query, 34768 keys: 17 splits of <= 2048 (v8)", KL_BF16, 64, 4, 1, 16, {34768}, {}, 22},
     };
     return ps;
 }
