@@ -62,9 +62,10 @@ struct out_row {
  * weights into w (shared, nr * (splits + 2) floats) with shuffles only; phase 2: every thread
  * sums two adjacent dims of a pair over the splits (a partial row is head_dim + 2 floats, so a dim
  * pair is 8-byte aligned), MERGE_LOADS splits' loads issued before their sums: a merge of many
- * splits is a chain of L2 round trips, each as long for 16 loads as for one. The sums run in
- * split order, as a one-at-a-time loop would. Partials were written by other blocks: read through
- * L2 (__ldcg), never from a stale L1 line. */
+ * splits is a chain of L2 round trips, each as long for 8 loads as for one (more would raise the
+ * register count of the kernels this merge is inlined into: v9 loses a CTA an SM at 16). The sums
+ * run in split order, as a one-at-a-time loop would. Partials were written by other blocks: read
+ * through L2 (__ldcg), never from a stale L1 line. */
 template <typename T, typename At>
 __device__ __forceinline__ void merge_partials_at(const kl_attention_decode_params &p, int nr, int splits, float *w,
                                                   int64_t q_rows, At at)
@@ -89,7 +90,7 @@ __device__ __forceinline__ void merge_partials_at(const kl_attention_decode_para
         if (lane == 0) wh[splits] = m, wh[splits + 1] = l;
     }
     __syncthreads();
-    constexpr int MERGE_LOADS = 16;
+    constexpr int MERGE_LOADS = 8;
     for (int i = threadIdx.x; i < nr * hd / 2; i += blockDim.x) {
         const int h = i / (hd / 2), d = 2 * (i % (hd / 2));
         const out_row o = at(h);

@@ -14,9 +14,10 @@
  * (page_ring.cuh's producer with HEADS = HB). The page table is read once for all the heads. Consumer
  * warp w (of 8) computes head w % HB on the tiles i with i % (8 / HB) == w / HB, with v9's arithmetic
  * (fp8_ring_tile.cuh; its q, k_scale and v_scale are its own head's); a stage goes back to the
- * producer when its HB warps have arrived. At the end each head's warps merge and the CTA finishes its
- * HB heads together with decode.cuh's finish_cta_heads (one fence publishes every head's partial). The ring is at least three stages and about 96 KB (two CTAs an
- * SM; 128 KB and one CTA at head_dim 256 with four heads). The split comes from the params alone
+ * producer when its HB warps have arrived. At the end each head's warps merge and the CTA finishes
+ * its HB heads together with decode.cuh's finish_cta_heads (one fence publishes every head's
+ * partial). The ring is at least three stages and about 96 KB (two CTAs an SM; 128 KB and one CTA
+ * at head_dim 256 with four heads). The split comes from the params alone
  * (max_kv_len, never the lengths on the device, so graph replays are safe): the number of splits whose
  * CTAs fill the SMs' slots in the fewest waves of the least work each.
  * Bound: the read bandwidth on K/V at one byte an element, plus q, out and the page table.
