@@ -13,7 +13,7 @@
  * each of the 16 rows of every head tile and block is a box of 1 row (v12: cp.async, 16 bytes a lane),
  * landing at the row's place in the same layout; rows past the chunk copy its last token again
  * (finite data the consumers mask), so every tile brings the same bytes to its full barrier. After
- * the key loop the CTA finishes with decode.cuh's finish_cta. */
+ * the key loop the CTA finishes with decode.cuh's finish_cta (v10, over its HEADS: finish_cta_heads). */
 #pragma once
 
 #include <cudaTypedefs.h>

@@ -153,20 +153,9 @@ static __global__ void __launch_bounds__(32 * (CW + 1)) decode_v5(const kl_atten
             const int tok = t0 + 16 * i + gq;
             const float x0 = tok < t1 ? s[0] * scale : -INFINITY, x1 = tok < t1 ? s[1] * scale : -INFINITY;
             const float x2 = tok + 8 < t1 ? s[2] * scale : -INFINITY, x3 = tok + 8 < t1 ? s[3] * scale : -INFINITY;
-            float mx0 = fmaxf(x0, x2), mx1 = fmaxf(x1, x3);
-#pragma unroll
-            for (int off = 4; off < 32; off <<= 1) {
-                mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
-                mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
-            }
-            const float mn0 = fmaxf(m[0], mx0), mn1 = fmaxf(m[1], mx1);
-            const float base0 = mn0 == -INFINITY ? 0.f : mn0, base1 = mn1 == -INFINITY ? 0.f : mn1;
-            const float al0 = exp2f(m[0] - base0), al1 = exp2f(m[1] - base1);
-            const float p0 = exp2f(x0 - base0), p1 = exp2f(x1 - base1), p2 = exp2f(x2 - base0), p3 = exp2f(x3 - base1);
-            l[0] = l[0] * al0 + p0 + p2, l[1] = l[1] * al1 + p1 + p3; /* from the unrounded p */
-            m[0] = mn0, m[1] = mn1;
-#pragma unroll
-            for (int mt = 0; mt < S::KSTEPS; mt++) o[mt][0] *= al0, o[mt][1] *= al1, o[mt][2] *= al0, o[mt][3] *= al1;
+            float w[4]; /* the tile's weights p0..p3, from the unrounded scores (decode.cuh) */
+            kl::decode::softmax_tile<S::KSTEPS>({x0, x1, x2, x3}, m, l, o, w);
+            const float p0 = w[0], p1 = w[1], p2 = w[2], p3 = w[3];
 
             /* P^T as the B operand (v4 says how movmatrix transposes it), then O^T += V^T P^T with
              * A = V^T by ldmatrix.trans of V rows. */
@@ -192,11 +181,7 @@ static __global__ void __launch_bounds__(32 * (CW + 1)) decode_v5(const kl_atten
 
     float *mrg = reinterpret_cast<float *>(ring);
     if (warp < CW) { /* each consumer's state: l summed over the lanes sharing a head first */
-#pragma unroll
-        for (int off = 4; off < 32; off <<= 1) {
-            l[0] += __shfl_xor_sync(0xffffffffu, l[0], off);
-            l[1] += __shfl_xor_sync(0xffffffffu, l[1], off);
-        }
+        kl::decode::sum_column_l(l);
         float *w0 = mrg + (warp * 8 + 2 * tq) * S::ROW, *w1 = w0 + S::ROW;
 #pragma unroll
         for (int mt = 0; mt < S::KSTEPS; mt++) {
