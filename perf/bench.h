@@ -181,14 +181,16 @@ struct kl_bench_args {
 
 /* Targets file perf/targets/<arch>.csv: module,workload,metric,target,source. A row whose metric
  * is `gated_variant` names, in its target column, the variant the gate judges for that module
- * (its workload column is `*`): the gated variant is chosen, never "the highest number". */
+ * (its workload column is `*`): the gated variant is chosen, never "the highest number". A module
+ * whose gated variant cannot run some of its workloads (allreduce's plain switch and the fused
+ * add + RMSNorm workloads) names another for them in a second row, the workload column a pattern. */
 struct kl_target {
     char module[32], workload[64], metric[96];
     double target;
     char source[256];
 };
 struct kl_gated {
-    char module[32], variant[64];
+    char module[32], workload[64], variant[64]; /* workload: "*" or a pattern (kl_targets_for's) */
 };
 struct kl_targets {
     int count;
@@ -200,8 +202,11 @@ struct kl_targets {
 /* perf/targets/sm_80_a100.csv for cc 8.x, perf/targets/sm_90.csv for cc 9.x, perf/targets/cpu.csv
  * for cc 0 (modules whose work runs on the CPU: radix). */
 int kl_targets_load(struct kl_targets *t, const char *dir, int cc, struct kl_err *err);
-/* The variant the targets file names as module's gated one, or NULL when it names none. */
+/* The variant the targets file names as module's gated one (its `*` row), or NULL when it names none. */
 const char *kl_targets_gated(const struct kl_targets *t, const char *module);
+/* The variant the gate judges on module's workload: the gated_variant row whose pattern matches it
+ * (an exact name first), else the module's `*` row; NULL when neither exists. */
+const char *kl_targets_gated_for(const struct kl_targets *t, const char *module, const char *workload);
 /* The gated variant of module on a device of compute capability cc (0: the CPU), from
  * KL_SOURCE_DIR/perf/targets: NULL (err says why) when that architecture has no targets file, the
  * file names no variant for the module, or names one that is not registered. */

@@ -1,5 +1,6 @@
 /* perf/targets/<arch>.csv: module,workload,metric,target,source (one header line); a
- * `gated_variant` row names the variant the gate judges for its module. A metric the gate does
+ * `gated_variant` row names the variant the gate judges for its module (workload `*`), or for the
+ * workloads its pattern matches (a workload the `*` variant cannot run). A metric the gate does
  * not know is an error when the file is loaded; kl_targets_check also holds every row against
  * the workloads of the modules in this binary, so a row that can never judge anything (a
  * renamed workload, a typo) fails `kernlab bench --gate` and the CPU tests. */
@@ -40,11 +41,16 @@ int kl_targets_load(struct kl_targets *t, const char *dir, int cc, struct kl_err
             struct kl_gated g;
             memset(&g, 0, sizeof g);
             snprintf(g.module, sizeof g.module, "%s", r.module);
+            snprintf(g.workload, sizeof g.workload, "%s", r.workload);
             snprintf(g.variant, sizeof g.variant, "%s", target);
-            if (strcmp(r.workload, "*") != 0 || kl_targets_gated(t, g.module)) {
+            bool twice = false;
+            for (int i = 0; i < t->n_gated; i++)
+                twice |= strcmp(t->gated[i].module, g.module) == 0 && strcmp(t->gated[i].workload, g.workload) == 0;
+            if (twice) {
                 fclose(f);
                 kl_targets_free(t);
-                return kl_fail(err, "%s:%d: a gated_variant row takes workload '*', one per module", t->path, lineno);
+                return kl_fail(err, "%s:%d: a second gated_variant row for %s workload '%s' (one per module and workload)",
+                               t->path, lineno, g.module, g.workload);
             }
             t->gated = realloc(t->gated, sizeof *t->gated * (size_t)(t->n_gated + 1));
             t->gated[t->n_gated++] = g;
@@ -106,8 +112,19 @@ const struct kl_target *kl_target_find(const struct kl_targets *t, const char *m
 const char *kl_targets_gated(const struct kl_targets *t, const char *module)
 {
     for (int i = 0; t && i < t->n_gated; i++)
-        if (strcmp(t->gated[i].module, module) == 0) return t->gated[i].variant;
+        if (strcmp(t->gated[i].module, module) == 0 && strcmp(t->gated[i].workload, "*") == 0) return t->gated[i].variant;
     return NULL;
+}
+
+const char *kl_targets_gated_for(const struct kl_targets *t, const char *module, const char *workload)
+{
+    for (int pass = 0; pass < 2; pass++) /* an exact row, then a pattern other than "*" */
+        for (int i = 0; t && i < t->n_gated; i++) {
+            const struct kl_gated *g = &t->gated[i];
+            if (strcmp(g->module, module) != 0 || strcmp(g->workload, "*") == 0) continue;
+            if (pass ? workload_matches(g->workload, workload) : strcmp(g->workload, workload) == 0) return g->variant;
+        }
+    return kl_targets_gated(t, module);
 }
 
 const struct kl_variant *kl_gated_variant(const char *module, int cc, struct kl_err *err)
@@ -188,10 +205,21 @@ int kl_targets_check(const struct kl_targets *t, struct kl_err *err)
                     : !found_other ? "its time_vs: names none of the module's workloads"
                                    : "its time_vs: names a variant the module does not register");
     }
-    for (int g = 0; g < t->n_gated; g++)
-        if (!kl_variant_find(t->gated[g].module, t->gated[g].variant) && !bad++)
-            kl_fail(err, "%s: gated_variant %s of %s is not a registered variant", t->path, t->gated[g].variant,
-                    t->gated[g].module);
+    for (int g = 0; g < t->n_gated; g++) {
+        const struct kl_gated *x = &t->gated[g];
+        const struct kl_module *m = kl_module_find(x->module);
+        bool found = strcmp(x->workload, "*") == 0;
+        for (int i = 0; m && !found; i++) {
+            const char *w = kl_bench_workload(m, i);
+            if (!w) break;
+            found = workload_matches(x->workload, w);
+        }
+        if (!kl_variant_find(x->module, x->variant) && !bad++)
+            kl_fail(err, "%s: gated_variant %s of %s is not a registered variant", t->path, x->variant, x->module);
+        else if (!found && !bad++)
+            kl_fail(err, "%s: gated_variant %s of %s: workload '%s' matches none of the module's workloads", t->path,
+                    x->variant, x->module, x->workload);
+    }
     return bad;
 }
 

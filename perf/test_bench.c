@@ -57,7 +57,8 @@ Test(bench, a_target_row_that_matches_no_workload_or_metric_is_an_error)
 {
     struct kl_err err = {{0}};
     cr_assert_eq(load_and_check("rmsnorm,prefill-16k,bw_frac,0.9,x\nallreduce,8KB-world*,latency_vs_nccl,0.5,x\n"
-                                "radix,match_hot_p1,memcmp_frac,0.5,x\nrope,*,gated_variant,v5_pdl_one_trip,x\n",
+                                "radix,match_hot_p1,memcmp_frac,0.5,x\nrope,*,gated_variant,v5_pdl_one_trip,x\n"
+                                "allreduce,add-rmsnorm-*,gated_variant,v12_lamport_add_rmsnorm_early,x\n",
                                 &err),
                  0, "%s", err.msg);
     static const struct {
@@ -69,6 +70,7 @@ Test(bench, a_target_row_that_matches_no_workload_or_metric_is_an_error)
         {"nosuch,w,bw_frac,0.5,x\n", "no such module"},
         {"rmsnorm,prefill-16k,bw_fraction,0.9,x\n", "unknown metric 'bw_fraction'"},
         {"rope,*,gated_variant,v9_nosuch,x\n", "v9_nosuch"},
+        {"allreduce,add-rmsnrom-*,gated_variant,v12_lamport_add_rmsnorm_early,a typo\n", "add-rmsnrom-*"},
     };
     for (size_t i = 0; i < sizeof kbad / sizeof kbad[0]; i++) {
         memset(&err, 0, sizeof err);

@@ -648,9 +648,11 @@ static void emit_world(struct parent_ctx *P, const struct bench_payload *B, int 
             if (P->bw) cJSON_AddItemToObject(x, "peer_copy", kl_peer_bw_json(P->bw));
             if (first_world && P->rows == 0) cJSON_AddItemToObject(x, "topology", kl_ar_topology_json(P->topo));
             /* Judged once every field a metric reads (latency_vs_nccl, busbw_frac) is in place. */
-            /* A fused workload judges every fused variant benched (the composite is its yardstick). */
-            const bool judge = hidden ? a->gate && a->targets && kl_ar_is_fused(kl_variant_find("allreduce", B->variants[v]))
-                                      : P->judged && strcmp(P->judged, B->variants[v]) == 0;
+            /* A fused workload judges the fused variant the targets name for it (a plain variant
+             * cannot run it), or the one --variant asked for; the composite is its yardstick. */
+            const char *judged = !hidden ? P->judged : a->variant ? a->variant : kl_targets_gated_for(a->targets, "allreduce", wl);
+            const bool judge = a->gate && a->targets && judged && strcmp(judged, B->variants[v]) == 0 &&
+                               (!hidden || kl_ar_is_fused(kl_variant_find("allreduce", B->variants[v])));
             if (judge) kl_gate_judge(a->targets, &res);
             if (a->json) kl_result_write(a->json, &res), fflush(a->json);
             P->rows++;

@@ -165,7 +165,14 @@ Test(allreduce, the_fused_target_judges_the_time_over_the_plain_allreduce_and_sm
         cr_assert(x && strcmp(x->metric, "over_allreduce_us") == 0 && x->target == 0.5, "%s: no 0.5 us target", kgated[k]);
     }
     cr_assert_null(kl_target_find(&t, "allreduce", "add-rmsnorm-t64-h8192-world2"), "1 MB is over the issue's 512 KB");
-    struct kl_result r = {.module = "allreduce", .variant = "v10_lamport_add_rmsnorm", .workload = kgated[0],
+    /* The gate judges one fused variant on the fused workloads (the plain gated one cannot run them). */
+    for (size_t k = 0; k < sizeof kgated / sizeof *kgated; k++) {
+        const char *g = kl_targets_gated_for(&t, "allreduce", kgated[k]);
+        cr_assert(g && kl_ar_is_fused(kl_variant_find("allreduce", g)), "%s: judged on %s, not a fused variant", kgated[k],
+                  g ? g : "nothing");
+    }
+    cr_assert_str_eq(kl_targets_gated_for(&t, "allreduce", "8KB-world2"), kl_targets_gated(&t, "allreduce"));
+    struct kl_result r = {.module = "allreduce", .variant = "v12_lamport_add_rmsnorm_early", .workload = kgated[0],
                           .checked = true, .check_pass = true};
     r.extra = cJSON_CreateObject();
     cJSON_AddNumberToObject(r.extra, "over_allreduce_us", 0.7);

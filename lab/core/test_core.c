@@ -487,27 +487,37 @@ Test(core, every_benched_module_names_its_gated_variant_per_architecture)
     }
 }
 
-Test(core, a_gated_variant_row_names_one_variant_per_module)
+Test(core, a_gated_variant_row_names_one_variant_per_module_and_workload_pattern)
 {
     char dir[] = "/tmp/kl_targets_XXXXXX";
     cr_assert(mkdtemp(dir));
     char path[64];
     snprintf(path, sizeof path, "%s/sm_90.csv", dir);
     FILE *f = fopen(path, "w");
-    fprintf(f, "module,workload,metric,target,source\nm,*,gated_variant,v1_a,x\nm,w,bw_frac,0.5,y\n");
+    fprintf(f, "module,workload,metric,target,source\nm,fused-*,gated_variant,v3_f,x\nm,*,gated_variant,v1_a,x\n"
+               "m,fused-2,gated_variant,v4_g,x\nm,w,bw_frac,0.5,y\n");
     fclose(f);
     struct kl_targets t;
     struct kl_err err = {{0}};
     cr_assert_eq(kl_targets_load(&t, dir, 90, &err), 0, "%s", err.msg);
-    cr_assert_str_eq(kl_targets_gated(&t, "m"), "v1_a");
+    cr_assert_str_eq(kl_targets_gated(&t, "m"), "v1_a", "the module's gated variant is its '*' row, wherever it is");
     cr_assert_null(kl_targets_gated(&t, "other"));
-    cr_assert_eq(t.count, 1, "the gated_variant row is not a numeric target");
+    cr_assert_str_eq(kl_targets_gated_for(&t, "m", "w"), "v1_a");
+    cr_assert_str_eq(kl_targets_gated_for(&t, "m", "fused-1"), "v3_f", "a workload its pattern matches");
+    cr_assert_str_eq(kl_targets_gated_for(&t, "m", "fused-2"), "v4_g", "an exact row wins over a pattern");
+    cr_assert_null(kl_targets_gated_for(&t, "other", "fused-1"));
+    cr_assert_eq(t.count, 1, "the gated_variant rows are not numeric targets");
     kl_targets_free(&t);
     f = fopen(path, "a");
     fprintf(f, "m,*,gated_variant,v2_b,twice\n");
     fclose(f);
     cr_assert_neq(kl_targets_load(&t, dir, 90, &err), 0, "two gated variants for one module load");
-    cr_assert(strstr(err.msg, ":4:"), "the error names the line: %s", err.msg);
+    cr_assert(strstr(err.msg, ":6:"), "the error names the line: %s", err.msg);
+    f = fopen(path, "w");
+    fprintf(f, "module,workload,metric,target,source\nm,fused-*,gated_variant,v3_f,x\nm,fused-*,gated_variant,v4_g,x\n");
+    fclose(f);
+    cr_assert_neq(kl_targets_load(&t, dir, 90, &err), 0, "two gated variants for one pattern load");
+    cr_assert(strstr(err.msg, ":3:"), "the error names the line: %s", err.msg);
     remove(path);
     rmdir(dir);
 }
