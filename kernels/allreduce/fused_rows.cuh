@@ -161,6 +161,22 @@ __device__ __forceinline__ void store_normed(T *out, const float (&r)[16 / sizeo
     store_chunk<T>(out, o, m, unit);
 }
 
+/* The block's sum of v behind one barrier: each warp's part goes to parts[parity], and after the
+ * barrier every warp adds the parts itself, in warp order. Callers alternate parity by row, so a
+ * block's next row never overwrites parts a slow warp has yet to read (the row between has a barrier
+ * every warp passed after its reads). */
+__device__ __forceinline__ float row_sum(float v, float (*parts)[32], int parity)
+{
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = (int)(blockDim.x / 32);
+    v = kl::warp_sum(v);
+    if (lane == 0) parts[parity][warp] = v;
+    __syncthreads();
+    float total = 0.f;
+    for (int k = 0; k < warps; k++)
+        total += parts[parity][k]; /* the same order in every warp */
+    return total;
+}
+
 /* A fused launch's shape, from the shape of the call alone (equal on every rank): C chunks a thread
  * (a power of two, the fewest that fit the row in row_threads threads), the row's threads in whole
  * warps, a block per token up to the communicator's co-resident block count (a block polls data that

@@ -57,19 +57,6 @@ __device__ __forceinline__ void load_x_residual(row_inputs<C> &in, const T *x, c
     }
 }
 
-/* The block's sum of v behind one barrier; parts[row parity] holds the warps' parts. */
-__device__ __forceinline__ float row_sum(float v, float (*parts)[32], int parity)
-{
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = (int)(blockDim.x / 32);
-    v = kl::warp_sum(v);
-    if (lane == 0) parts[parity][warp] = v;
-    __syncthreads();
-    float total = 0.f;
-    for (int k = 0; k < warps; k++)
-        total += parts[parity][k]; /* the same order in every warp */
-    return total;
-}
-
 template <typename T, int C>
 static __global__ void __launch_bounds__(kRowThreads, 1)
     fused_v12(const T *x, const T *residual, const T *weight, T *out, T *residual_out, int64_t tokens, int64_t hidden,
