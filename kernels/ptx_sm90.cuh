@@ -323,15 +323,6 @@ __device__ __forceinline__ void cluster_sync()
 {
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
-/* The float at p's offset in the shared memory of CTA `rank` of the cluster. */
-__device__ __forceinline__ float ld_shared_cluster(const float *p, uint32_t rank)
-{
-    uint32_t remote;
-    float v;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(smem_addr(p)), "r"(rank));
-    asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(remote) : "memory");
-    return v;
-}
 /* An arrival on the mbarrier at bar's offset in the shared memory of CTA `rank` of the cluster. */
 __device__ __forceinline__ void mbar_arrive_cluster(uint64_t *bar, uint32_t rank)
 {

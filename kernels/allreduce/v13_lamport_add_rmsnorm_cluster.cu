@@ -30,6 +30,15 @@ using namespace kl_ar;
 constexpr int kRowThreads = 512; /* the most threads a block gives its slice of a row: one unit each */
 constexpr int kMaxBlocks = 8;    /* blocks a row may span (a portable cluster): hidden up to 4096 units */
 
+/* The float at p's offset in the shared memory of CTA `rank` of the cluster. */
+static __device__ __forceinline__ float ld_shared_cluster(const float *p, uint32_t rank)
+{
+    uint32_t remote;
+    float v;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(kl::ptx::smem_addr(p)), "r"(rank));
+    asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(remote) : "memory");
+    return v;
+}
 /* The weight's chunk q of row t (the weight is one row, shared by every token). */
 template <typename T>
 __device__ __forceinline__ uint4 weight_chunk(const T *weight, int64_t t, int64_t hidden, const chunk &q, bool aligned)
@@ -100,7 +109,7 @@ static __global__ void __launch_bounds__(kRowThreads, 1)
             total = 0.f;
 #pragma unroll
             for (int k = 0; k < K; k++)
-                total += kl::ptx::ld_shared_cluster(&block_part[parity], k);
+                total += ld_shared_cluster(&block_part[parity], k);
         }
         if (q.m) store_normed<T>(out + q.i0, r, rsqrtf(total / (float)hidden + eps), wt, q.m, unit && aligned);
     }
