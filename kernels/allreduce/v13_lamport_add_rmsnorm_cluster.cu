@@ -1,26 +1,26 @@
-/* v13_lamport_add_rmsnorm_cluster: v12 with a wide row split over a cluster of blocks, its sum of squares
- * added across the cluster in distributed shared memory.
+/* v13_lamport_add_rmsnorm_cluster: v12 with a row split over a cluster of blocks, its sum of squares added
+ * across the cluster in distributed shared memory.
  *
- * What changed from v12, and why. v12 gives a token's row to one block. Up to 8 KB a row (hidden 4096
- * in bf16) that block stores and polls 512 units of 16 bytes, as many as a block of the plain one-shot
- * (v11) handles; at 16 KB a row (hidden 8192) the block handles twice that, and the fused rows ran about
- * 3 us over the plain all-reduce of the same bytes, which spreads them over twice the blocks. Here a row
- * wider than 512 units is split over a cluster of K blocks (K = 2, 4 or 8, one slice of at most 512
- * units each): block k of the cluster owns units k * blockDim + tid of the row (v10's chunk k of the
- * thread), so every block sends, polls and writes at most what a plain one-shot block does. The row's
- * RMS needs the whole row's sum of squares: each block reduces its slice (row_sum, one block barrier),
- * thread 0 puts the block's part in its shared memory, a cluster barrier (release, then acquire)
- * publishes it, and every thread adds the K parts in block order through ld.shared::cluster.
- * Parts alternate between two slots by row as in row_sum, and a
- * last cluster barrier keeps a block from exiting while a neighbour may still read its part. A row of
- * at most 512 units is a cluster of 1: v12's kernel with one chunk a thread. Everything else (the
- * inputs loaded before the waits, v11's unfenced call, the protocol) is v12's.
- * Grid: clusters up to the tokens, the communicator's block count over K and the clusters the device can
- * hold at once (cudaOccupancyMaxActiveClusters): every block must be resident, since a block polls data
- * a peer's block sends. Precision and bound: v12's (the blocks' parts added in block order).
- * Expect: at 16 KB a row, about v12's time at 8 KB a row plus one cluster barrier.
- * Run alone: build/kernlab bench allreduce --variant v13_lamport_add_rmsnorm_cluster --workload
- * add-rmsnorm-t1-h8192-world2 */
+ * What changed from v12, and why. v12 gives a token's row to one block. Up to 8 KB a row (hidden 4096 in
+ * bf16) that block stores and polls 512 units of 16 bytes, as many as a block of the plain one-shot (v11)
+ * handles; at 16 KB a row (hidden 8192) it handles twice that, and the fused rows ran about 3 us over the
+ * plain all-reduce of the same bytes, which spreads them over twice the blocks. Here a row is split over a
+ * cluster of K blocks (K = 1, 2, 4 or 8): block k of the cluster owns units k * blockDim + tid of the row
+ * (v10's chunk k of the thread), one unit a thread, so a block sends, polls and writes at most 512 units,
+ * and fewer where SMs are spare: K is the largest that leaves a block 128 threads or more, halved while
+ * the tokens' clusters would need more blocks than the communicator has (an SM each). A row of hidden
+ * 4096 in bf16 is 4 blocks of 128 threads for one token, 2 of 256 for 64 tokens.
+ * The row's RMS needs the whole row's sum of squares: each block reduces its slice (row_sum, one block
+ * barrier), thread 0 puts the block's part in its shared memory, a cluster barrier (release, then
+ * acquire) publishes it, and every thread adds the K parts in block order through ld.shared::cluster.
+ * Parts alternate between two slots by row as in row_sum, and a last cluster barrier keeps a block from
+ * exiting while a neighbour may still read its part. Everything else (the inputs loaded before the
+ * waits, v11's unfenced call, the protocol) is v12's.
+ * Grid: clusters up to the tokens, the communicator's block count over K and the clusters the device
+ * can hold at once (cudaOccupancyMaxActiveClusters): every block must be resident, since a block polls
+ * data a peer's block sends. Precision and bound: v12's (the blocks' parts added in block order).
+ * Expect: about v11's time on the same bytes plus one cluster barrier and the stores of two rows.
+ * Run alone: build/kernlab bench allreduce --variant v13_lamport_add_rmsnorm_cluster */
 #include "kernels/allreduce/fused_rows.cuh"
 #include "kernels/ptx_sm90.cuh"
 #include "kernels/variant.h"
@@ -29,6 +29,7 @@ using namespace kl_ar;
 
 constexpr int kRowThreads = 512; /* the most threads a block gives its slice of a row: one unit each */
 constexpr int kMaxBlocks = 8;    /* blocks a row may span (a portable cluster): hidden up to 4096 units */
+constexpr int kMinThreads = 128; /* the fewest threads a block gets while a row has blocks to spare */
 
 /* The float at p's offset in the shared memory of CTA `rank` of the cluster. */
 static __device__ __forceinline__ float ld_shared_cluster(const float *p, uint32_t rank)
@@ -162,15 +163,23 @@ static cudaError_t launch_k(const struct kl_allreduce_add_rmsnorm_params *p, con
 
 static cudaError_t launch(const struct kl_allreduce_add_rmsnorm_params *p, cudaStream_t stream)
 {
-    /* sh.C, the chunks v10's mapping would give a thread, is here the blocks a row spans. */
-    fused_shape sh;
+    fused_shape sh; /* sh.C: the fewest blocks of at most kRowThreads threads that cover a row */
     cudaError_t rc = fused_launch_shape(p, stream, kRowThreads, kMaxBlocks, "v13_lamport_add_rmsnorm_cluster", &sh);
     if (rc != cudaSuccess || sh.grid == 0) return rc;
+    /* K blocks a row: as many as keep a block at kMinThreads or more, then fewer while the tokens'
+     * clusters would take more blocks than the communicator has (an SM each), never below sh.C. */
+    const int64_t V = 16 / (int64_t)kl_dtype_size(p->ar.dtype), chunks = (p->hidden + V - 1) / V;
+    int K = kMaxBlocks;
+    while (K > sh.C && chunks / K < kMinThreads)
+        K /= 2;
+    while (K > sh.C && p->num_tokens * K > p->ar.comm->blocks)
+        K /= 2;
+    sh.threads = (unsigned)(((chunks + K - 1) / K + 31) / 32 * 32);
     KL_DISPATCH_FLOAT(p->ar.dtype, T, {
-        rc = sh.C == 1   ? launch_k<T, 1>(p, sh, stream)
-             : sh.C == 2 ? launch_k<T, 2>(p, sh, stream)
-             : sh.C == 4 ? launch_k<T, 4>(p, sh, stream)
-                         : launch_k<T, 8>(p, sh, stream);
+        rc = K == 1   ? launch_k<T, 1>(p, sh, stream)
+             : K == 2 ? launch_k<T, 2>(p, sh, stream)
+             : K == 4 ? launch_k<T, 4>(p, sh, stream)
+                      : launch_k<T, 8>(p, sh, stream);
     });
     return rc;
 }

@@ -449,7 +449,7 @@ static void ar_fused(FILE *f, const struct kl_guide *md, const struct kl_targets
                         !x || !fused ? "-" : kl_target_passes(x, over) ? "**pass**" : "**miss**", kl_row_throttled(r));
             }
     }
-    fprintf(f, "%s\n", said ? "" : "Not measured yet: `build/kernlab bench allreduce --variant v12_lamport_add_rmsnorm_early` "
+    fprintf(f, "%s\n", said ? "" : "Not measured yet: `build/kernlab bench allreduce --variant v13_lamport_add_rmsnorm_cluster` "
                                    "on two GPUs writes these rows.\n");
 }
 
