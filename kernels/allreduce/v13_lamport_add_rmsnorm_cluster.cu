@@ -3,13 +3,14 @@
  *
  * What changed from v12, and why. v12 gives a token's row to one block. Up to 8 KB a row (hidden 4096 in
  * bf16) that block stores and polls 512 units of 16 bytes, as many as a block of the plain one-shot (v11)
- * handles; at 16 KB a row (hidden 8192) it handles twice that, and the fused rows ran about 3 us over the
- * plain all-reduce of the same bytes, which spreads them over twice the blocks. Here a row is split over a
- * cluster of K blocks (K = 1, 2, 4 or 8): block k of the cluster owns units k * blockDim + tid of the row
- * (v10's chunk k of the thread), one unit a thread, so a block sends, polls and writes at most 512 units,
- * and fewer where SMs are spare: K is the largest that leaves a block 128 threads or more, halved while
- * the tokens' clusters would need more blocks than the communicator has (an SM each). A row of hidden
- * 4096 in bf16 is 4 blocks of 128 threads for one token, 2 of 256 for 64 tokens.
+ * handles; at 16 KB a row (hidden 8192) it handles twice that, where the plain all-reduce of the same
+ * bytes spreads them over twice the blocks (the guide's fused table shows what it cost v12). Here a row is
+ * split over a cluster of K blocks (K = 1, 2, 4 or 8): block k of the cluster owns units k * blockDim + tid of the row
+ * (v10's chunk k of the thread), one unit a thread. A row that fits one block (512 units) stays in one,
+ * a cluster of 1: the cluster barrier would cost more than the spread saves. A wider row is spread as
+ * far as SMs are spare: K is the largest that leaves a block 128 threads or more, halved while the
+ * tokens' clusters would need more blocks than the communicator has (an SM each). A row of hidden 8192
+ * in bf16 is 8 blocks of 128 threads for one token, 2 of 512 for 64 tokens.
  * The row's RMS needs the whole row's sum of squares: each block reduces its slice (row_sum, one block
  * barrier), thread 0 puts the block's part in its shared memory, a cluster barrier (release, then
  * acquire) publishes it, and every thread adds the K parts in block order through ld.shared::cluster.
@@ -19,7 +20,8 @@
  * Grid: clusters up to the tokens, the communicator's block count over K and the clusters the device
  * can hold at once (cudaOccupancyMaxActiveClusters): every block must be resident, since a block polls
  * data a peer's block sends. Precision and bound: v12's (the blocks' parts added in block order).
- * Expect: about v11's time on the same bytes plus one cluster barrier and the stores of two rows.
+ * Expect: about v11's time on the same bytes plus the stores of two rows (and a cluster barrier for a
+ * wide row).
  * Run alone: build/kernlab bench allreduce --variant v13_lamport_add_rmsnorm_cluster */
 #include "kernels/allreduce/fused_rows.cuh"
 #include "kernels/ptx_sm90.cuh"
@@ -166,10 +168,11 @@ static cudaError_t launch(const struct kl_allreduce_add_rmsnorm_params *p, cudaS
     fused_shape sh; /* sh.C: the fewest blocks of at most kRowThreads threads that cover a row */
     cudaError_t rc = fused_launch_shape(p, stream, kRowThreads, kMaxBlocks, "v13_lamport_add_rmsnorm_cluster", &sh);
     if (rc != cudaSuccess || sh.grid == 0) return rc;
-    /* K blocks a row: as many as keep a block at kMinThreads or more, then fewer while the tokens'
-     * clusters would take more blocks than the communicator has (an SM each), never below sh.C. */
+    /* K blocks a row: 1 when the row fits one block; else as many as keep a block at kMinThreads or
+     * more, then fewer while the tokens' clusters would take more blocks than the communicator has
+     * (an SM each), never below sh.C. */
     const int64_t V = 16 / (int64_t)kl_dtype_size(p->ar.dtype), chunks = (p->hidden + V - 1) / V;
-    int K = kMaxBlocks;
+    int K = sh.C == 1 ? 1 : kMaxBlocks;
     while (K > sh.C && chunks / K < kMinThreads)
         K /= 2;
     while (K > sh.C && p->num_tokens * K > p->ar.comm->blocks)
