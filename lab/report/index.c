@@ -33,8 +33,9 @@ static int target_met(const cJSON *r, const char *wl, const struct kl_target *x,
 /* One device's gate for the way-in page: the gated variant (named by the targets file of the
  * device's architecture) judged on every workload that has a target, as `kernlab bench --gate`
  * would: "v3_x: 4 of 4 targets met", then every miss, every target the variant has no row for,
- * throttled rows, and the workloads without a target row (ungated). Never a peer, never another
- * variant in the gated one's place. */
+ * throttled rows, and the workloads without a target row (ungated). A workload the file names
+ * another gated variant for (a gated_variant row with a pattern) is judged on that one, and the
+ * line names it. Never a peer, never another variant in the gated one's place. */
 static void gate_summary(char *buf, size_t len, const struct kl_guide *on, const struct kl_targets *t90)
 {
     const cJSON *any = NULL;
@@ -61,10 +62,15 @@ static void gate_summary(char *buf, size_t len, const struct kl_guide *on, const
             continue;
         }
         if (!kl_guide_has_row(on, wl)) continue; /* a workload this device did not run at all */
+        const char *judged = kl_targets_gated_for(t, on->name, wl);
         for (int k = 0; k < n; k++) /* each target of the workload counts */
-            met += target_met(kl_guide_row(on, gated, wl), wl, rows[k], misses, sizeof misses, &om), targets++;
+            met += target_met(kl_guide_row(on, judged, wl), wl, rows[k], misses, sizeof misses, &om), targets++;
     }
-    o += (size_t)snprintf(buf + o, o < len ? len - o : 0, "`%s`: %d of %d targets met", gated, met, targets);
+    o += (size_t)snprintf(buf + o, o < len ? len - o : 0, "`%s`", gated);
+    for (int i = 0; t && i < t->n_gated; i++)
+        if (strcmp(t->gated[i].module, on->name) == 0 && strcmp(t->gated[i].workload, "*") != 0)
+            o += (size_t)snprintf(buf + o, o < len ? len - o : 0, " (`%s` on %s)", t->gated[i].variant, t->gated[i].workload);
+    o += (size_t)snprintf(buf + o, o < len ? len - o : 0, ": %d of %d targets met", met, targets);
     if (misses[0]) o += (size_t)snprintf(buf + o, o < len ? len - o : 0, " (%s)", misses);
     if (ungated[0]) o += (size_t)snprintf(buf + o, o < len ? len - o : 0, "; ungated: %s", ungated);
 }

@@ -313,7 +313,7 @@ const char *kl_rep_main_workload(const struct kl_guide *md, const struct kl_targ
 const char *kl_rep_story_variant(const struct kl_guide *md, const char *workload, const struct kl_targets *t90)
 {
     const cJSON *any = kl_guide_first_row(md, workload);
-    const char *gated = kl_targets_gated(kl_rep_targets_of(any, t90), md->name);
+    const char *gated = kl_targets_gated_for(kl_rep_targets_of(any, t90), md->name, workload);
     return gated && kl_guide_row(md, gated, workload) ? gated : kl_guide_best_variant(md, workload);
 }
 

@@ -39,9 +39,36 @@ grep -q '^| \[allreduce\](allreduce.md) | .* | v6_switch 8KB-world2: 6.52 us = 0
   || { echo "README.md lacks the allreduce figure"; exit 1; }
 # The gate judges the variant perf/targets names (v6_switch), never NCCL against itself; the sizes
 # without a target row are listed as ungated.
-grep -q '^| \[allreduce\](allreduce.md) | .* | `v6_switch`: 5 of 8 targets met (8KB-world2 latency_us 6.520 <= 3.00: \*\*miss\*\*; 512KB-world2 latency_us 8.090 <= 5.00: \*\*miss\*\*; 1MB-world2 latency_us 9.680 <= 6.00: \*\*miss\*\*); ungated: 8MB-world2, 64MB-world2 |' "$tmp/a/README.md" \
+grep -q '^| \[allreduce\](allreduce.md) | .* | `v6_switch` (`v13_lamport_add_rmsnorm_cluster` on add-rmsnorm-\*): 5 of 8 targets met (8KB-world2 latency_us 6.520 <= 3.00: \*\*miss\*\*; 512KB-world2 latency_us 8.090 <= 5.00: \*\*miss\*\*; 1MB-world2 latency_us 9.680 <= 6.00: \*\*miss\*\*); ungated: 8MB-world2, 64MB-world2 |' "$tmp/a/README.md" \
   || { echo "README.md's allreduce gate is not v6_switch's, with the ungated sizes"; grep allreduce.md "$tmp/a/README.md"; exit 1; }
 grep -q '^Ungated (no target row): `8MB-world2`, `64MB-world2`.' "$g" || { echo "the guide does not list the ungated sizes"; exit 1; }
+# A fused workload is judged on the fused variant perf/targets names for add-rmsnorm-* (v13), not on
+# v6_switch (which cannot run it) nor on another fused variant: the fixture plus three fused rows.
+mkdir -p "$tmp/fused"
+python3 - "$fixture/allreduce.jsonl" "$tmp/fused/allreduce.jsonl" <<'PY'
+import copy, json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+base = next(r for r in rows if r["variant"] == "v8_lamport_pdl")
+out = open(sys.argv[2], "w")
+for r in rows:
+    out.write(json.dumps(r) + "\n")
+for variant, time, over in (("v12_lamport_add_rmsnorm_early", 4.2, 0.2), ("v13_lamport_add_rmsnorm_cluster", 4.3, 0.3),
+                            ("v10_lamport_add_rmsnorm", 4.9, 0.9)):
+    f = copy.deepcopy(base)
+    f["variant"], f["workload"] = variant, "add-rmsnorm-t1-h4096-world2"
+    f["params"].update({"op": "add_rmsnorm", "tokens": 1, "hidden": 4096, "bytes": 8192, "n": 4096})
+    f["time_us"] = {"min": time, "median": time, "max": time}
+    f["plain_allreduce_us"], f["over_allreduce_us"] = time - over, over
+    for k in ("latency_vs_nccl", "busbw_frac", "nccl_time_us"):
+        f.pop(k, None)
+    out.write(json.dumps(f) + "\n")
+PY
+"$kl" report --results "$tmp/fused" --out "$tmp/fused_out" > /dev/null
+grep -q '^| \[allreduce\](allreduce.md) | .* | `v6_switch` (`v13_lamport_add_rmsnorm_cluster` on add-rmsnorm-\*): 6 of 9 targets met' "$tmp/fused_out/README.md" \
+  || { echo "README.md does not judge the fused row on v13"; grep allreduce.md "$tmp/fused_out/README.md"; exit 1; }
+grep -Eq '^\| add-rmsnorm-t1-h4096-world2 \| v13_lamport_add_rmsnorm_cluster \| 4\.30 \| 4\.00 \| 0\.30 \| <= 0\.50 \| \*\*pass\*\* \|' "$tmp/fused_out/allreduce.md" \
+  && grep -Eq '^\| add-rmsnorm-t1-h4096-world2 \| v10_lamport_add_rmsnorm \| 4\.90 \| 4\.00 \| 0\.90 \| - \| - \|' "$tmp/fused_out/allreduce.md" \
+  || { echo "the fused table shows the target on another row than v13's"; grep add-rmsnorm "$tmp/fused_out/allreduce.md"; exit 1; }
 # nvidia-smi underlines its header with terminal escapes: the guide keeps the text, not the escapes.
 mkdir -p "$tmp/esc"
 sed 's/"nvidia_smi_topo":"\\t/"nvidia_smi_topo":"\\t\\u001b[4m/; s/GPU1\\n/GPU1\\u001b[0m\\n/' "$fixture/allreduce.jsonl" > "$tmp/esc/allreduce.jsonl"
