@@ -639,6 +639,14 @@ void kl_compare(const double *got, const double *want, int64_t n, struct kl_poli
         }
     }
     out->rel_l2 = ref2 > 0 ? sqrt(err2 / ref2) : sqrt(err2);
+    for (int64_t g0 = 0; p.rel_l2_group > 0 && g0 < n; g0 += p.rel_l2_group) { /* the worst group's */
+        double ge2 = 0, gr2 = 0;
+        for (int64_t i = g0; i < n && i < g0 + p.rel_l2_group; i++)
+            if (isfinite(got[i] - want[i]) && isfinite(want[i]))
+                ge2 += (got[i] - want[i]) * (got[i] - want[i]), gr2 += want[i] * want[i];
+        const double g = gr2 > 0 ? sqrt(ge2 / gr2) : sqrt(ge2);
+        if (g > out->rel_l2) out->rel_l2 = g;
+    }
     if (out->n_bad) out->rel_l2 = isinf(out->max_abs) ? INFINITY : out->rel_l2;
     out->pass = out->n_bad == 0 && (p.exact || p.e4m3_pre || out->rel_l2 <= p.rel_l2);
     if (p.bias_u > 0 && ref2 > 0) {

@@ -31,7 +31,7 @@ extern "C" {
 struct kl_policy {
     double rtol;       /* per element, relative to |ref| */
     double atol_frac;  /* per element, absolute, as a fraction of atol_scale */
-    double rel_l2;     /* whole output */
+    double rel_l2;     /* whole output, and each group of rel_l2_group elements when that is > 0 */
     const char *why;   /* the rationale, printed by guides */
     double atol_scale; /* > 0: the scale atol_frac multiplies (attention: max |v|); 0: max|ref| of the output */
     double bias_u;     /* > 0: the bias check's unit (the largest relative error of one element); 0: no check */
@@ -40,6 +40,10 @@ struct kl_policy {
     /* e4m3 codes (kl_policy_e4m3): got and want hold decoded codes; pre and slack, per element, the
      * float64 reference's value before its rounding and the float32 kernel's allowance on it. */
     const double *e4m3_pre, *e4m3_slack;
+    /* > 0: rel_l2 holds for every run of this many consecutive elements too (attention: one query
+     * row's heads), so a part whose outputs are small (a long request's averages) cannot hide its
+     * error under the others' (a short request's). */
+    int64_t rel_l2_group;
 };
 
 /* How many spreads of a correct kernel's bias the bias check allows (compare.c says why 8). */
