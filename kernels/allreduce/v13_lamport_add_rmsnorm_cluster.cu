@@ -13,7 +13,8 @@
  * in bf16 is 8 blocks of 128 threads for one token, 2 of 512 for 64 tokens.
  * The row's RMS needs the whole row's sum of squares: each block reduces its slice (row_sum, one block
  * barrier), thread 0 puts the block's part in its shared memory, a cluster barrier (release, then
- * acquire) publishes it, and every thread adds the K parts in block order through ld.shared::cluster.
+ * acquire) publishes it, and every thread adds the K parts in block order from the blocks' shared memory
+ * (cooperative groups' map_shared_rank: ld.shared::cluster).
  * Parts alternate between two slots by row as in row_sum, and a last cluster barrier keeps a block from
  * exiting while a neighbour may still read its part. Everything else (the inputs loaded before the
  * waits, v11's unfenced call, the protocol) is v12's.
@@ -23,6 +24,8 @@
  * Expect: about v11's time on the same bytes plus the stores of two rows (and a cluster barrier for a
  * wide row).
  * Run alone: build/kernlab bench allreduce --variant v13_lamport_add_rmsnorm_cluster */
+#include <cooperative_groups.h>
+
 #include "kernels/allreduce/fused_rows.cuh"
 #include "kernels/ptx_sm90.cuh"
 #include "kernels/variant.h"
@@ -33,15 +36,6 @@ constexpr int kRowThreads = 512; /* the most threads a block gives its slice of 
 constexpr int kMaxBlocks = 8;    /* blocks a row may span (a portable cluster): hidden up to 4096 units */
 constexpr int kMinThreads = 128; /* the fewest threads a block gets while a row has blocks to spare */
 
-/* The float at p's offset in the shared memory of CTA `rank` of the cluster. */
-static __device__ __forceinline__ float ld_shared_cluster(const float *p, uint32_t rank)
-{
-    uint32_t remote;
-    float v;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(kl::ptx::smem_addr(p)), "r"(rank));
-    asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(remote) : "memory");
-    return v;
-}
 /* The weight's chunk q of row t (the weight is one row, shared by every token). */
 template <typename T>
 __device__ __forceinline__ uint4 weight_chunk(const T *weight, int64_t t, int64_t hidden, const chunk &q, bool aligned)
@@ -112,7 +106,7 @@ static __global__ void __launch_bounds__(kRowThreads, 1)
             total = 0.f;
 #pragma unroll
             for (int k = 0; k < K; k++)
-                total += ld_shared_cluster(&block_part[parity], k);
+                total += *cooperative_groups::this_cluster().map_shared_rank(&block_part[parity], k);
         }
         if (q.m) store_normed<T>(out + q.i0, r, rsqrtf(total / (float)hidden + eps), wt, q.m, unit && aligned);
     }
