@@ -1,4 +1,4 @@
-/* The row mapping of the fused all-reduce + residual add + RMSNorm variants (v10, v12): a block owns
+/* The row mapping of the fused all-reduce + residual add + RMSNorm variants (v10, v12, v13): a block owns
  * whole tokens, a row is cut into chunks of 16 bytes (V elements; the last one shorter when hidden is
  * not a multiple of V), and thread k owns chunks k, k + blockDim, ... of each of its rows. A chunk
  * whose offset in the flat [tokens, hidden] buffer is a multiple of V travels as one 16-byte store
