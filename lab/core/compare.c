@@ -215,9 +215,9 @@ static void write_reference_text(void)
  * is only there for systematic errors (a log2 instead of ln is 0.44 relative, a missing sm_scale
  * more), the precision is carried by the element bound.
  * rel_l2 is taken over the whole output, so rows of a few keys, whose outputs are as large as v
- * itself, dominate its norm and dilute the error of the long rows beside them. Decode also takes it
- * over each query row's heads (kl_policy.rel_l2_group), where a long request's row stands alone;
- * prefill does not (one token's heads of a causal row are not yet shown to hold it).
+ * itself, dominate its norm and dilute the error of the long rows beside them. So decode and
+ * prefill also take it over each query row's heads (kl_policy.rel_l2_group), where a long row
+ * stands alone.
  *
  * What the rows catch. Each claim below is a mutant (lab/attention_prefill/mutants_reference.h:
  * the float64 computation with that one bug) judged with these policies on the goldens by the
@@ -279,8 +279,8 @@ static const char kattention_catches[] =
     "keys, where it is no larger than a correct kernel's rounding of P. Logits rounded to the input dtype: lse "
     "catches them on 16-bit cases of up to a few hundred keys, out only with large logits or at the margin on a "
     "long row. rel_l2 spans the whole output, so short rows (outputs as large as v) dilute the error of long "
-    "rows beside them; decode also holds it on each query row's heads, so a long request's error shows on its own "
-    "(a merge that drops one of a long request's splits fails there beside short requests). For comparison, flash-attention's tests allow twice the error of a PyTorch implementation "
+    "rows beside them; each query row's heads must hold it too, so a long row's error shows on its own (a decode "
+    "merge that drops one of a long request's splits fails there beside short requests). For comparison, flash-attention's tests allow twice the error of a PyTorch implementation "
     "in the same precision and FlashInfer about 1e-2 absolute in bf16; ours is derived from u and the reduction "
     "lengths, and tighter on typical inputs.";
 
@@ -364,7 +364,7 @@ static void write_attention_text(void)
         "The absolute part scales with max|v|, not max|out|: an average of many values is much smaller than the values. ",
         KOUT_RTOL, KEP, KSUMS, P2(f32), KSCORE_SLACK, P2(f32), P2(KEXP2), P2(row_of(KL_F16)->half_subnormal));
     put(b, len, &off,
-        "The whole output (in decode, also each query row's heads) must also hold `rel_l2 <= max(u_p, u_out) + %g (sqrt(d) + %g) %s A + %s + %g sqrt(n) %s`: "
+        "The whole output, and each query row's heads on their own, must also hold `rel_l2 <= max(u_p, u_out) + %g (sqrt(d) + %g) %s A + %s + %g sqrt(n) %s`: "
         "the typical, not the worst, error (independent roundings of P and of out give about 0.6 u together). `lse` "
         "(natural log) may differ by `(d + %g) %s A + n %s + %s + %s |lse|`; its rel_l2 limit %s only "
         "catches systematic errors. A float32 computation of that kernel passes every golden case and check problem.",
