@@ -158,3 +158,18 @@ uint64_t kl_test_seed(FILE *log)
     fprintf(log, "seed %llu (replay: KL_SEED=%llu)\n", (unsigned long long)seed, (unsigned long long)seed);
     return seed;
 }
+
+void kl_test_scaled_part(const struct kl_outputs *want, int64_t scaled, double by, bool *with, bool *without)
+{
+    const struct kl_out *o = &want->o[0];
+    double *got = malloc(sizeof(double) * (size_t)(o->n ? o->n : 1));
+    for (int64_t i = 0; i < o->n; i++) got[i] = i < scaled ? o->v[i] * by : o->v[i];
+    struct kl_policy p = o->policy;
+    struct kl_cmp c;
+    kl_compare(got, o->v, o->n, p, &c);
+    *with = c.pass;
+    p.rel_l2_group = 0;
+    kl_compare(got, o->v, o->n, p, &c);
+    *without = c.pass;
+    free(got);
+}

@@ -31,6 +31,10 @@ int kl_test_catalogue_with(const char *module, kl_stand_in_fn fn, const char *na
 int kl_test_stand_in_passes(const char *module, kl_stand_in_fn fn, const char *name, int seeds, FILE *log);
 /* v rounded toward zero to t (f32, f16, bf16): the rounding of a kernel that truncates. */
 double kl_test_round_toward_zero(enum kl_dtype t, double v);
+/* Output 0 of want (its policy as the module sets it) against a copy whose first `scaled` elements
+ * are multiplied by `by`: whether the policy passes it as set (*with) and with its rel_l2 groups
+ * taken out (*without). Shows a part's error hiding under the rest of the output, or not. */
+void kl_test_scaled_part(const struct kl_outputs *want, int64_t scaled, double by, bool *with, bool *without);
 /* The seed for fresh random inputs: $KL_SEED if set (replay), else the clock; printed to log. */
 uint64_t kl_test_seed(FILE *log);
 
