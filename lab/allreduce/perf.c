@@ -60,7 +60,7 @@ static const struct {
 } kfused[] = {{1, 4096}, {16, 4096}, {64, 4096}, {1, 8192}, {16, 8192}, {64, 8192}};
 #define N_FUSED_SIZES ((int)(sizeof kfused / sizeof kfused[0]))
 #define N_SIZES (N_PLAIN_SIZES + N_FUSED_SIZES)
-#define COMPOSITE_ALLREDUCE "v8_lamport_pdl"      /* the plain all-reduce the fused rows are compared with */
+#define COMPOSITE_ALLREDUCE "v6_switch" /* the plain all-reduce the fused rows are compared with: the gated one */
 #define COMPOSITE_RMSNORM "v3_pdl_residual_early" /* rmsnorm's fused add + RMSNorm (its gated variant) */
 #define COMPOSITE_NAME COMPOSITE_ALLREDUCE "+rmsnorm." COMPOSITE_RMSNORM
 #define MAX_VARIANTS 16
