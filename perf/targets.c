@@ -214,11 +214,12 @@ int kl_targets_check(const struct kl_targets *t, struct kl_err *err)
             if (!w) break;
             found = workload_matches(x->workload, w);
         }
-        if (!kl_variant_find(x->module, x->variant) && !bad++)
-            kl_fail(err, "%s: gated_variant %s of %s is not a registered variant", t->path, x->variant, x->module);
-        else if (!found && !bad++)
-            kl_fail(err, "%s: gated_variant %s of %s: workload '%s' matches none of the module's workloads", t->path,
-                    x->variant, x->module, x->workload);
+        const bool registered = kl_variant_find(x->module, x->variant) != NULL;
+        if (registered && found) continue;
+        if (!bad++)
+            kl_fail(err, "%s: gated_variant %s of %s: %s%s%s", t->path, x->variant, x->module,
+                    !registered ? "is not a registered variant" : "workload '", registered ? x->workload : "",
+                    registered ? "' matches none of the module's workloads" : "");
     }
     return bad;
 }
