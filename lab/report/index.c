@@ -286,14 +286,28 @@ int kl_rep_write_environment(const char *out, struct kl_guide *mods, int n)
     return kl_guide_finish(f, path);
 }
 
-/* The ceilings measured on `device` in the first module's run that recorded them (as environment.md
- * shows them); NULL when no results row from that device carries ceilings. */
-const cJSON *kl_rep_device_ceilings(struct kl_guide *mods, int n, const char *device)
+/* Two commits name the same one when the shorter is a prefix of the longer (7 characters or more). */
+static bool same_commit(const char *a, const char *b)
 {
-    for (int k = 0; k < n; k++)
-        for (int j = 0; j < mods[k].rows.n; j++)
-            if (strcmp(kl_row_device(mods[k].rows.r[j]), device) == 0 && kl_json_get(mods[k].rows.r[j], "ceilings"))
-                return kl_json_get(mods[k].rows.r[j], "ceilings");
+    const size_t n = a && b ? (strlen(a) < strlen(b) ? strlen(a) : strlen(b)) : 0;
+    return n >= 7 && strncmp(a, b, n) == 0;
+}
+
+/* The ceilings measured on `device`: a row of `commit` first, else the first module's run that recorded
+ * them (as environment.md shows them); NULL when no results row from that device carries ceilings. */
+const cJSON *kl_rep_device_ceilings(struct kl_guide *mods, int n, const char *device, const char *commit,
+                                    const char **module, bool *same_run)
+{
+    for (int pass = 0; pass < 2; pass++) /* a row of the same commit (the same run's machine), then any */
+        for (int k = 0; k < n; k++)
+            for (int j = 0; j < mods[k].rows.n; j++) {
+                const cJSON *r = mods[k].rows.r[j];
+                if (strcmp(kl_row_device(r), device) != 0 || !kl_json_get(r, "ceilings")) continue;
+                if (!pass && !same_commit(kl_json_str(r, "commit", ""), commit)) continue;
+                if (module) *module = mods[k].name;
+                if (same_run) *same_run = !pass;
+                return kl_json_get(r, "ceilings");
+            }
     return NULL;
 }
 

@@ -72,6 +72,9 @@ int kl_rep_write_guide(const char *out, struct kl_guide *md, const struct kl_tar
 /* index.c */
 int kl_rep_write_index(const char *out, struct kl_guide *mods, int n, const struct kl_targets *t90, bool story);
 int kl_rep_write_environment(const char *out, struct kl_guide *mods, int n);
-const cJSON *kl_rep_device_ceilings(struct kl_guide *mods, int n, const char *device);
+/* The ceilings a results row measured on device: a row of the given commit first (the story's own
+ * run), else the first module's; *module names the module it came from, *same_run which it was. */
+const cJSON *kl_rep_device_ceilings(struct kl_guide *mods, int n, const char *device, const char *commit,
+                                    const char **module, bool *same_run);
 
 #endif

@@ -161,8 +161,16 @@ int kl_cmd_report(int argc, char **argv)
         int bad = kl_rep_make_dirs(img);
         for (int k = 0; k < nm && !bad; k++)
             bad = kl_rep_write_guide(staging, &mods[k], &t90, &t80);
-        if (!bad && story)
-            bad = kl_story_write(story, kl_rep_device_ceilings(mods, nm, kl_json_str(story, "device.name", "")), staging);
+        if (!bad && story) {
+            const char *from = NULL;
+            bool same_run = false;
+            const cJSON *ceil = kl_rep_device_ceilings(mods, nm, kl_json_str(story, "device.name", ""),
+                                                       kl_json_str(story, "commit", ""), &from, &same_run);
+            char words[160];
+            snprintf(words, sizeof words, same_run ? "the `%s` results of the story's commit" : "the `%s` run, environment.md",
+                     from ? from : "?");
+            bad = kl_story_write(story, ceil, ceil ? words : NULL, staging);
+        }
         if (!bad) bad = kl_rep_write_index(staging, mods, nm, &t90, story != NULL) || kl_rep_write_environment(staging, mods, nm);
         if (!bad) bad = move_files(staging, out, "img") || move_files(staging, out, "");
         wrote = !bad;

@@ -239,12 +239,11 @@ static void tell_events(FILE *f, const cJSON *events, int *next, double t, bool 
 /* What the HBM figures are a share of, in words. */
 static const char *ceiling_words(const struct kl_story_doc *d)
 {
-    static char buf[200];
+    static char buf[320];
     if (isfinite(d->copy_gbs))
         snprintf(buf, sizeof buf,
-                 "as a share of the copy bandwidth `kernlab ceilings` measured on this device (%.0f GB/s, "
-                 "environment.md)",
-                 d->copy_gbs);
+                 "as a share of the copy bandwidth `kernlab ceilings` measured on this device (%.0f GB/s, %s)",
+                 d->copy_gbs, d->copy_from ? d->copy_from : "environment.md");
     else
         snprintf(buf, sizeof buf, "in GB/s (the results hold no ceilings measured on this device to take a share of)");
     return buf;
@@ -800,7 +799,7 @@ int kl_sd_write_md(const struct kl_story_doc *d, const char *path)
 
 /* ---- entry points (lab/story/story.h) ---- */
 
-int kl_story_write(const cJSON *root, const cJSON *ceilings, const char *out_dir)
+int kl_story_write(const cJSON *root, const cJSON *ceilings, const char *ceilings_from, const char *out_dir)
 {
     struct kl_story_doc d = {.root = root,
                     .ops = kl_json_get(root, "ops"),
@@ -809,7 +808,8 @@ int kl_story_write(const cJSON *root, const cJSON *ceilings, const char *out_dir
                     .kernels = kl_json_get(root, "kernels"),
                     .profiles = kl_json_get(root, "profiles"),
                     .phases = kl_json_get(root, "phases"),
-                    .copy_gbs = kl_json_num(ceilings, "copy_gbs")};
+                    .copy_gbs = kl_json_num(ceilings, "copy_gbs"),
+                    .copy_from = ceilings_from};
     const char *why = kl_story_format_error(root);
     if (why) return fprintf(stderr, "kernlab: story.json: %s\n", why), -1;
     d.n_ops = cJSON_GetArraySize(d.ops), d.n_kinds = cJSON_GetArraySize(d.kinds);
@@ -822,7 +822,7 @@ int kl_story_write(const cJSON *root, const cJSON *ceilings, const char *out_dir
 
 int kl_story_report(const cJSON *root, const char *out_dir)
 {
-    return kl_story_write(root, NULL, out_dir);
+    return kl_story_write(root, NULL, NULL, out_dir);
 }
 
 int kl_story_report_dir(const char *results_dir, const char *out_dir)
@@ -830,7 +830,7 @@ int kl_story_report_dir(const char *results_dir, const char *out_dir)
     cJSON *root;
     const int found = kl_story_load(results_dir, &root);
     if (found <= 0) return found;
-    const int rc = kl_story_write(root, NULL, out_dir);
+    const int rc = kl_story_write(root, NULL, NULL, out_dir);
     cJSON_Delete(root);
     return rc ? -1 : 1;
 }

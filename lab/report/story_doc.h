@@ -12,6 +12,7 @@ struct kl_story_doc {
     const cJSON *root, *ops, *kinds, *op_kind, *kernels, *profiles, *phases;
     int n_ops, n_kinds, layers;
     double copy_gbs; /* the device's measured copy bandwidth, NAN when the results have none */
+    const char *copy_from; /* where copy_gbs comes from, in words ("the `store` results of the story's commit") */
 };
 
 /* element i of a number array, or NAN */

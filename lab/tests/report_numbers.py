@@ -387,13 +387,19 @@ def check_gate(readme, rows, targets):
 
 # ---- the story ----
 
-def story_copy_gbs(rows, device):
-    """The copy bandwidth the story's HBM figures are a share of: the first module (by name) whose
-    rows from the story's device carry ceilings, its first such row (file order)."""
-    for module in sorted({k[0] for k in rows}):
-        for k, r in rows.items():
-            if k[0] == module and k[3] == device and isinstance(r.get("ceilings"), dict):
-                return r["ceilings"]["copy_gbs"]
+def story_copy_gbs(rows, device, commit):
+    """The copy bandwidth the story's HBM figures are a share of: a row of the story's own commit from
+    its device first (the shorter commit a prefix of the longer, 7 characters or more), else the first
+    module (by name) whose rows from that device carry ceilings; each module's first such row."""
+    def same(a, b):
+        n = min(len(a or ""), len(b or ""))
+        return n >= 7 and a[:n] == b[:n]
+    for own_commit in (True, False):
+        for module in sorted({k[0] for k in rows}):
+            for k, r in rows.items():
+                if k[0] == module and k[3] == device and isinstance(r.get("ceilings"), dict) and \
+                        (not own_commit or same(r.get("commit"), commit)):
+                    return r["ceilings"]["copy_gbs"]
     return float("nan")
 
 
@@ -407,7 +413,7 @@ def fit(x, y):
 
 def check_story(text, doc, check, rows):
     checked = 0
-    copy = story_copy_gbs(rows, doc["device"]["name"])
+    copy = story_copy_gbs(rows, doc["device"]["name"], doc.get("commit"))
     ops = doc["ops"]
     profiles = {(p["phase"], p["op"]): p for p in doc["profiles"]}
     for t in tables(text, "| phase | op |"):
