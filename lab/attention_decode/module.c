@@ -50,12 +50,11 @@ static void set_outputs(const void *prob, struct kl_outputs *o)
     const struct kl_attention_decode_problem *p = prob;
     kl_outputs_set(o, 0, "out", p->dtype, false, p->rows * p->num_qo_heads * p->head_dim);
     kl_outputs_set(o, 1, "lse", KL_F32, false, p->rows * p->num_qo_heads);
-    struct kl_policy out = p->k_scale.data ? kl_policy_attention_out_fp8(p->dtype, p->head_dim, p->max_kv_len,
-                                                                         p->logit_bound, p->v_abs_max)
-                                           : kl_policy_attention_out(p->dtype, p->head_dim, p->max_kv_len,
-                                                                     p->logit_bound, p->v_abs_max);
-    out.rel_l2_group = p->num_qo_heads * p->head_dim; /* each query row on its own too */
-    kl_outputs_policy(o, 0, out);
+    const int64_t row = p->num_qo_heads * p->head_dim; /* one query row of out */
+    kl_outputs_policy(o, 0, p->k_scale.data ? kl_policy_attention_out_fp8(p->dtype, p->head_dim, p->max_kv_len,
+                                                                           p->logit_bound, p->v_abs_max, row)
+                                            : kl_policy_attention_out(p->dtype, p->head_dim, p->max_kv_len,
+                                                                      p->logit_bound, p->v_abs_max, row));
     kl_outputs_policy(o, 1, kl_policy_attention_lse(p->head_dim, p->max_kv_len, p->logit_bound));
 }
 

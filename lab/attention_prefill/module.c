@@ -112,9 +112,8 @@ void kl_attention_prefill_set_outputs(const struct kl_attention_prefill_problem 
     logit_and_value_bounds(p, &logit, &vmax);
     kl_outputs_set(o, 0, "out", p->dtype, false, s->total_q * s->num_qo_heads * s->head_dim);
     kl_outputs_set(o, 1, "lse", KL_F32, false, s->total_q * s->num_qo_heads);
-    struct kl_policy out = kl_policy_attention_out(p->dtype, s->head_dim, p->max_kv_len, logit, vmax);
-    out.rel_l2_group = s->num_qo_heads * s->head_dim; /* each query row on its own too */
-    kl_outputs_policy(o, 0, out);
+    kl_outputs_policy(o, 0, kl_policy_attention_out(p->dtype, s->head_dim, p->max_kv_len, logit, vmax,
+                                                    s->num_qo_heads * s->head_dim));
     kl_outputs_policy(o, 1, kl_policy_attention_lse(s->head_dim, p->max_kv_len, logit));
 }
 

@@ -280,8 +280,8 @@ static const char kattention_catches[] =
     "catches them on 16-bit cases of up to a few hundred keys, out only with large logits or at the margin on a "
     "long row. rel_l2 spans the whole output, so short rows (outputs as large as v) dilute the error of long "
     "rows beside them; each query row's heads must hold it too, so a long row's error shows on its own (a decode "
-    "merge that drops one of a long request's splits fails there beside short requests). For comparison, flash-attention's tests allow twice the error of a PyTorch implementation "
-    "in the same precision and FlashInfer about 1e-2 absolute in bf16; ours is derived from u and the reduction "
+    "merge that drops one of a long request's splits fails there beside short requests). For comparison, "
+    "flash-attention's tests allow twice the error of a PyTorch implementation in the same precision and FlashInfer about 1e-2 absolute in bf16; ours is derived from u and the reduction "
     "lengths, and tighter on typical inputs.";
 
 /* The attention rows' constants, as the comment above derives them. */
@@ -297,7 +297,7 @@ static const double KLSE_SLACK = 5, KLSE_RTOL = 0x1p-23, KLSE_REL_L2 = 0x1p-12;
  * guides' formula (the text below) shows KREL_FLOOR alone. Adding the term to the text changes
  * every attention guide, so it is left for a change that regenerates them. */
 struct kl_policy kl_policy_attention_out(enum kl_dtype t, int64_t head_dim, int64_t max_kv_len, double logit_bound,
-                                         double v_abs_max)
+                                         double v_abs_max, int64_t row_elems)
 {
     const double u = row_of(t)->u, f32 = row_of(KL_F32)->u, d = (double)head_dim;
     const double n = (double)(max_kv_len > 0 ? max_kv_len : 1);
@@ -308,7 +308,8 @@ struct kl_policy kl_policy_attention_out(enum kl_dtype t, int64_t head_dim, int6
                               .rel_l2 = u + KEP * e_typ + KREL_FLOOR + KSUMS * sqrt(n) * f32,
                               .why = "attention out: P rounded to the input dtype, float32 scores and sums "
                                      "(lab/core/compare.c derives it)",
-                              .atol_scale = v_abs_max > 0 ? v_abs_max : 1};
+                              .atol_scale = v_abs_max > 0 ? v_abs_max : 1,
+                              .rel_l2_group = row_elems};
 }
 
 /* Decode on an FP8 (e4m3) cache. The reference reads the same codes (k = code x k_scale[g], v = code
@@ -327,9 +328,9 @@ struct kl_policy kl_policy_attention_out(enum kl_dtype t, int64_t head_dim, int6
  * on the logits or on out) or dropping v_scale (out off by 1/v_scale) fails by orders of magnitude
  * (CPU: the reference mutants of test_attention_decode.c; GPU: mutants.cu). */
 struct kl_policy kl_policy_attention_out_fp8(enum kl_dtype t, int64_t head_dim, int64_t max_kv_len,
-                                             double logit_bound, double v_abs_max)
+                                             double logit_bound, double v_abs_max, int64_t row_elems)
 {
-    struct kl_policy p = kl_policy_attention_out(t, head_dim, max_kv_len, logit_bound, v_abs_max);
+    struct kl_policy p = kl_policy_attention_out(t, head_dim, max_kv_len, logit_bound, v_abs_max, row_elems);
     p.why = "attention out on an FP8 cache: the 16-bit decode's bound on the decoded values (e4m3 is exact in "
             "bf16/fp16; lab/core/compare.c derives it)";
     return p;
@@ -364,7 +365,8 @@ static void write_attention_text(void)
         "The absolute part scales with max|v|, not max|out|: an average of many values is much smaller than the values. ",
         KOUT_RTOL, KEP, KSUMS, P2(f32), KSCORE_SLACK, P2(f32), P2(KEXP2), P2(row_of(KL_F16)->half_subnormal));
     put(b, len, &off,
-        "The whole output, and each query row's heads on their own, must also hold `rel_l2 <= max(u_p, u_out) + %g (sqrt(d) + %g) %s A + %s + %g sqrt(n) %s`: "
+        "The whole output, and each query row's heads on their own, must also hold "
+        "`rel_l2 <= max(u_p, u_out) + %g (sqrt(d) + %g) %s A + %s + %g sqrt(n) %s`: "
         "the typical, not the worst, error (independent roundings of P and of out give about 0.6 u together). `lse` "
         "(natural log) may differ by `(d + %g) %s A + n %s + %s + %s |lse|`; its rel_l2 limit %s only "
         "catches systematic errors. A float32 computation of that kernel passes every golden case and check problem.",

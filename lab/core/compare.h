@@ -63,14 +63,17 @@ struct kl_policy kl_policy_reference(bool exact);
  *   logit_bound    an upper bound on sm_scale * sum_i |q_i| |k_i| over every (query, key) pair
  *                  (kl_attention_logit_bound: sm_scale * max ||q|| * max ||k||)
  *   v_abs_max      max |v| over the values attended
+ *   row_elems      the elements of one query row of out (qo heads x head_dim): rel_l2 holds for each
+ *                  row too (kl_policy.rel_l2_group), so a long row's small outputs cannot hide their
+ *                  error under a short row's; 0: over the whole output only
  * The derivation is in compare.c. */
 struct kl_policy kl_policy_attention_out(enum kl_dtype t, int64_t head_dim, int64_t max_kv_len, double logit_bound,
-                                         double v_abs_max);
+                                         double v_abs_max, int64_t row_elems);
 struct kl_policy kl_policy_attention_lse(int64_t head_dim, int64_t max_kv_len, double logit_bound);
 /* out on an FP8 (e4m3) cache: the same bound, logit_bound and v_abs_max taken on the decoded values
  * (code x its kv head's scale); compare.c says why nothing else changes. */
 struct kl_policy kl_policy_attention_out_fp8(enum kl_dtype t, int64_t head_dim, int64_t max_kv_len,
-                                             double logit_bound, double v_abs_max);
+                                             double logit_bound, double v_abs_max, int64_t row_elems);
 /* The rationale of both rows, for the guides (arrays: usable in static initializers, KL_MODULE). */
 extern char kl_attention_tolerance_text[];
 

@@ -420,7 +420,7 @@ Test(core, attention_bound_scales_with_the_values_not_the_output)
      * rounding at the scale of |v| (allowed), but ten times the output's own size would allow. */
     enum { N = 4 };
     double want[N] = {0.03, -0.02, 0.01, 0.025}, got[N];
-    struct kl_policy p = kl_policy_attention_out(KL_BF16, 128, 1000, 10, 1.0);
+    struct kl_policy p = kl_policy_attention_out(KL_BF16, 128, 1000, 10, 1.0, 0);
     for (int i = 0; i < N; i++) got[i] = want[i] + (i % 2 ? -0.002 : 0.002);
     struct kl_cmp c;
     kl_compare(got, want, N, p, &c);
