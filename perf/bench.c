@@ -323,9 +323,7 @@ int kl_bench_module(const struct kl_bench_args *a)
                 v->min_cc > a->ceil->dev.cc)
                 continue;
             kl_bench_progress("%s %s %s", a->module->name, v->name, w->name);
-            /* The targets may name another variant for this workload (a fused family's workloads). */
-            const char *judged_here = judged && !a->variant ? kl_targets_gated_for(a->targets, a->module->name, w->name)
-                                                            : judged;
+            const char *judged_here = kl_gate_variant_on(a->targets, a->module->name, judged, a->variant, w->name);
             const bool judge = judged_here && strcmp(judged_here, v->name) == 0;
             if (bench_one(a, v, w, copy_us, judge) && a->failures) ++*a->failures;
             ran++;

@@ -260,6 +260,11 @@ double kl_metric_value(const char *metric, const struct kl_result *r);
  * v0_nccl: latency_vs_nccl and busbw_frac of NCCL against itself are 1 by construction). */
 const char *kl_gate_variant(const struct kl_targets *t, const char *module, const char *asked, char *why,
                             size_t len);
+/* The variant judged on one workload of a gated run whose kl_gate_variant gave `judged`: `judged`
+ * when --variant asked for it (or nothing is judged), else the targets' choice for the workload
+ * (kl_targets_gated_for: a fused family's workloads name their own). */
+const char *kl_gate_variant_on(const struct kl_targets *t, const char *module, const char *judged, const char *asked,
+                               const char *workload);
 /* Judges r, a row of the judged variant, against t: sets r's gate fields (metric, target, value,
  * pass; or ungated when no row of t covers r's workload) and returns the target row, or NULL.
  * A row passes only when its output re-check passed and its value meets the target; a peer's row

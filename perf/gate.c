@@ -55,6 +55,12 @@ const char *kl_gate_variant(const struct kl_targets *t, const char *module, cons
     return v;
 }
 
+const char *kl_gate_variant_on(const struct kl_targets *t, const char *module, const char *judged, const char *asked,
+                               const char *workload)
+{
+    return judged && !asked ? kl_targets_gated_for(t, module, workload) : judged;
+}
+
 static bool target_met(const struct kl_target *tg, double v)
 {
     return isfinite(v) && (kl_metric_lower_is_better(tg->metric) ? v <= tg->target : v >= tg->target);

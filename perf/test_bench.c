@@ -115,6 +115,29 @@ Test(bench, the_gate_judges_the_variant_asked_for_else_the_one_the_targets_name)
     kl_targets_free(&t);
 }
 
+/* Per workload: a fused family's workloads are judged on the variant their gated_variant row names,
+ * the others on the module's; --variant judges what it names everywhere; nothing judged stays so. */
+Test(bench, each_workload_is_judged_on_the_variant_the_targets_name_for_it)
+{
+    struct kl_targets t;
+    struct kl_err err = {{0}};
+    cr_assert_eq(kl_targets_load(&t, KL_SOURCE_DIR "/perf/targets", 90, &err), 0, "%s", err.msg);
+    const char *ar = kl_targets_gated(&t, "allreduce"), *st = kl_targets_gated(&t, "store");
+    cr_assert(ar && st);
+    const char *fused_ar = kl_gate_variant_on(&t, "allreduce", ar, NULL, "add-rmsnorm-t1-h4096-world2");
+    cr_assert(fused_ar && strcmp(fused_ar, ar) != 0, "the fused all-reduce workload is judged on %s", fused_ar);
+    cr_assert_str_eq(kl_gate_variant_on(&t, "allreduce", ar, NULL, "8KB-world2"), ar);
+    const char *fused_st = kl_gate_variant_on(&t, "store", st, NULL, "fused-decode-64");
+    cr_assert(fused_st && strcmp(fused_st, st) != 0, "the fused store workload is judged on %s", fused_st);
+    cr_assert_str_eq(kl_gate_variant_on(&t, "store", st, NULL, "decode-64-random"), st);
+    cr_assert_str_eq(kl_gate_variant_on(&t, "allreduce", "v10_lamport_add_rmsnorm", "v10_lamport_add_rmsnorm",
+                                        "add-rmsnorm-t1-h4096-world2"),
+                     "v10_lamport_add_rmsnorm", "--variant is judged where it runs");
+    cr_assert_null(kl_gate_variant_on(&t, "allreduce", NULL, NULL, "add-rmsnorm-t1-h4096-world2"),
+                   "a run that judges nothing judges no workload");
+    kl_targets_free(&t);
+}
+
 Test(bench, radix_v0_scalar_below_its_target_misses_and_the_run_says_so)
 {
     struct kl_targets t = cpu_targets();

@@ -650,8 +650,8 @@ static void emit_world(struct parent_ctx *P, const struct bench_payload *B, int 
             /* Judged once every field a metric reads (latency_vs_nccl, busbw_frac) is in place. */
             /* A fused workload judges the fused variant the targets name for it (a plain variant
              * cannot run it), or the one --variant asked for; the composite is its yardstick. */
-            const char *judged = !hidden ? P->judged : a->variant ? a->variant : kl_targets_gated_for(a->targets, "allreduce", wl);
-            const bool judge = a->gate && a->targets && judged && strcmp(judged, B->variants[v]) == 0 &&
+            const char *judged = kl_gate_variant_on(a->targets, "allreduce", P->judged, a->variant, wl);
+            const bool judge = judged && strcmp(judged, B->variants[v]) == 0 &&
                                (!hidden || kl_ar_is_fused(kl_variant_find("allreduce", B->variants[v])));
             if (judge) kl_gate_judge(a->targets, &res);
             if (a->json) kl_result_write(a->json, &res), fflush(a->json);
