@@ -330,6 +330,16 @@ __device__ __forceinline__ void mbar_arrive_cluster(uint64_t *bar, uint32_t rank
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(smem_addr(bar)), "r"(rank));
     asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
 }
+/* The float at shared address addr of CTA `rank` of the cluster (distributed shared memory): that
+ * CTA must not have exited, and what it wrote there is seen after a cluster_sync both passed. */
+__device__ __forceinline__ float ld_cluster_f32(uint32_t addr, uint32_t rank)
+{
+    uint32_t remote;
+    float v;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(addr), "r"(rank));
+    asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(remote) : "memory");
+    return v;
+}
 /* tma_load_3d into dst of every CTA of the cluster whose bit is set in cta_mask, each counting the
  * bytes on the mbarrier at bar's offset in its own shared memory: one read of global memory (and of
  * L2) for several CTAs. */

@@ -106,11 +106,13 @@ int kl_attention_decode_check_qo(const int32_t *qo_indptr, const int64_t *kv_len
  * set, else 1. */
 int64_t kl_attention_decode_q_rows(const struct kl_attention_decode_params *p);
 
-/* v11_by_shape's rungs for a call, in order of preference, NULL-terminated: e4m3 caches (k_scale
- * set) v10_fp8_page_heads then v7_fp8_f16_mma; one query a request (no qo_indptr) on pages of a
- * multiple of 16 slots v8_tma_pages then v4_tensor_cores; anything else v4_tensor_cores. From the
- * params alone. */
-const char *const *kl_attention_decode_by_shape(const struct kl_attention_decode_params *p);
+/* v11_by_shape's rungs for a call on a GPU of `sms` SMs, in order of preference, NULL-terminated:
+ * e4m3 caches (k_scale set) v10_fp8_page_heads then v7_fp8_f16_mma; draft tokens (qo_indptr)
+ * v4_tensor_cores; one query a request on pages of a multiple of 16 slots v13_cluster_merge where
+ * the (request, kv head) pairs are too few to fill three CTAs an SM, so the keys are split, else
+ * v8_tma_pages, then v4_tensor_cores; other page sizes v12_cp_async_gather then v4_tensor_cores.
+ * From the params and the SM count alone, never the lengths on the device. */
+const char *const *kl_attention_decode_by_shape(const struct kl_attention_decode_params *p, int sms);
 
 /* How split-KV variants cut the keys: every request's keys in chunks of `chunk` tokens (a
  * multiple of `granule`), so request b runs ceil(kv_len(b) / chunk) blocks per kv head, at most

@@ -1,5 +1,5 @@
 /* The consumer warp's arithmetic of the decode variants that read 16-bit pages from a ring of
- * shared-memory stages (v8_tma_pages, v12_cp_async_gather): q as the B operand, one online-softmax
+ * shared-memory stages (v8_tma_pages, v12_cp_async_gather, v13_cluster_merge): q as the B operand, one online-softmax
  * update over a 16-token tile in a stage, and the warp's state written for finish_cta. The layout is
  * page_ring.cuh's: a K or V tile is HD / 64 blocks of 16 rows x 64 columns, 16-byte chunk c of row r
  * stored at chunk c ^ (r % 8) (the 128-byte swizzle; each tile 1024-byte aligned), so the 8 rows one
@@ -17,6 +17,25 @@
 #include "kernels/ptx_sm80.cuh"
 
 namespace kl::decode::bf16_ring {
+
+/* The CTA of the ring variants (v8, v12, v13): CW consumer warps and one producer warp; a ring of
+ * STAGES tiles of 16 tokens, each the K tile then the V tile, each BLOCKS blocks of 16 rows x 64
+ * columns (128 bytes a row). */
+template <typename T, int HD, int CW, int STAGES_> struct ring_shape {
+    static constexpr int STAGES = STAGES_, THREADS = 32 * (CW + 1), PRODUCER = CW;
+    static constexpr int KSTEPS = HD / 16;           /* k-steps of Q.K, m-tiles of V^T */
+    static constexpr int BLOCKS = HD / 64;           /* 64-column blocks of a row */
+    static constexpr uint32_t BLOCK_BYTES = 16 * 128; /* one block of a tile: one 16-row box */
+    static constexpr uint32_t TILE_HALF = BLOCKS * BLOCK_BYTES;   /* K (or V) of a tile */
+    static constexpr uint32_t STAGE_BYTES = 2 * TILE_HALF;        /* a stage: K then V */
+    static constexpr int ROW = HD + 2;               /* merged rows: acc, m, l */
+    static constexpr int RING = STAGES * STAGE_BYTES;             /* bytes of the ring */
+    static constexpr int SMEM = 1024 + RING + 2 * STAGES * 8;     /* alignment slack, the ring, its barriers */
+    static_assert(sizeof(T) == 2 && HD % 64 == 0, "16-bit rows of whole 64-column blocks");
+    /* Stage s is always consumed by warp s % CW, so its empty barrier counts that warp's 32 lanes. */
+    static_assert(STAGES % CW == 0, "each stage belongs to one consumer warp");
+    static_assert((CW + 1) * 8 * ROW * 4 <= RING, "the merge reuses the ring");
+};
 
 /* The shared address of 16-byte chunk c (of HD / 8) of row r of a tile at `tile`: block c / 8, row r,
  * chunk c % 8 moved as the swizzle moved it (address bits 4-6 XOR bits 7-9: c % 8 ^ r % 8).

@@ -262,13 +262,36 @@ __device__ __forceinline__ void write_output(const kl_attention_decode_params &p
     }
 }
 
+/* The first step of finish_cta_heads (below), and of v13_cluster_merge's finish: the CW warps' rows
+ * of each head merged on their common max into res, the row after the CW * 8 rows of the head's
+ * area (a warp with no tile has m = -inf and weighs 0). Every thread calls it; it synchronises
+ * before and after. */
+template <int HD, int CW, int HEADS>
+__device__ __forceinline__ void merge_warp_states(float *mrg, int stride, int nh)
+{
+    constexpr int ROW = HD + 2;
+    __syncthreads();
+    for (int i = threadIdx.x; i < HEADS * nh * ROW; i += blockDim.x) {
+        const int k = i / (nh * ROW), h = i / ROW % nh, d = i % ROW;
+        float *rows = mrg + k * stride;
+        float mx = -INFINITY, sum = 0;
+        for (int w = 0; w < CW; w++) mx = fmaxf(mx, rows[(w * 8 + h) * ROW + HD]);
+        for (int w = 0; w < CW; w++) {
+            const float *row = rows + (w * 8 + h) * ROW;
+            sum += (d == HD ? 0.f : row[d]) * (mx == -INFINITY ? 0.f : exp2f(row[HD] - mx));
+        }
+        rows[CW * 8 * ROW + i % (nh * ROW)] = d == HD ? mx : sum;
+    }
+    __syncthreads();
+}
+
 /* After the key loop of a variant whose CW warps each kept an online softmax over part of a
  * chunk, the whole block (every thread calls it), for HEADS consecutive kv heads g + k (k < HEADS)
  * whose merge areas lie `stride` floats apart from mrg: in head k's area warp w < CW has written
  * its state for each of the nh heads h of the block (qo heads h0 + k * nh + h, block hb of 8 heads
  * of kv head g + k's group) as the row (w * 8 + h) * (HD + 2): the unnormalised acc[HD], the running
- * max m (log2 units), the sum l. The rows are merged on their common max into res (after the CW * 8
- * rows; a warp with no tile has m = -inf and weighs 0); a request in one split writes out and lse,
+ * max m (log2 units), the sum l. merge_warp_states merges them into res; a request in one split
+ * writes out and lse,
  * a split files its partials and counts them once on the counter of kv head g (v4's scheme; every
  * block of the request covers the same HEADS heads, so one count stands for all of them), and the
  * block that counts last merges every head's partials (`last`: a flag in the kernel's shared
@@ -281,19 +304,7 @@ __device__ __forceinline__ void finish_cta_heads(const kl_attention_decode_param
 {
     constexpr int ROW = HD + 2;
     auto res = [&](int k) { return mrg + k * stride + CW * 8 * ROW; };
-    __syncthreads();
-    for (int i = threadIdx.x; i < HEADS * nh * ROW; i += blockDim.x) {
-        const int k = i / (nh * ROW), h = i / ROW % nh, d = i % ROW;
-        const float *rows = mrg + k * stride;
-        float mx = -INFINITY, sum = 0;
-        for (int w = 0; w < CW; w++) mx = fmaxf(mx, rows[(w * 8 + h) * ROW + HD]);
-        for (int w = 0; w < CW; w++) {
-            const float *row = rows + (w * 8 + h) * ROW;
-            sum += (d == HD ? 0.f : row[d]) * (mx == -INFINITY ? 0.f : exp2f(row[HD] - mx));
-        }
-        res(k)[i % (nh * ROW)] = d == HD ? mx : sum;
-    }
-    __syncthreads();
+    merge_warp_states<HD, CW, HEADS>(mrg, stride, nh);
 
     if (splits == 1) { /* the whole request in this block: write the output */
         for (int i = threadIdx.x; i < HEADS * nh * HD; i += blockDim.x) {

@@ -1,6 +1,7 @@
 /* v11_by_shape: for each call, the rung this lab measured fastest on that kind of call, as a serving
  * engine picks its decode kernel by the batch's shape: no new kernel, a choice among v4, v7, v8, v10
- * and v12 (a later rung, built for the page sizes v8 gathers).
+ * and the later rungs built for the calls v8 serves worst: v12 (the page sizes v8 gathers) and v13
+ * (batches so small that their keys are split).
  *
  * What changed from v10, and why: no single rung runs every workload at its best. v8_tma_pages reads a
  * 16-bit cache fastest where every tile is 16 slots of one page, but it declines draft tokens and
@@ -8,13 +9,15 @@
  * every 16-bit call; the FP8 rungs take only e4m3 caches, v10 at head_dim 128 and 256, v7 at 64 too.
  * Here the call goes, in order of preference (kl_attention_decode_by_shape, params.c), to
  *   an e4m3 cache:                                      v10_fp8_page_heads, else v7_fp8_f16_mma
- *   one query a request, page size a multiple of 16:    v8_tma_pages, else v4_tensor_cores
+ *   one query a request, page size a multiple of 16,
+ *     too few (request, kv head) pairs for 3 CTAs an SM: v13_cluster_merge, else v8, else v4
+ *     enough pairs:                                     v8_tma_pages, else v4_tensor_cores
  *   one query a request, any other page size (page 1):  v12_cp_async_gather, else v4_tensor_cores
  *   draft tokens (qo_indptr):                           v4_tensor_cores
  * "else": the next one where a rung is not built, needs a newer device, or declines the shape
- * (cudaErrorNotSupported, before it launches anything). The choice reads only the params, never the
- * lengths on the device, so a graph captured for one batch replays with any lengths. The tables of the
- * rungs it names show where it sits; the gate judges it on every workload.
+ * (cudaErrorNotSupported, before it launches anything). The choice reads only the params and the SM
+ * count, never the lengths on the device, so a graph captured for one batch replays with any lengths.
+ * The tables of the rungs it names show where it sits; the gate judges it on every workload.
  * Bound: that of the rung it picks. sm_80 and up (v4 alone below sm_90, no FP8 below sm_89).
  * Run alone: build/kernlab bench attention_decode --variant v11_by_shape */
 #include <stdio.h>
@@ -26,7 +29,7 @@
 static cudaError_t launch(const struct kl_attention_decode_params *p, cudaStream_t stream)
 {
     const int cc = kl::this_device().cc;
-    for (const char *const *order = kl_attention_decode_by_shape(p); *order; order++) {
+    for (const char *const *order = kl_attention_decode_by_shape(p, kl_attention_decode_sms()); *order; order++) {
         const struct kl_variant *v = kl_variant_find("attention_decode", *order);
         if (!v || v->min_cc > cc) continue;
         const cudaError_t rc = ((kl_attention_decode_launch_fn)v->launch)(p, stream);
@@ -36,5 +39,5 @@ static cudaError_t launch(const struct kl_attention_decode_params *p, cudaStream
 }
 
 KL_VARIANT(attention_decode, v11_by_shape, launch, .min_cc = 80,
-           .summary = "by shape: v8 on whole 16-slot pages with one query, v12 on other pages, v4 for draft "
-                      "tokens, v10 (else v7) on e4m3 caches");
+           .summary = "by shape: v8 on whole 16-slot pages with one query (v13 where the batch is too small to "
+                      "fill the SMs), v12 on other pages, v4 for draft tokens, v10 (else v7) on e4m3 caches");

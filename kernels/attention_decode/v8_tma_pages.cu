@@ -37,24 +37,6 @@
 #include "kernels/ptx_sm90.cuh"
 #include "kernels/variant.h"
 
-/* A CTA: CW consumer warps and one producer warp; a ring of STAGES tiles of 16 tokens, each the
- * K tile then the V tile, each BLOCKS blocks of 16 rows x 64 columns (128 bytes a row). */
-template <typename T, int HD, int CW, int STAGES_> struct tma_shape {
-    static constexpr int STAGES = STAGES_, THREADS = 32 * (CW + 1), PRODUCER = CW;
-    static constexpr int KSTEPS = HD / 16;           /* k-steps of Q.K, m-tiles of V^T */
-    static constexpr int BLOCKS = HD / 64;           /* 64-column blocks of a row */
-    static constexpr uint32_t BLOCK_BYTES = 16 * 128; /* one block of a tile: one 16-row box */
-    static constexpr uint32_t TILE_HALF = BLOCKS * BLOCK_BYTES;   /* K (or V) of a tile */
-    static constexpr uint32_t STAGE_BYTES = 2 * TILE_HALF;        /* a stage: K then V */
-    static constexpr int ROW = HD + 2;               /* merged rows: acc, m, l */
-    static constexpr int RING = STAGES * STAGE_BYTES;             /* bytes of the ring */
-    static constexpr int SMEM = 1024 + RING + 2 * STAGES * 8;     /* alignment slack, the ring, its barriers */
-    static_assert(sizeof(T) == 2 && HD % 64 == 0, "16-bit rows of whole 64-column blocks");
-    /* Stage s is always consumed by warp s % CW, so its empty barrier counts that warp's 32 lanes. */
-    static_assert(STAGES % CW == 0, "each stage belongs to one consumer warp");
-    static_assert((CW + 1) * 8 * ROW * 4 <= RING, "the merge reuses the ring");
-};
-
 /* The tests' mutant (lab/attention_decode/mutants.cu) builds this file with KL_DECODE_V8_BUG 1: the
  * reads without the swizzle. 0 here. */
 #ifndef KL_DECODE_V8_BUG
@@ -70,7 +52,7 @@ static __global__ void __launch_bounds__(32 * (CW + 1))
               const kl_attention_decode_params p, int chunk, int boxes)
 {
 #if KL_SM90A
-    using S = tma_shape<T, HD, CW, STAGES>;
+    using S = kl::decode::bf16_ring::ring_shape<T, HD, CW, STAGES>;
     extern __shared__ unsigned char smem_raw[];
     uint4 *ring = reinterpret_cast<uint4 *>(kl::ptx::align_1024(smem_raw)); /* the swizzle's atom */
     uint64_t *full = reinterpret_cast<uint64_t *>(ring + S::RING / 16), *empty = full + STAGES; /* after the ring */
@@ -141,7 +123,7 @@ template <typename T, int HD, int CW, int STAGES>
 static cudaError_t launch_shape(const struct kl_attention_decode_params *p, struct kl_decode_split plan,
                                 const kl::decode::page_maps &m, cudaStream_t stream)
 {
-    using S = tma_shape<T, HD, CW, STAGES>;
+    using S = kl::decode::bf16_ring::ring_shape<T, HD, CW, STAGES>;
     static bool configured = false; /* once per instantiation: more than 48 KB of shared memory */
     if (!configured) {
         cudaError_t rc =

@@ -173,31 +173,39 @@ Test(attention_decode, launch_checks_take_an_fp8_cache_only_from_variants_that_d
  * renamed rung would otherwise leave it declining what it should run). */
 Test(attention_decode, by_shape_sends_each_kind_of_call_to_its_rung)
 {
-    struct kl_attention_decode_params p = {.page_size = 16};
+    /* Llama's 32 query and 8 kv heads: a request is 8 (request, kv head) pairs, and on 132 SMs
+     * (an H100) 49 requests or fewer cannot fill three CTAs an SM, so their keys are split. */
+    struct kl_attention_decode_params p = {.page_size = 16, .num_qo_heads = 32, .num_kv_heads = 8};
     const int32_t qo[2] = {0, 4};
     const float scale[1] = {1};
+    const int sms = 132;
     const struct {
-        int64_t page;
+        int64_t page, batch;
         bool draft, fp8;
-        const char *first, *second;
+        const char *first, *second, *third;
     } cases[] = {
-        {16, false, false, "v8_tma_pages", "v4_tensor_cores"},
-        {32, false, false, "v8_tma_pages", "v4_tensor_cores"},
-        {1, false, false, "v12_cp_async_gather", "v4_tensor_cores"},
-        {8, false, false, "v12_cp_async_gather", "v4_tensor_cores"},
-        {1, true, false, "v4_tensor_cores", NULL},
-        {16, true, false, "v4_tensor_cores", NULL},
-        {16, false, true, "v10_fp8_page_heads", "v7_fp8_f16_mma"},
-        {1, false, true, "v10_fp8_page_heads", "v7_fp8_f16_mma"},
+        {16, 64, false, false, "v8_tma_pages", "v4_tensor_cores", NULL},
+        {32, 64, false, false, "v8_tma_pages", "v4_tensor_cores", NULL},
+        {16, 50, false, false, "v8_tma_pages", "v4_tensor_cores", NULL},
+        {16, 49, false, false, "v13_cluster_merge", "v8_tma_pages", "v4_tensor_cores"},
+        {16, 1, false, false, "v13_cluster_merge", "v8_tma_pages", "v4_tensor_cores"},
+        {1, 1, false, false, "v12_cp_async_gather", "v4_tensor_cores", NULL},
+        {8, 64, false, false, "v12_cp_async_gather", "v4_tensor_cores", NULL},
+        {1, 1, true, false, "v4_tensor_cores", NULL, NULL},
+        {16, 1, true, false, "v4_tensor_cores", NULL, NULL},
+        {16, 1, false, true, "v10_fp8_page_heads", "v7_fp8_f16_mma", NULL},
+        {1, 64, false, true, "v10_fp8_page_heads", "v7_fp8_f16_mma", NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        p.page_size = cases[i].page, p.qo_indptr = cases[i].draft ? qo : NULL;
+        p.page_size = cases[i].page, p.batch = cases[i].batch, p.qo_indptr = cases[i].draft ? qo : NULL;
         p.k_scale = p.v_scale = cases[i].fp8 ? scale : NULL;
-        const char *const *order = kl_attention_decode_by_shape(&p);
-        cr_assert_str_eq(order[0], cases[i].first, "page %lld%s%s", (long long)cases[i].page,
-                         cases[i].draft ? ", draft tokens" : "", cases[i].fp8 ? ", e4m3" : "");
+        const char *const *order = kl_attention_decode_by_shape(&p, sms);
+        cr_assert_str_eq(order[0], cases[i].first, "page %lld, batch %lld%s%s", (long long)cases[i].page,
+                         (long long)cases[i].batch, cases[i].draft ? ", draft tokens" : "",
+                         cases[i].fp8 ? ", e4m3" : "");
         if (cases[i].second) cr_assert_str_eq(order[1], cases[i].second);
-        cr_assert_null(order[cases[i].second ? 2 : 1]);
+        if (cases[i].third) cr_assert_str_eq(order[2], cases[i].third);
+        cr_assert_null(order[!cases[i].second ? 1 : !cases[i].third ? 2 : 3]);
         for (const char *const *n = order; *n; n++)
             cr_assert(kl_variant_find("attention_decode", *n), "%s is not a registered variant", *n);
     }

@@ -298,6 +298,7 @@ void cluster_sync(site s);
 void mbar_init(uint32_t at, int count, site s);
 void mbar_arrive(unsigned rank, uint32_t at, uint32_t expect_bytes, site s);
 void mbar_wait(uint32_t at, int parity, site s);
+float ld_cluster_f32(unsigned rank, uint32_t at, site s);
 void tma_load(uint32_t dst, const CUtensorMap *map, int c0, int c1, int c2, uint32_t bar, uint16_t cta_mask, site s);
 void bulk_load(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar, site s);
 unsigned long long clock();

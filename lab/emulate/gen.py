@@ -333,6 +333,9 @@ def variant_unit(name, path, text, helpers, mutant=None):
     out.append(body)
     out.append("}")
     out += [f"#undef {k}" for k in defs]
+    # A shard compiles several units in one file: a macro a unit defines (a variant's bug switch, set
+    # to 1 by its mutant) must not reach the units after it.
+    out += [f"#undef {k}" for k in dict.fromkeys(re.findall(r"^[ \t]*#[ \t]*define[ \t]+(\w+)", body, re.M))]
     return includes, "\n".join(out)
 
 

@@ -638,7 +638,7 @@ cta &cta_of_rank(unsigned rank, uint32_t chain)
     if (rank >= cl.ctas.size()) fail("mapa at " + chain_text(chain) + ": no CTA of rank " + std::to_string(rank) + " in the cluster");
     cta &c = *cl.ctas[rank];
     if (c.live == 0)
-        fail("an arrival or a copy at " + chain_text(chain) + " reached CTA rank " + std::to_string(rank) +
+        fail("an arrival, a copy or a read at " + chain_text(chain) + " reached CTA rank " + std::to_string(rank) +
              " of the cluster, which had exited");
     return c;
 }
@@ -686,6 +686,22 @@ void cp_async_mbar_arrive(uint32_t at, site s)
     for (const cp_copy &cp : f->cp_open) land(f, cp);
     f->cp_open.clear();
     mbar_arrive(f->c->rank, at, 0, s);
+}
+
+/* ld.shared::cluster: the bytes the CTA of that rank holds now (the emulation runs a thread until it
+ * blocks, so a read not ordered after the writer's store by a cluster_sync reads what was there
+ * before: a wrong value, not a race report). */
+float ld_cluster_f32(unsigned rank, uint32_t at, site s)
+{
+    fiber *f = cur;
+    const uint32_t chain = chain_child(f->chain, s);
+    cta &c = rank == f->c->rank ? *f->c : cta_of_rank(rank, chain);
+    if ((size_t)at + 4 > c.smem.size())
+        fail("ld.shared::cluster at " + chain_text(chain) + ": address " + hex(at) + " past the " +
+             std::to_string(c.smem.size()) + " bytes of CTA rank " + std::to_string(rank) + "'s shared memory");
+    float v;
+    std::memcpy(&v, &c.smem[at], 4);
+    return v;
 }
 
 void mbar_wait(uint32_t at, int parity, site s)

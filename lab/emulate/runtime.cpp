@@ -706,6 +706,13 @@ cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int)
     default: return cudaErrorInvalidValue;
     }
 }
+/* The emulation runs one cluster after another, with no residency limit: as many clusters at once as
+ * a launch could ask for, so a planner that fits its grid to one wave plans as for an unbounded GPU. */
+cudaError_t cudaOccupancyMaxActiveClusters(int *clusters, const void *, const cudaLaunchConfig_t *)
+{
+    *clusters = 1 << 20;
+    return cudaSuccess;
+}
 cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, int value)
 {
     if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaSuccess;

@@ -75,6 +75,10 @@ __device__ __forceinline__ void mbar_arrive_cluster(uint64_t *bar, uint32_t rank
 {
     ::emu::mbar_arrive(rank, smem_addr(bar), 0, emu_at);
 }
+__device__ __forceinline__ float ld_cluster_f32(uint32_t addr, uint32_t rank, ::emu::site emu_at = EMU_HERE)
+{
+    return ::emu::ld_cluster_f32(rank, addr, emu_at);
+}
 __device__ __forceinline__ void tma_load_3d_multicast(uint32_t dst, const CUtensorMap *map, int c0, int c1, int c2,
                                                       uint64_t *bar, uint16_t cta_mask, ::emu::site emu_at = EMU_HERE)
 {

@@ -8,7 +8,8 @@
 - the generated text keeps every source line at its number;
 - a mutant's expected message follows its line (`@line{TEXT}`) when code moves, and TEXT must be on one line;
 - a static __shared__ array of at most 8 bytes becomes a CTA slot, and any other static __shared__
-  declaration stops the generator (compiled as is it would be one variable per thread).
+  declaration stops the generator (compiled as is it would be one variable per thread);
+- a macro a unit defines ends with the unit (a shard compiles several units in one file).
 Usage: test_gen.py SOURCE_DIR MUTANTS"""
 import os
 import shutil
@@ -94,6 +95,17 @@ def main():
             r = run(tmp, out)
             check(r.returncode != 0 and other in r.stderr,
                   f"{other} stops the generator, naming it (compiled as is it would be one variable per thread)")
+        open(v10, "w").write(text)
+
+        # A shard compiles several units in one file; a unit's own macro (a bug switch its mutant sets to
+        # 1) must end with the unit, or a later unit of the shard compiles with it.
+        open(v10, "w").write("#define KL_TEST_SWITCH 1\n" + text)
+        check(run(tmp, out).returncode == 0, "gen.py writes the emulation copy with a macro defined in a variant")
+        units = "".join(open(os.path.join(out, f)).read() for f in os.listdir(out) if f.startswith("variants_"))
+        defined = [i for i in range(len(units)) if units.startswith("#define KL_TEST_SWITCH", i)]
+        check(defined and all(units.find("#undef KL_TEST_SWITCH", i) > i for i in defined)
+              and units.count("#undef KL_TEST_SWITCH") >= len(defined),
+              "a macro a unit defines is undefined after the unit, before the next unit of its shard")
         open(v10, "w").write(text)
 
         sm90 = os.path.join(tmp, "kernels", "ptx_sm90.cuh")

@@ -120,4 +120,32 @@ MUTANTS = [
         "edits": [("kl::ptx::mbar_init(&full[s], 32)", "kl::ptx::mbar_init(&full[s], 1)")],
         "expect": "more arrivals on the mbarrier",
     },
+    {   # v13: the cluster merge without its first cluster barrier: a CTA reads its neighbours' merged rows
+        # before they are written
+        "name": "mutant_v13_reads_before_cluster_barrier",
+        "variant": "v13_cluster_merge",
+        "edits": [("kl::ptx::cluster_sync(); /* every CTA's res is written */", "/* no cluster barrier */")],
+        "expect": "outside the attention policy's bound",
+    },
+    {   # v13: the last CTA of a cluster left out of the cluster's sum
+        "name": "mutant_v13_last_rank_dropped",
+        "variant": "v13_cluster_merge",
+        "edits": [("sum += l[r] * w, acc += a[r] * w;", "sum += l[r] * w, acc += a[r] * w * (r + 1 < cluster);")],
+        "expect": "outside the attention policy's bound",
+    },
+    {   # v13: a cluster's partial filed under its first split's index instead of the cluster's, where the
+        # last CTA never reads it
+        "name": "mutant_v13_partial_under_split_index",
+        "variant": "v13_cluster_merge",
+        "edits": [("float *part = kl::decode::partial(p, k, b, h0 + h);",
+                   "float *part = kl::decode::partial(p, k * cluster, b, h0 + h);")],
+        "expect": "outside the attention policy's bound",
+    },
+    {   # v13: no second cluster barrier: a CTA leaves (its shared memory gone) while its neighbours still read it
+        "name": "mutant_v13_leaves_before_neighbours_read",
+        "variant": "v13_cluster_merge",
+        "edits": [("kl::ptx::cluster_sync(); /* every CTA has read the others' res: each may leave, or reuse its ring */",
+                   "/* no cluster barrier */")],
+        "expect": "which had exited",
+    },
 ]
