@@ -6,8 +6,7 @@
  * Every split writes its partial to the workspace, fences (its stores reach the whole device),
  * counts itself on a global counter (a round trip to L2), and the last CTA reads every split's
  * partial back from L2, eight splits' loads at a time. On a small batch that tail is a large share
- * of the call, and it grows with the number of splits (measuring v8 with more splits at batch 1
- * makes it slower, not faster). Here a cluster of C CTAs (C = the splits, at most 8) attends C
+ * of the call, and it grows with the number of splits. Here a cluster of C CTAs (C = the splits, at most 8) attends C
  * consecutive chunks; after the key loop each CTA merges its consumer warps' states in its own shared
  * memory, as v8 does, then one cluster barrier makes those rows visible across the cluster and
  * every CTA reads all C CTAs' rows of its share of the output's dims (1 / C of them) through
@@ -16,7 +15,10 @@
  * partial, after which the clusters meet as v8's splits do, fewer of them by C. A second cluster
  * barrier keeps every CTA's rows alive until the others have read them. A CTA whose chunk lies past
  * its request's keys (the grid is padded to whole clusters) attends nothing and contributes weight 0;
- * a cluster with no keys of its request leaves at once, as a whole.
+ * a cluster with no keys of its request leaves at once, as a whole. The split is v8's, unless its
+ * clusters would not all run at once (cudaOccupancyMaxActiveClusters: a cluster waits until all of its
+ * CTAs fit together, so a grid of whole clusters can need a second wave where v8's loose CTAs did not);
+ * then fewer, longer chunks keep the grid one wave.
  * Bound: the read bandwidth. bf16/fp16, head_dim 64/128/256, pages of whole 16-slot runs or any
  * other size (v8's producer), sm_90a (fp32: cudaErrorNotSupported).
  * Run alone: build/kernlab bench attention_decode --variant v13_cluster_merge */
