@@ -162,11 +162,14 @@ MUTANTS = [
         "expect": "elements of out",
     },
     {   # v13: a row keeping its first max for good: on the growing keys P overflows fp16 to inf, and the
-        # P V product then forms inf x 0 (FE_INVALID), which the emulation reports as a poisoned accumulator
+        # P V product then forms inf x 0 (FE_INVALID). Which failure comes first depends on the host: where
+        # an SSE register still holds a copy of an in-flight accumulator's poison when that trap fires, the
+        # emulation names the accumulator; elsewhere the invalid operation is the kernel's own, runs on, and
+        # the output holds infinities, out rel_l2 inf (seen on two CPU machines with the same build: one each way)
         "name": "mutant_lazy_keeps_always",
         "variant": "v13_lazy_rescale",
         "edits": [("        const bool keep = (mx - m[0][h]) * scale_log2 <= kLazyLog2;\n",
                    "        const bool keep = m[0][h] != -INFINITY;\n")],
-        "expect": "accumulator o of the wgmma",
+        "expect": "accumulator o of the wgmma || (out rel_l2 inf",
     },
 ]
