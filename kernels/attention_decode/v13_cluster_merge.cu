@@ -3,13 +3,13 @@
  * cluster, and their states meet in each other's shared memory instead of in global memory.
  *
  * What changed from v8, and why: v8's split-KV merge is a chain the whole call waits for at its end.
- * Every split writes its partial to the workspace, fences (its stores reach the whole device),
- * counts itself on a global counter (a round trip to L2), and the last CTA reads every split's
- * partial back from L2, eight splits' loads at a time. On a small batch that tail is a large share
- * of the call, and it grows with the number of splits. Here a cluster of C CTAs (C = the splits, at most 8) attends C
+ * Every split writes its partial to the workspace, fences (its stores reach the whole device), counts
+ * itself on a global counter (a round trip to L2), and the last CTA reads every split's partial back
+ * from L2, eight splits' loads at a time. On a small batch that tail is a large share of the call, and
+ * it grows with the number of splits. Here a cluster of C CTAs (C = the splits, at most 8) attends C
  * consecutive chunks; after the key loop each CTA merges its consumer warps' states in its own shared
- * memory, as v8 does, then one cluster barrier makes those rows visible across the cluster and
- * every CTA reads all C CTAs' rows of its share of the output's dims (1 / C of them) through
+ * memory, as v8 does, then one cluster barrier makes those rows visible across the cluster and every
+ * CTA reads all C CTAs' rows of its share of the output's dims (1 / C of them) through
  * ld.shared::cluster, weighs them on their common max and writes them: the output itself where the
  * request's splits fit one cluster (no workspace, fence or counter at all), else the cluster's
  * partial, after which the clusters meet as v8's splits do, fewer of them by C. A second cluster
@@ -17,8 +17,8 @@
  * its request's keys (the grid is padded to whole clusters) attends nothing and contributes weight 0;
  * a cluster with no keys of its request leaves at once, as a whole. The split is v8's, unless its
  * clusters would not all run at once (cudaOccupancyMaxActiveClusters: a cluster waits until all of its
- * CTAs fit together, so a grid of whole clusters can need a second wave where v8's loose CTAs did not);
- * then fewer, longer chunks keep the grid one wave.
+ * CTAs fit together, so a grid of whole clusters can need a second wave where v8's loose CTAs did
+ * not); then fewer, longer chunks keep the grid one wave.
  * Bound: the read bandwidth. bf16/fp16, head_dim 64/128/256, pages of whole 16-slot runs or any
  * other size (v8's producer), sm_90a (fp32: cudaErrorNotSupported).
  * Run alone: build/kernlab bench attention_decode --variant v13_cluster_merge */
@@ -34,12 +34,12 @@
 
 constexpr int MAX_CLUSTER = 8; /* the portable cluster size */
 
+#if KL_SM90A
 /* The cluster's merge of nh heads, every thread of every CTA of the cluster calling it with the same
  * arguments: res (in this CTA's shared memory, at the same offset in every CTA) holds this CTA's
  * merged row per head (acc[HD], m, l). CTA `rank` takes dims [rank * per, rank * per + per) of the
  * nh * HD and writes them (and, for dim 0 of a head, its lse or its m and l) to out where `whole`,
  * else to the partial of cluster `k`. */
-#if KL_SM90A
 template <typename T, int HD>
 __device__ __forceinline__ void merge_cluster(const kl_attention_decode_params &p, const float *res, int b, int h0,
                                               int nh, int cluster, bool whole, int k)
