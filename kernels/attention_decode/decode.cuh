@@ -285,18 +285,18 @@ __device__ __forceinline__ void merge_warp_states(float *mrg, int stride, int nh
     __syncthreads();
 }
 
-/* After the key loop of a variant whose CW warps each kept an online softmax over part of a
- * chunk, the whole block (every thread calls it), for HEADS consecutive kv heads g + k (k < HEADS)
- * whose merge areas lie `stride` floats apart from mrg: in head k's area warp w < CW has written
- * its state for each of the nh heads h of the block (qo heads h0 + k * nh + h, block hb of 8 heads
- * of kv head g + k's group) as the row (w * 8 + h) * (HD + 2): the unnormalised acc[HD], the running
+/* After the key loop of a variant whose CW warps each kept an online softmax over part of a chunk,
+ * the whole block (every thread calls it), for HEADS consecutive kv heads g + k (k < HEADS) whose
+ * merge areas lie `stride` floats apart from mrg: in head k's area warp w < CW has written its
+ * state for each of the nh heads h of the block (qo heads h0 + k * nh + h, block hb of 8 heads of
+ * kv head g + k's group) as the row (w * 8 + h) * (HD + 2): the unnormalised acc[HD], the running
  * max m (log2 units), the sum l. merge_warp_states merges them into res; a request in one split
- * writes out and lse,
- * a split files its partials and counts them once on the counter of kv head g (v4's scheme; every
- * block of the request covers the same HEADS heads, so one count stands for all of them), and the
- * block that counts last merges every head's partials (`last`: a flag in the kernel's shared
- * memory). One fence publishes every head's partials: the fence waits for the block's stores to
- * reach the whole device, so a block over eight heads pays for it once instead of eight times. */
+ * writes out and lse, a split files its partials and counts them once on the counter of kv head g
+ * (v4's scheme; every block of the request covers the same HEADS heads, so one count stands for all
+ * of them), and the block that counts last merges every head's partials (`last`: a flag in the
+ * kernel's shared memory). One fence publishes every head's partials: the fence waits for the
+ * block's stores to reach the whole device, so a block over eight heads pays for it once instead of
+ * eight times. */
 template <typename T, int HD, int CW, int HEADS>
 __device__ __forceinline__ void finish_cta_heads(const kl_attention_decode_params &p, float *mrg, int stride,
                                                  bool &last, int b, int g, int hb, int h0, int nh, int split,

@@ -281,7 +281,8 @@ static const char kattention_catches[] =
     "long row. rel_l2 spans the whole output, so short rows (outputs as large as v) dilute the error of long "
     "rows beside them; each query row's heads must hold it too, so a long row's error shows on its own (a decode "
     "merge that drops one of a long request's splits fails there beside short requests). For comparison, "
-    "flash-attention's tests allow twice the error of a PyTorch implementation in the same precision and FlashInfer about 1e-2 absolute in bf16; ours is derived from u and the reduction "
+    "flash-attention's tests allow twice the error of a PyTorch implementation in the same precision and "
+    "FlashInfer about 1e-2 absolute in bf16; ours is derived from u and the reduction "
     "lengths, and tighter on typical inputs.";
 
 /* The attention rows' constants, as the comment above derives them. */

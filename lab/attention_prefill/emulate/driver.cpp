@@ -404,11 +404,11 @@ int main(int argc, char **argv)
         /* expect may name alternatives, " || " between them: a mutant whose first failure depends on the
          * host (mutants.py says where) is caught by any of them, and by nothing else */
         bool ok = false;
-        for (size_t from = 0; at >= 0 && !ok && from <= m->expect.size();) {
+        for (size_t from = 0; at >= 0 && !ok; from += 4) {
             const size_t bar = m->expect.find(" || ", from);
-            const std::string one = m->expect.substr(from, bar == std::string::npos ? std::string::npos : bar - from);
-            ok = first.find(one) != std::string::npos;
-            from = bar == std::string::npos ? m->expect.size() + 1 : bar + 4;
+            ok = first.find(m->expect.substr(from, bar - from)) != std::string::npos; /* npos - from: to the end */
+            if (bar == std::string::npos) break;
+            from = bar;
         }
         std::string why = at == -1 ? "passed every problem" : at == -2 ? first : "failed with: " + first;
         const emu::variant *base = find_variant(m->mutant_of);
