@@ -84,23 +84,47 @@ __device__ __forceinline__ void q_operand(const kl_attention_decode_params &p, i
     dq0 = __shfl_sync(0xffffffffu, q_down, 8 * tq), dq1 = __shfl_sync(0xffffffffu, q_down, 8 * tq + 4);
 }
 
-/* One tile: K's head tile at ks, V's at vs, tokens tok0 .. tok0 + 15 (those at or past t1, copies of
- * the last one, score -inf); scores in log2 units times `scale` (k_scale folded in), q's power of two
- * taken out by dq0, dq1. The online softmax per head column: running max m, sum l, unnormalised O^T
- * (m-tile mt: rows gq, gq + 8 are dims 32 (mt / 2) + 4 gq + 2 (mt % 2) + 0, 1). */
+/* A lane's codes of one tile, as the mma fragments below take them: k[kk] the four codes at 16 kk + 4 tq
+ * of rows gq and gq + 8 (K), v[j] the four at 32 j + 4 gq of rows 2 tq, 2 tq + 1, 2 tq + 8, 2 tq + 9
+ * (V): HD / 4 registers a lane, the tile's whole share of the stage. */
+template <int HD> struct tile_codes {
+    uint32_t k[HD / 16][2], v[HD / 32][4];
+};
+
+/* The lane's codes of K's head tile at ks and V's at vs, read out of the stage. */
 template <int HD, bool SWIZZLED>
-__device__ __forceinline__ void tile_update(const unsigned char *ks, const unsigned char *vs,
-                                            const uint32_t (&qf)[HD / 16][2], float dq0, float dq1, float scale,
-                                            int tok0, int t1, float (&o)[HD / 16][4], float (&m)[2], float (&l)[2])
+__device__ __forceinline__ void load_codes(const unsigned char *ks, const unsigned char *vs, tile_codes<HD> &c)
 {
     const int lane = threadIdx.x % 32, gq = lane / 4, tq = lane % 4;
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++) {
+        c.k[kk][0] = codes4<SWIZZLED>(ks, gq, 16 * kk + 4 * tq);
+        c.k[kk][1] = codes4<SWIZZLED>(ks, gq + 8, 16 * kk + 4 * tq);
+    }
+#pragma unroll
+    for (int j = 0; j < HD / 32; j++) {
+        const int off = 32 * j + 4 * gq;
+        c.v[j][0] = codes4<SWIZZLED>(vs, 2 * tq, off), c.v[j][1] = codes4<SWIZZLED>(vs, 2 * tq + 1, off);
+        c.v[j][2] = codes4<SWIZZLED>(vs, 2 * tq + 8, off), c.v[j][3] = codes4<SWIZZLED>(vs, 2 * tq + 9, off);
+    }
+}
+
+/* One tile from the lane's codes c: tokens tok0 .. tok0 + 15 (those at or past t1, copies of the last
+ * one, score -inf); scores in log2 units times `scale` (k_scale folded in), q's power of two taken out
+ * by dq0, dq1. The online softmax per head column: running max m, sum l, unnormalised O^T (m-tile mt:
+ * rows gq, gq + 8 are dims 32 (mt / 2) + 4 gq + 2 (mt % 2) + 0, 1). */
+template <int HD>
+__device__ __forceinline__ void tile_math(const tile_codes<HD> &c, const uint32_t (&qf)[HD / 16][2], float dq0,
+                                          float dq1, float scale, int tok0, int t1, float (&o)[HD / 16][4],
+                                          float (&m)[2], float (&l)[2])
+{
+    const int lane = threadIdx.x % 32, gq = lane / 4;
     /* S^T = K Q^T over the tile's 16 tokens (v7's operand order): a0/a2 row gq's first/last pair of
      * the four codes at 16 kk + 4 tq, a1/a3 row gq + 8's. */
     float s[4] = {0, 0, 0, 0}, s_odd[4] = {0, 0, 0, 0}; /* two chains: half the dependent mma latency */
 #pragma unroll
     for (int kk = 0; kk < HD / 16; kk++) {
-        const uint32_t w0 = codes4<SWIZZLED>(ks, gq, 16 * kk + 4 * tq);
-        const uint32_t w1 = codes4<SWIZZLED>(ks, gq + 8, 16 * kk + 4 * tq);
+        const uint32_t w0 = c.k[kk][0], w1 = c.k[kk][1];
         const uint32_t a[4] = {f16x2(w0, 0), f16x2(w1, 0), f16x2(w0, 1), f16x2(w1, 1)};
         kl::ptx::mma_16816<__half>(kk % 2 ? s_odd : s, a, qf[kk][0], qf[kk][1]);
     }
@@ -121,16 +145,24 @@ __device__ __forceinline__ void tile_update(const unsigned char *ks, const unsig
      * rows gq / gq + 8 of m-tile 2j + h are dims 32 j + 4 gq + 2h / + 1. */
 #pragma unroll
     for (int j = 0; j < HD / 32; j++) {
-        const int off = 32 * j + 4 * gq;
-        const uint32_t v0 = codes4<SWIZZLED>(vs, 2 * tq, off), v1 = codes4<SWIZZLED>(vs, 2 * tq + 1, off);
-        const uint32_t v8 = codes4<SWIZZLED>(vs, 2 * tq + 8, off), v9 = codes4<SWIZZLED>(vs, 2 * tq + 9, off);
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            const uint32_t lo = interleave(v0, v1, h), hi = interleave(v8, v9, h);
+            const uint32_t lo = interleave(c.v[j][0], c.v[j][1], h), hi = interleave(c.v[j][2], c.v[j][3], h);
             const uint32_t a[4] = {f16x2(lo, 0), f16x2(lo, 1), f16x2(hi, 0), f16x2(hi, 1)};
             kl::ptx::mma_16816<__half>(o[2 * j + h], a, pb0, pb1);
         }
     }
+}
+
+/* One tile read straight out of the stage: K's head tile at ks, V's at vs (load_codes, then tile_math). */
+template <int HD, bool SWIZZLED>
+__device__ __forceinline__ void tile_update(const unsigned char *ks, const unsigned char *vs,
+                                            const uint32_t (&qf)[HD / 16][2], float dq0, float dq1, float scale,
+                                            int tok0, int t1, float (&o)[HD / 16][4], float (&m)[2], float (&l)[2])
+{
+    tile_codes<HD> c;
+    load_codes<HD, SWIZZLED>(ks, vs, c);
+    tile_math<HD>(c, qf, dq0, dq1, scale, tok0, t1, o, m, l);
 }
 
 /* The warp's state as finish_cta reads it, v_scale applied: its 8 rows at `rows` (head 2 tq and

@@ -84,11 +84,13 @@ bool fp8_variant(const emu::variant &v)
     return n.find("fp8") != std::string::npos;
 }
 
-/* v9_fp8_tma_pages and v10_fp8_page_heads read rows of 128 codes (one 128-byte swizzle row): they
- * decline head_dim 64. */
+/* v9_fp8_tma_pages, v10_fp8_page_heads and v14_fp8_early_release read rows of 128 codes (one
+ * 128-byte swizzle row): they decline head_dim 64; v14 holds a tile's codes in registers and declines
+ * 256 too. */
 bool declines_head_dim(const problem &pr, const emu::variant &v)
 {
     const std::string &n = v.mutant_of.empty() ? v.name : v.mutant_of;
+    if (n == "v14_fp8_early_release") return pr.head_dim != 128;
     return pr.head_dim == 64 && (n == "v9_fp8_tma_pages" || n == "v10_fp8_page_heads");
 }
 
@@ -172,7 +174,7 @@ bool check(const problem &pr, const emu::variant &variant, std::string &why)
             (multi || pr.fp8 != fp8_variant(variant) || declines_head_dim(pr, variant))) {
             why = pr.fp8 != fp8_variant(variant) ? "skip: not this variant's cache"
                   : multi                        ? "skip: the variant takes one query token per request"
-                                                 : "skip: the variant declines head_dim 64";
+                                                 : "skip: the variant declines this head_dim";
             return true; /* as the GPU suite SKIPs it */
         }
         if (rc != cudaSuccess) {

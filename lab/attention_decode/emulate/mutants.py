@@ -112,6 +112,16 @@ MUTANTS = [
         "edits": [("(p, mrg, S::MERGE_ROWS * S::ROW, last,", "(p, mrg, 0, last,")],
         "expect": "outside the attention policy's bound",
     },
+    {   # v14: the stage handed back before its codes are read: the producer's next copy may land
+        # under the consumer's reads
+        "name": "mutant_v14_stage_back_before_read",
+        "variant": "v14_fp8_early_release",
+        "edits": [("kl::decode::fp8_ring::load_codes<HD, true>(ks, vs, c);",
+                   "kl::ptx::mbar_arrive(&empty[st]);\n            kl::decode::fp8_ring::load_codes<HD, true>(ks, vs, c);"),
+                  ("(the arrive's release orders the reads before it): the\n             * stage goes back while the arithmetic runs. */\n            kl::ptx::mbar_arrive(&empty[st]);",
+                   "(the arrive's release orders the reads before it): the\n             * stage goes back while the arithmetic runs. */")],
+        "expect": "outside the attention policy's bound",
+    },
     {   # v12: a stage's full barrier counting one arrival, not the producer's 32: the phase completes
         # when the first lane's copies have landed, while the other lanes' rows are still in flight (the
         # emulator sees the 31 arrivals past the count)
