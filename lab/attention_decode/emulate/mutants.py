@@ -122,6 +122,19 @@ MUTANTS = [
                    "(the arrive's release orders the reads before it): the\n             * stage goes back while the arithmetic runs. */")],
         "expect": "outside the attention policy's bound",
     },
+    {   # v14: every consumer warp reads the first head's tile of the stage, whatever its kv head
+        "name": "mutant_v14_every_warp_reads_head0",
+        "variant": "v14_fp8_early_release",
+        "edits": [("*ks = ring + st * S::STAGE_BYTES + warp * S::HEAD_TILE,", "*ks = ring + st * S::STAGE_BYTES,")],
+        "expect": "outside the attention policy's bound",
+    },
+    {   # v14: a stage handed back when one warp of its HB has read it: the producer refills it under
+        # the other warps' reads, and the barrier phases run ahead of the ring
+        "name": "mutant_v14_stage_freed_by_one_warp",
+        "variant": "v14_fp8_early_release",
+        "edits": [("kl::ptx::mbar_init(&empty[s], 32 * HB);", "kl::ptx::mbar_init(&empty[s], 32);")],
+        "expect": "outside the attention policy's bound",
+    },
     {   # v12: a stage's full barrier counting one arrival, not the producer's 32: the phase completes
         # when the first lane's copies have landed, while the other lanes' rows are still in flight (the
         # emulator sees the 31 arrivals past the count)
