@@ -1,11 +1,13 @@
 /* The consumer warp's arithmetic of the decode variants that read e4m3 pages from a TMA ring
- * (v9_fp8_tma_pages, v10_fp8_page_heads): q as the fp16 B operand, one online-softmax update over a
- * 16-token tile of codes in a ring stage, and the warp's state written for finish_cta. It is v7's
- * arithmetic (v7_fp8_f16_mma says why fp16: e4m3 codes become fp16 exactly, one cvt a pair) on
- * page_ring.cuh's layout: a K or V head tile is BLOCKS blocks of 16 rows x 128 codes, 16-byte chunk c
- * of row r stored at chunk c ^ (r % 8) (the copies' 128-byte swizzle; each tile 1024-byte aligned).
- * Lane (gq, tq) = (lane / 4, lane % 4) of the mma fragments: the scores' columns 2 tq, 2 tq + 1 are qo
- * heads 2 tq, 2 tq + 1 of the kv head's group, its rows gq and gq + 8 the tile's tokens. */
+ * (v9_fp8_tma_pages, v10_fp8_page_heads, v14_fp8_early_release): q as the fp16 B operand, one
+ * online-softmax update over a 16-token tile of codes in a ring stage (the lane's codes read out of the
+ * stage, then the arithmetic on them: v14 hands the stage back between the two), and the warp's state
+ * written for finish_cta. It is v7's arithmetic (v7_fp8_f16_mma says why fp16: e4m3 codes become fp16
+ * exactly, one cvt a pair) on page_ring.cuh's layout: a K or V head tile is BLOCKS blocks of 16 rows x
+ * 128 codes, 16-byte chunk c of row r stored at chunk c ^ (r % 8) (the copies' 128-byte swizzle; each
+ * tile 1024-byte aligned). Lane (gq, tq) = (lane / 4, lane % 4) of the mma fragments: the scores'
+ * columns 2 tq, 2 tq + 1 are qo heads 2 tq, 2 tq + 1 of the kv head's group, its rows gq and gq + 8 the
+ * tile's tokens. */
 #pragma once
 
 #include <stdint.h>

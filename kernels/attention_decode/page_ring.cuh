@@ -1,7 +1,7 @@
 /* The TMA side of the decode variants that feed a ring of shared-memory stages from the paged cache
- * with bulk tensor copies (v8_tma_pages and v12_cp_async_gather: 16-bit K/V; v9_fp8_tma_pages and
- * v10_fp8_page_heads: e4m3 codes): the cache's tensor maps on the host, and the producer warp's loop
- * on the device.
+ * with bulk tensor copies (v8_tma_pages, v12_cp_async_gather and v13_cluster_merge: 16-bit K/V;
+ * v9_fp8_tma_pages, v10_fp8_page_heads and v14_fp8_early_release: e4m3 codes): the cache's tensor maps
+ * on the host, and the producer warp's loop on the device.
  *
  * A stage holds one tile of 16 tokens of HEADS consecutive kv heads (1 for v8 and v9): its K half,
  * then its V half; a half is HEADS head tiles, each BLOCKS blocks of 16 rows x 128 bytes (64 16-bit
@@ -13,7 +13,8 @@
  * each of the 16 rows of every head tile and block is a box of 1 row (v12: cp.async, 16 bytes a lane),
  * landing at the row's place in the same layout; rows past the chunk copy its last token again
  * (finite data the consumers mask), so every tile brings the same bytes to its full barrier. After
- * the key loop the CTA finishes with decode.cuh's finish_cta (v10, over its HEADS: finish_cta_heads). */
+ * the key loop the CTA finishes with decode.cuh's finish_cta (v10 and v14, over their HEADS:
+ * finish_cta_heads). */
 #pragma once
 
 #include <cudaTypedefs.h>

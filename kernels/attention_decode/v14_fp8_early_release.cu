@@ -35,12 +35,12 @@ namespace {
  * block of 16 rows x 128 codes (head_dim 128). */
 template <int HB> struct early_ring_shape {
     static constexpr int HD = 128, CW = HB, THREADS = 32 * (CW + 1), PRODUCER = CW;
-    static constexpr uint32_t HEAD_TILE = 16 * 128;       /* one head's K (or V) of a tile */
+    static constexpr uint32_t HEAD_TILE = 16 * 128;        /* one head's K (or V) of a tile */
     static constexpr uint32_t TILE_HALF = HB * HEAD_TILE;  /* the heads' K (or V) */
     static constexpr uint32_t STAGE_BYTES = 2 * TILE_HALF; /* a stage: K then V */
     static constexpr int STAGES = (64 * 1024 / STAGE_BYTES > 3 ? 64 * 1024 / STAGE_BYTES : 3);
-    static constexpr int ROW = HD + 2;          /* merged rows: acc, m, l */
-    static constexpr int MERGE_ROWS = 8 + 8;    /* a head's: its warp's 8 rows, then res */
+    static constexpr int ROW = HD + 2;       /* merged rows: acc, m, l */
+    static constexpr int MERGE_ROWS = 8 + 8; /* a head's: its warp's 8 rows, then res */
     static constexpr int RING = STAGES * STAGE_BYTES;
     static constexpr int SMEM = 1024 + RING + 2 * STAGES * 8; /* alignment slack, the ring, its barriers */
     static_assert(HB * MERGE_ROWS * ROW * 4 <= RING, "the merge reuses the ring");
