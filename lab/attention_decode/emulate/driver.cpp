@@ -68,6 +68,8 @@ const std::vector<problem> &problems()
         {"one query, head_dim 256, page 5, split", KL_F16, 256, 8, 2, 5, {1300, 9}, {}, 19},
         {"one query, page 32, split", KL_BF16, 128, 8, 2, 32, {1000, 45, 16}, {}, 20},
         {"fp8, q heads 1e-3 .. 1e5", KL_BF16, 128, 8, 2, 16, {37, 300, 5}, {}, 18, true, true},
+        /* 3 kv heads: the FP8 rungs that take several heads a CTA fall back to one */
+        {"fp8, 3 kv heads, fp16, split", KL_F16, 128, 6, 3, 16, {700, 40}, {}, 21, true},
         {"one query, page 1, head_dim 64, split", KL_F16, 64, 8, 2, 1, {3000, 17}, {}, 21},
         {"one query, 34768 keys: 17 splits of <= 2048 (v8)", KL_BF16, 64, 4, 1, 16, {34768}, {}, 22},
         /* The same long request beside short ones, whose larger outputs dominate the batch's rel_l2:

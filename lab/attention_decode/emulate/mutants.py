@@ -135,6 +135,12 @@ MUTANTS = [
         "edits": [("kl::ptx::mbar_init(&empty[s], 32 * HB);", "kl::ptx::mbar_init(&empty[s], 32);")],
         "expect": "outside the attention policy's bound",
     },
+    {   # v14: two heads a CTA whenever there are two, so an odd head count leaves its last head out
+        "name": "mutant_v14_heads_rounded_down",
+        "variant": "v14_fp8_early_release",
+        "edits": [("if (p->num_kv_heads % 2 == 0) return launch_shape<T, 2>", "if (p->num_kv_heads >= 2) return launch_shape<T, 2>")],
+        "expect": "outside the attention policy's bound",
+    },
     {   # v12: a stage's full barrier counting one arrival, not the producer's 32: the phase completes
         # when the first lane's copies have landed, while the other lanes' rows are still in flight (the
         # emulator sees the 31 arrivals past the count)
