@@ -308,6 +308,24 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap *map
                  : "memory");
 }
 
+/* An L2 cache policy under which the lines a copy brings in are the first to be evicted: for bytes a
+ * kernel reads once (createpolicy; pass it to tma_load_3d_hint). */
+__device__ __forceinline__ uint64_t l2_evict_first_policy()
+{
+    uint64_t policy;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+    return policy;
+}
+/* tma_load_3d whose lines enter L2 under `policy` (l2_evict_first_policy). */
+__device__ __forceinline__ void tma_load_3d_hint(uint32_t dst, const CUtensorMap *map, int c0, int c1, int c2,
+                                                 uint64_t *bar, uint64_t policy)
+{
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint "
+                 "[%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(dst),
+                 "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(smem_addr(bar)), "l"(policy)
+                 : "memory");
+}
+
 /* ---- clusters: CTAs launched together on one GPC, each reaching the others' shared memory ---- */
 
 /* This CTA's rank in its cluster. */

@@ -90,8 +90,10 @@ __device__ __forceinline__ void gather_rows_cp_async(const kl_attention_decode_p
  * CP_ASYNC_ROWS (v12): the gathered tiles come by cp.async instead of row boxes, 16 bytes a lane, a
  * warp instruction covering 512 contiguous bytes of the cache (whole rows, so each 32-byte sector is
  * asked for once), each lane's copies counted by its cp.async.mbarrier.arrive; the full barriers then
- * count 32 arrivals, a box tile's too (lane 0 announcing the bytes, the others plain arrivals). */
-template <int STAGES, int BLOCKS, int COLS, int HEADS = 1, bool CP_ASYNC_ROWS = false>
+ * count 32 arrivals, a box tile's too (lane 0 announcing the bytes, the others plain arrivals).
+ * EVICT_FIRST (v14): every bulk tensor copy brings its lines into L2 under an evict-first policy
+ * (K and V are read once). */
+template <int STAGES, int BLOCKS, int COLS, int HEADS = 1, bool CP_ASYNC_ROWS = false, bool EVICT_FIRST = false>
 __device__ __forceinline__ void produce_page_tiles(const CUtensorMap *k_box, const CUtensorMap *v_box,
                                                    const CUtensorMap *k_row, const CUtensorMap *v_row, bool boxes,
                                                    const kl_attention_decode_params &p, int b, int g0, int t0, int t1,
@@ -117,6 +119,11 @@ __device__ __forceinline__ void produce_page_tiles(const CUtensorMap *k_box, con
     auto copy_dst = [&](int c) {
         return (uint32_t)(c / (HEADS * BLOCKS)) * TILE_HALF + (uint32_t)(c / BLOCKS % HEADS) * HEAD_TILE +
                (uint32_t)(c % BLOCKS) * BLOCK_BYTES;
+    };
+    const uint64_t policy = EVICT_FIRST ? kl::ptx::l2_evict_first_policy() : 0;
+    auto copy = [&](uint32_t dst, const CUtensorMap *map, int c0, int c1, int c2, uint64_t *bar) {
+        if constexpr (EVICT_FIRST) kl::ptx::tma_load_3d_hint(dst, map, c0, c1, c2, bar, policy);
+        else kl::ptx::tma_load_3d(dst, map, c0, c1, c2, bar);
     };
     int ahead[AHEAD];
 #pragma unroll
@@ -151,15 +158,15 @@ __device__ __forceinline__ void produce_page_tiles(const CUtensorMap *k_box, con
                     /* 16 whole slots of one page (t0 + 16 i is a multiple of 16, and so is the page
                      * size): lane c < COPIES copies box c. */
                     if (lane < COPIES)
-                        kl::ptx::tma_load_3d(stage + copy_dst(lane), copy_map(lane, k_box, v_box),
-                                             COLS * (lane % BLOCKS), g0 + lane / BLOCKS % HEADS, first, &full[st]);
+                        copy(stage + copy_dst(lane), copy_map(lane, k_box, v_box), COLS * (lane % BLOCKS),
+                             g0 + lane / BLOCKS % HEADS, first, &full[st]);
                 } else {
                     /* Row lane % 16 of copies lane / 16, lane / 16 + 2, ...: every lane gathers the
                      * token whose slot it was handed. */
 #pragma unroll
                     for (int c = lane / 16; c < COPIES; c += 2)
-                        kl::ptx::tma_load_3d(stage + copy_dst(c) + (lane % 16) * 128, copy_map(c, k_row, v_row),
-                                             COLS * (c % BLOCKS), g0 + c / BLOCKS % HEADS, slot, &full[st]);
+                        copy(stage + copy_dst(c) + (lane % 16) * 128, copy_map(c, k_row, v_row), COLS * (c % BLOCKS),
+                             g0 + c / BLOCKS % HEADS, slot, &full[st]);
                 }
             }
         }

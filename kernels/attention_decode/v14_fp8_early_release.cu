@@ -13,7 +13,12 @@
  * back to the producer when the HB warps have read it. The producer loop (page_ring.cuh, HEADS = HB),
  * the merge and finish (decode.cuh's finish_cta_heads) and the split (the number of splits whose CTAs
  * fill the SMs' slots in the fewest waves of the least work each, from the params alone: graph replays
- * are safe) are v10's.
+ * are safe) are v10's. Two more changes from v10 on the bytes' path: the producer's copies bring K and V
+ * into L2 under an evict-first policy (each byte is read once), and where the kv heads make an even
+ * number of head groups, the CTAs of a request and split are launched as clusters of two along y: two
+ * neighbouring groups read neighbouring bytes of each slot's row (at 8 kv heads, its two halves), and
+ * a cluster's CTAs start together on one GPC, so both parts of a row are asked of memory at about the
+ * same time.
  * Bound: the read bandwidth on K/V at one byte an element, plus q, out and the page table.
  * bf16/fp16 q and out, head_dim 128 (else cudaErrorNotSupported: at 256 a lane's codes would be 64
  * registers), a GQA group of at most 8 qo heads, one query token per request, sm_90a.
@@ -93,8 +98,9 @@ static __global__ void __launch_bounds__(early_ring_shape<HB>::THREADS)
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0}; /* heads 2 tq and 2 tq + 1 */
 
     if (warp == S::PRODUCER) {
-        kl::decode::produce_page_tiles<STAGES, 1, 128, HB>(&k_box, &v_box, &k_row, &v_row, boxes, p, b, g0, t0, t1,
-                                                           ring_at, full, empty);
+        /* <..., HB heads, no cp.async rows, evict-first copies> */
+        kl::decode::produce_page_tiles<STAGES, 1, 128, HB, false, true>(&k_box, &v_box, &k_row, &v_row, boxes, p, b,
+                                                                        g0, t0, t1, ring_at, full, empty);
     } else {
         /* q as the fp16 B operand, and the scores in log2 units with this head's k_scale folded in. */
         uint32_t qf[HD / 16][2];
@@ -151,11 +157,14 @@ static cudaError_t launch_shape(const struct kl_attention_decode_params *p, cons
         return cudaErrorInvalidValue;
     }
     const dim3 grid((unsigned)p->batch, (unsigned)(p->num_kv_heads / HB), (unsigned)plan.splits);
-    /* kl::launch_pdl with the ring's dynamic shared memory: a programmatic dependent launch. */
-    cudaLaunchAttribute attr[1];
+    /* kl::launch_pdl with the ring's dynamic shared memory: a programmatic dependent launch; where the
+     * head groups pair up, a cluster of 2 along y. */
+    cudaLaunchAttribute attr[2];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t cfg = {grid, dim3(S::THREADS), (size_t)S::SMEM, stream, attr, 1};
+    attr[1].id = cudaLaunchAttributeClusterDimension;
+    attr[1].val.clusterDim.x = 1, attr[1].val.clusterDim.y = 2, attr[1].val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg = {grid, dim3(S::THREADS), (size_t)S::SMEM, stream, attr, grid.y % 2 == 0 ? 2u : 1u};
     return cudaLaunchKernelEx(&cfg, decode_v14<T, HB>, m.k_box, m.v_box, m.k_row, m.v_row, *p, (int)plan.chunk,
                               m.boxes);
 }

@@ -69,6 +69,14 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap *map
 {
     ::emu::tma_load(dst, map, c0, c1, c2, smem_addr(bar), (uint16_t)(1u << ::emu::cur->c->rank), emu_at);
 }
+/* A cache policy decides only where lines live in L2: the emulated copy lands the same. */
+__device__ __forceinline__ uint64_t l2_evict_first_policy() { return 0; }
+__device__ __forceinline__ void tma_load_3d_hint(uint32_t dst, const CUtensorMap *map, int c0, int c1, int c2,
+                                                 uint64_t *bar, uint64_t policy, ::emu::site emu_at = EMU_HERE)
+{
+    (void)policy;
+    ::emu::tma_load(dst, map, c0, c1, c2, smem_addr(bar), (uint16_t)(1u << ::emu::cur->c->rank), emu_at);
+}
 __device__ __forceinline__ uint32_t cluster_rank() { return ::emu::cur->c->rank; }
 __device__ __forceinline__ void cluster_sync(::emu::site emu_at = EMU_HERE) { ::emu::cluster_sync(emu_at); }
 __device__ __forceinline__ void mbar_arrive_cluster(uint64_t *bar, uint32_t rank, ::emu::site emu_at = EMU_HERE)
