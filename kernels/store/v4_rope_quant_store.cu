@@ -3,7 +3,7 @@
  * cache): one launch instead of two, k read once instead of twice (rope, then store) and never written back,
  * and K/V stored at one byte an element instead of two; q is read and written once either way.
  * Work mapping: a thread owns one chunk of 8 elements (16 bytes of bf16/fp16) of one head of one token:
- * grid tokens x (heads x chunks a head, in blocks of <= 256), heads = q heads, then k, then v, as the qkv row
+ * grid tokens x (heads x chunks a head, in blocks of <= 128), heads = q heads, then k, then v, as the qkv row
  * holds them, so a warp reads 512 contiguous bytes. A q or k chunk inside rotary_dim is rotated in float32
  * (neox: the partner chunk half a rotary span away is loaded too, from L1: its owner loads the same bytes;
  * interleaved: the partners sit in the chunk); q goes back to q_out (16-byte store), k and v are multiplied
@@ -11,7 +11,10 @@
  * e4m3x2, through cuda_fp8.h) into one 8-byte store of the cache row. Odd shapes or alignments: one
  * element a thread, the same arithmetic. A decode batch is launched as a programmatic dependent (sm_90, as
  * store's v3_pdl_one_trip): slot, position, cos/sin and scales are loaded before griddepcontrol.wait, qkv
- * after it. Many tokens: no PDL, and qkv is loaded first, so its trip overlaps the position -> cos/sin chain.
+ * after it. Each block releases the next kernel at its first instruction: the next launch waits for all
+ * of this grid's releases, and a release placed after those loads would wait for a memory trip (the
+ * cos/sin loads are addressed by the position; the scale's reciprocal is computed before the wait).
+ * Many tokens: no PDL, and qkv is loaded first, so its trip overlaps the position -> cos/sin chain.
  * Bound: DRAM bandwidth on qkv read + q written + K/V bytes written (lab/store/perf.c's fused model).
  * Run alone: build/kernlab bench store --variant v4_rope_quant_store --workload fused-prefill-8k */
 #include <cuda_fp8.h>
@@ -21,7 +24,7 @@
 #include "kernels/store/store.h"
 #include "kernels/variant.h"
 
-constexpr int kThreads = 256;       /* at most, per block; a token's chunks take ceil(chunks / 256) blocks */
+constexpr int kThreads = 128;       /* at most, per block; a token's chunks take ceil(chunks / 128) blocks */
 constexpr int kThreadsPerSm = 1024; /* few tokens: the grid fits beside the previous kernel's blocks (PDL) */
 
 static __device__ unsigned bad_slot; /* see store.h: set when a slot >= num_slots is skipped */
@@ -74,6 +77,7 @@ static __global__ void __launch_bounds__(kThreads)
                         int64_t num_slots)
 {
     static_assert(VEC == 1 || VEC == 16 / sizeof(T), "a chunk is one element or one 16-byte word");
+    if constexpr (PDL) kl::pdl_release(); /* first: see the header */
     const int64_t t = blockIdx.x;
     const int heads = q_heads + 2 * kv_heads, chunks = head_dim / VEC;
     const int j = blockIdx.y * blockDim.x + threadIdx.x, h = j / chunks, e0 = (j - h * chunks) * VEC;
@@ -103,7 +107,6 @@ static __global__ void __launch_bounds__(kThreads)
     }
     const float inv_scale = is_q || !live ? 1.0f : __frcp_rn(__ldg((is_v ? v_scale : k_scale) + kh));
     if constexpr (PDL) {
-        kl::pdl_release();
         kl::pdl_wait(); /* qkv comes from the kernel before us (the QKV GEMM) */
         if (live) load_operands<T, NEOX, VEC>(x, e0, half, rotary_chunk, first_half, xv, p);
     }

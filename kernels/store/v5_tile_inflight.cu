@@ -5,13 +5,14 @@
  * rotary: both halves of its pairs, chunks i and i + m, so no chunk is loaded twice; elsewhere chunks j and
  * j + ceil(n/2), lanes on consecutive chunks so every access instruction stays coalesced) for a TILE of
  * kTile consecutive tokens, and issues all 2 x kTile qkv loads first; the block loads the tile's cos/sin
- * rows once into shared memory under them, so no thread holds the table in registers across the wait.
- * Grid: token tiles x (heads x pairs a head, in blocks of <= 256): a quarter of v4's threads.
+ * rows once into shared memory under them, so no thread holds the table in registers.
+ * Grid: token tiles x (heads x pairs a head, in blocks of <= 96): a quarter of v4's threads; small blocks,
+ * so the barrier after the table holds few warps.
  * The arithmetic is v4's, operation for operation: RoPE in float32 as fmaf(x, c, -+(p * s)), K/V times
  * __frcp_rn(scale), cvt.rn.satfinite e4m3x2; q_out one 16-byte store a chunk, a cache row 8 bytes.
- * A small grid (a decode batch) is a programmatic dependent on sm_90 (slots, positions, the table and the
- * scales before griddepcontrol.wait, qkv after), as v4. Shapes v4 runs one element a thread, and rotary
- * spans past the table (> 256): v4's own launcher.
+ * A small grid (a decode batch) on sm_90: v4's own launcher, whose programmatic dependent launch with one
+ * chunk a thread over every SM is faster there than tiles over half of them. Shapes v4 runs one element a
+ * thread, and rotary spans past the table (> 256): v4's launcher too.
  * Bound: DRAM bandwidth on qkv read + q written + K/V bytes written (lab/store/perf.c's fused model).
  * Run alone: build/kernlab bench store --variant v5_tile_inflight --workload fused-prefill-8k */
 #include <cuda_fp8.h>
@@ -21,10 +22,10 @@
 #include "kernels/store/store.h"
 #include "kernels/variant.h"
 
-constexpr int kThreads = 256;       /* at most, per block; a token's pairs take ceil(pairs / 256) blocks */
-constexpr int kThreadsPerSm = 1024; /* few tokens: the grid fits beside the previous kernel's blocks (PDL) */
+constexpr int kThreads = 96;        /* at most, per block; a token tile's pairs take ceil(pairs / 96) blocks */
+constexpr int kThreadsPerSm = 1024; /* few tokens (the grid fits beside the previous kernel's blocks): v4 */
 constexpr int kTile = 2;            /* tokens a thread carries: 4 x 16 B of qkv in flight */
-constexpr int kMinBlocks = 4;       /* per SM: caps registers at 64, 1024 threads x 64 B in flight */
+constexpr int kRegisters = 64;      /* a thread's at most: 1024 threads x 64 B in flight an SM */
 constexpr int kMaxRotary = 256;     /* the shared cos/sin table's row; a longer rotary span: v4 */
 
 static __device__ unsigned bad_slot; /* see store.h: set when a slot >= num_slots is skipped */
@@ -48,24 +49,20 @@ __device__ __forceinline__ uint2 quant8(const float (&o)[8], float inv_scale)
 }
 
 /* qkv is read once: at many tokens an evict-first load keeps it from pushing the cache rows attention reads
- * next out of L2; a decode batch's qkv was just written by the GEMM and sits in L2 either way. */
-template <bool STREAM> __device__ __forceinline__ uint4 load16(const void *p)
-{
-    if constexpr (STREAM) return __ldcs(reinterpret_cast<const uint4 *>(p));
-    else return *reinterpret_cast<const uint4 *>(p);
-}
+ * next out of L2. */
+__device__ __forceinline__ uint4 load16(const void *p) { return __ldcs(reinterpret_cast<const uint4 *>(p)); }
 
 /* Chunks a and b (b where has_b) of one head for each token of the tile inside num_tokens: x is the head's
  * row of token t0, rows `width` elements apart. */
-template <typename T, bool STREAM>
+template <typename T>
 __device__ __forceinline__ void load_tile(const T *x, int width, int64_t t0, int64_t num_tokens, int a, int b,
                                           bool has_b, uint4 (&xa)[kTile], uint4 (&xb)[kTile])
 {
 #pragma unroll
     for (int u = 0; u < kTile; u++) {
         if (t0 + u >= num_tokens) break;
-        xa[u] = load16<STREAM>(x + (int64_t)u * width + 8 * a);
-        if (has_b) xb[u] = load16<STREAM>(x + (int64_t)u * width + 8 * b);
+        xa[u] = load16(x + (int64_t)u * width + 8 * a);
+        if (has_b) xb[u] = load16(x + (int64_t)u * width + 8 * b);
     }
 }
 
@@ -103,8 +100,8 @@ __device__ __forceinline__ void lds4(const float *p, float *out)
  * C = head_dim / 8 chunks has m = rotary_dim / 16 neox pairs (i, i + m) (m = 0 interleaved), then the
  * n = C - 2m chunks left as pairs (2m + i', 2m + i' + ceil(n / 2)), the second absent when n is odd; every
  * head (q, k and v) is cut the same way, so pairs = m + ceil(n / 2) a head. */
-template <typename T, bool NEOX, bool PDL>
-static __global__ void __launch_bounds__(kThreads, kMinBlocks)
+template <typename T, bool NEOX>
+static __global__ void __launch_bounds__(kThreads, 65536 / (kThreads * kRegisters))
     rope_quant_store_v5(const T *__restrict__ qkv, T *q_out, const int64_t *__restrict__ positions,
                         const int64_t *__restrict__ slots, const float *__restrict__ cos_sin,
                         const float *__restrict__ k_scale, const float *__restrict__ v_scale, uint8_t *k_cache,
@@ -130,13 +127,10 @@ static __global__ void __launch_bounds__(kThreads, kMinBlocks)
     const T *x0 = qkv + (t0 * heads + h) * (int64_t)head_dim; /* head h of token t0 */
 
     uint4 xa[kTile], xb[kTile];
-    /* Many tokens (no PDL): qkv is no pending output of a kernel still running, so its loads go out first,
-     * all 2 x kTile of them, and overlap the position -> cos/sin chain below (two dependent trips). */
-    if constexpr (!PDL)
-        if (live) load_tile<T, true>(x0, heads * head_dim, t0, num_tokens, a, b, has_b, xa, xb);
+    /* The qkv loads go out first, all 2 x kTile of them, and overlap the position -> cos/sin chain below
+     * (two dependent trips). */
+    if (live) load_tile<T>(x0, heads * head_dim, t0, num_tokens, a, b, has_b, xa, xb);
 
-    /* Before the wait: the scheduler's slots and positions (copied in before the forward pass), the cos/sin
-     * table and the scales (constants): nothing a kernel of this step writes. */
     int64_t slot[kTile];
     bool rotate_u[kTile];
 #pragma unroll
@@ -158,11 +152,6 @@ static __global__ void __launch_bounds__(kThreads, kMinBlocks)
     }
     const float inv_scale = is_q || !live ? 1.0f : __frcp_rn(__ldg((is_v ? v_scale : k_scale) + kh));
     __syncthreads(); /* the table is whole before any thread reads another's quads */
-    if constexpr (PDL) {
-        kl::pdl_release();
-        kl::pdl_wait(); /* qkv comes from the kernel before us (the QKV GEMM) */
-        if (live) load_tile<T, false>(x0, heads * head_dim, t0, num_tokens, a, b, has_b, xa, xb);
-    }
     if (!live) return;
 
 #pragma unroll
@@ -206,25 +195,42 @@ static __global__ void __launch_bounds__(kThreads, kMinBlocks)
     }
 }
 
-template <typename T, bool NEOX>
-static cudaError_t launch_k(const struct kl_store_params *p, int cc, cudaStream_t stream)
+/* The pairs of a head: m = rotary_dim / 16 neox pairs (0 interleaved), then the rest of the chunks in pairs. */
+struct pair_cut {
+    int m, rest, pairs;
+};
+static pair_cut cut_pairs(const struct kl_store_params *p)
 {
-    const int chunks = (int)(p->head_dim / 8), m = NEOX ? (int)(p->rotary_dim / 16) : 0;
-    const int rest = (chunks - 2 * m + 1) / 2, pairs = m + rest;
+    const int chunks = (int)(p->head_dim / 8), m = p->is_neox ? (int)(p->rotary_dim / 16) : 0;
+    const int rest = (chunks - 2 * m + 1) / 2;
+    return {m, rest, m + rest};
+}
+
+template <typename T, bool NEOX>
+static cudaError_t launch_k(const struct kl_store_params *p, cudaStream_t stream)
+{
+    const pair_cut c = cut_pairs(p);
     unsigned per_token, threads;
-    kl::split_even((p->num_qo_heads + 2 * p->num_kv_heads) * pairs, kThreads, &per_token, &threads);
+    kl::split_even((p->num_qo_heads + 2 * p->num_kv_heads) * c.pairs, kThreads, &per_token, &threads);
     const int64_t tiles = (p->num_tokens + kTile - 1) / kTile;
-    /* PDL where the grid is small enough to start beside the previous kernel's blocks (a decode batch). */
-    const bool pdl = cc >= 90 && tiles * per_token * threads <= (int64_t)kl::this_device().sms * kThreadsPerSm;
-    auto kernel = pdl ? rope_quant_store_v5<T, NEOX, true> : rope_quant_store_v5<T, NEOX, false>;
-    return kl::launch_pdl(kernel, dim3((unsigned)tiles, per_token), dim3(threads), pdl, stream, (const T *)p->qkv,
-                          (T *)p->q_out, p->positions, p->slots, p->cos_sin_cache, p->k_scale, p->v_scale,
-                          (uint8_t *)p->k_cache, (uint8_t *)p->v_cache, p->num_tokens, (int)p->num_qo_heads,
-                          (int)p->num_kv_heads, (int)p->head_dim, (int)p->rotary_dim, p->max_pos, p->num_slots, m,
-                          rest, pairs);
+    rope_quant_store_v5<T, NEOX><<<dim3((unsigned)tiles, per_token), threads, 0, stream>>>(
+        (const T *)p->qkv, (T *)p->q_out, p->positions, p->slots, p->cos_sin_cache, p->k_scale, p->v_scale,
+        (uint8_t *)p->k_cache, (uint8_t *)p->v_cache, p->num_tokens, (int)p->num_qo_heads, (int)p->num_kv_heads,
+        (int)p->head_dim, (int)p->rotary_dim, p->max_pos, p->num_slots, c.m, c.rest, c.pairs);
+    return cudaGetLastError();
 }
 
 static bool aligned(const void *p, uintptr_t n) { return ((uintptr_t)p & (n - 1)) == 0; }
+
+/* A grid small enough to start beside the previous kernel's blocks (a decode batch), on sm_90. */
+static bool small_grid(const struct kl_store_params *p)
+{
+    const kl::device_caps dev = kl::this_device();
+    unsigned per_token, threads;
+    kl::split_even((p->num_qo_heads + 2 * p->num_kv_heads) * cut_pairs(p).pairs, kThreads, &per_token, &threads);
+    const int64_t tiles = (p->num_tokens + kTile - 1) / kTile;
+    return dev.cc >= 90 && tiles * per_token * threads <= (int64_t)dev.sms * kThreadsPerSm;
+}
 
 static cudaError_t launch(const struct kl_store_params *p, cudaStream_t stream)
 {
@@ -236,7 +242,7 @@ static cudaError_t launch(const struct kl_store_params *p, cudaStream_t stream)
                      p->rotary_dim <= kMaxRotary && aligned(p->qkv, 16) &&
                      aligned(p->q_out, 16) && aligned(p->cos_sin_cache, 16) && aligned(p->k_cache, 8) &&
                      aligned(p->v_cache, 8);
-    if (!vec) { /* v4's own launcher: its scalar path, or its chunks for a rotary span past the table */
+    if (!vec || small_grid(p)) { /* v4's own launcher: a decode batch, its scalar path, or a long rotary span */
         const struct kl_variant *v4 = kl_variant_find("store", "v4_rope_quant_store");
         if (!v4) {
             fprintf(stderr, "store v5_tile_inflight: v4_rope_quant_store is not built\n");
@@ -247,13 +253,13 @@ static cudaError_t launch(const struct kl_store_params *p, cudaStream_t stream)
     unsigned *flag;
     if ((rc = cudaGetSymbolAddress((void **)&flag, bad_slot)) != cudaSuccess) return rc;
     if ((rc = kl_store_validate_begin(p, flag, stream)) != cudaSuccess) return rc;
-    const int cc = kl::this_device().cc;
     if (p->dtype == KL_BF16)
-        rc = p->is_neox ? launch_k<__nv_bfloat16, true>(p, cc, stream) : launch_k<__nv_bfloat16, false>(p, cc, stream);
-    else rc = p->is_neox ? launch_k<__half, true>(p, cc, stream) : launch_k<__half, false>(p, cc, stream);
+        rc = p->is_neox ? launch_k<__nv_bfloat16, true>(p, stream) : launch_k<__nv_bfloat16, false>(p, stream);
+    else rc = p->is_neox ? launch_k<__half, true>(p, stream) : launch_k<__half, false>(p, stream);
     if (rc != cudaSuccess) return rc;
     return kl_store_validate_end(p, flag, stream, "v5_tile_inflight");
 }
 
 KL_VARIANT(store, v5_tile_inflight, launch, .min_cc = 80,
-           .summary = "fused: a thread owns both chunks of a pair for 2 tokens, 4 x 16 B qkv loads before any use");
+           .summary = "fused: a thread owns both chunks of a pair for 2 tokens, 4 x 16 B qkv loads before any use; "
+                      "a decode batch: v4");
