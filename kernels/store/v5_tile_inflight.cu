@@ -10,9 +10,10 @@
  * so the barrier after the table holds few warps.
  * The arithmetic is v4's, operation for operation: RoPE in float32 as fmaf(x, c, -+(p * s)), K/V times
  * __frcp_rn(scale), cvt.rn.satfinite e4m3x2; q_out one 16-byte store a chunk, a cache row 8 bytes.
- * A small grid (a decode batch) on sm_90: v4's own launcher, whose programmatic dependent launch with one
- * chunk a thread over every SM is faster there than tiles over half of them. Shapes v4 runs one element a
- * thread, and rotary spans past the table (> 256): v4's launcher too.
+ * A small grid (a decode batch) on sm_90: v4's own launcher, a programmatic dependent launch with one chunk
+ * a thread: there the time is a chain of dependent trips, which a tile of two tokens a thread only
+ * lengthens. Shapes v4 runs one element a thread, and rotary spans past the table (> 256): v4's launcher
+ * too.
  * Bound: DRAM bandwidth on qkv read + q written + K/V bytes written (lab/store/perf.c's fused model).
  * Run alone: build/kernlab bench store --variant v5_tile_inflight --workload fused-prefill-8k */
 #include <cuda_fp8.h>
@@ -25,7 +26,7 @@
 constexpr int kThreads = 96;        /* at most, per block; a token tile's pairs take ceil(pairs / 96) blocks */
 constexpr int kThreadsPerSm = 1024; /* few tokens (the grid fits beside the previous kernel's blocks): v4 */
 constexpr int kTile = 2;            /* tokens a thread carries: 4 x 16 B of qkv in flight */
-constexpr int kRegisters = 64;      /* a thread's at most: 1024 threads x 64 B in flight an SM */
+constexpr int kRegisters = 64;      /* a thread's at most: ten blocks an SM, 64 B in flight a thread */
 constexpr int kMaxRotary = 256;     /* the shared cos/sin table's row; a longer rotary span: v4 */
 
 static __device__ unsigned bad_slot; /* see store.h: set when a slot >= num_slots is skipped */
