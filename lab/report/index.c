@@ -35,7 +35,10 @@ static int target_met(const cJSON *r, const char *wl, const struct kl_target *x,
  * would: "v3_x: 4 of 4 targets met", then every miss, every target the variant has no row for,
  * throttled rows, and the workloads without a target row (ungated). A workload the file names
  * another gated variant for (a gated_variant row with a pattern) is judged on that one, and the
- * line names it. Never a peer, never another variant in the gated one's place. */
+ * line names it. Never a peer, never another variant in the gated one's place. The workloads are
+ * those with a row from this device, then those a target row names exactly (no pattern) that have
+ * none: their targets count, each "not measured", so results missing a workload never read as a
+ * shorter list of targets. */
 static void gate_summary(char *buf, size_t len, const struct kl_guide *on, const struct kl_targets *t90)
 {
     const cJSON *any = NULL;
@@ -61,10 +64,21 @@ static void gate_summary(char *buf, size_t len, const struct kl_guide *on, const
                                        ou ? ", " : "", wl);
             continue;
         }
-        if (!kl_guide_has_row(on, wl)) continue; /* a workload this device did not run at all */
+        if (!kl_guide_has_row(on, wl)) continue; /* counted below, if a target names it */
         const char *judged = kl_targets_gated_for(t, on->name, wl);
         for (int k = 0; k < n; k++) /* each target of the workload counts */
             met += target_met(kl_guide_row(on, judged, wl), wl, rows[k], misses, sizeof misses, &om), targets++;
+    }
+    for (int i = 0; t && i < t->count; i++) { /* the named workloads this device has no row for */
+        const char *wl = t->rows[i].workload;
+        if (strcmp(t->rows[i].module, on->name) != 0 || strpbrk(wl, "*?[") || kl_guide_has_row(on, wl)) continue;
+        bool seen = false; /* another target row of the same workload came first */
+        for (int k = 0; k < i && !seen; k++)
+            seen = strcmp(t->rows[k].module, on->name) == 0 && strcmp(t->rows[k].workload, wl) == 0;
+        if (seen) continue;
+        const struct kl_target *rows[KL_MAX_TARGETS_PER_WORKLOAD];
+        const int n = kl_targets_for(t, on->name, wl, rows, KL_MAX_TARGETS_PER_WORKLOAD);
+        for (int k = 0; k < n; k++) target_met(NULL, wl, rows[k], misses, sizeof misses, &om), targets++;
     }
     o += (size_t)snprintf(buf + o, o < len ? len - o : 0, "`%s`", gated);
     for (int i = 0; t && i < t->n_gated; i++)
@@ -104,8 +118,9 @@ int kl_rep_write_index(const char *out, struct kl_guide *mods, int n, const stru
                 g + 1 == ngpu ? ", each run on its own; a cell names the device its figure came from." : "");
     fprintf(f, "\n\nThe gate column judges the variant the targets file names for each module (perf/targets/sm_90.csv; "
                "cpu.csv for modules that run on the CPU), on every workload with a target, as `kernlab bench MODULE "
-               "--gate` does: how many targets it met, then every miss and every workload without a target row "
-               "(ungated). The figure column is the same variant on the module's headline workload.\n\n"
+               "--gate` does: how many targets it met, then every miss, every target with no results row (not "
+               "measured: a workload the targets file names that this device's results lack counts too) and every "
+               "workload without a target row (ungated). The figure column is the same variant on the module's headline workload.\n\n"
                "| module | what | variants measured | gated variant's figure | of its bound | gate |\n"
                "|---|---|---|---|---|---|\n");
     int unmeasured = 0;
