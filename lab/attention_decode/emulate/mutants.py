@@ -141,6 +141,13 @@ MUTANTS = [
         "edits": [("if (p->num_kv_heads % 2 == 0) return launch_shape<T, 2>", "if (p->num_kv_heads >= 2) return launch_shape<T, 2>")],
         "expect": "outside the attention policy's bound",
     },
+    {   # v14: clusters of two along y whatever the head groups: an odd number of them (one group at 2 kv
+        # heads, three at 3) is a grid the cluster does not divide, which the launch refuses
+        "name": "mutant_v14_cluster_on_odd_groups",
+        "variant": "v14_fp8_early_release",
+        "edits": [("attr, grid.y % 2 == 0 ? 2u : 1u};", "attr, 2u};")],
+        "expect": "the launcher returned cudaErrorInvalidValue",
+    },
     {   # v12: a stage's full barrier counting one arrival, not the producer's 32: the phase completes
         # when the first lane's copies have landed, while the other lanes' rows are still in flight (the
         # emulator sees the 31 arrivals past the count)
