@@ -44,8 +44,9 @@ device=${DEVICE:-$(printf '%s' "${gpu:-unknown}" | sed -e 's/^NVIDIA //' -e 's/ 
 data=$out/data/$device
 [ $dry = 1 ] || mkdir -p "$data"
 echo "== $gpu -> $data"
-# The tree copied to the GPU machine has no .git: without KL_COMMIT the results say "unknown".
-[ -d .git ] || [ -n "${KL_COMMIT:-}" ] || echo "warning: no .git and no KL_COMMIT: results will carry commit 'unknown'"
+# The tree copied to the GPU machine may have no .git, or an older checkout's under the copied files:
+# without KL_COMMIT the results say "unknown", or that older commit marked "-dirty" (CMakeLists.txt).
+[ -n "${KL_COMMIT:-}" ] || echo "warning: no KL_COMMIT: results carry the commit of this tree's .git (if any), marked -dirty where files differ"
 finish() { [ $dry = 1 ] || tar czf "$out/logs.tgz" -C "$logs" . ; }
 trap finish EXIT
 run "nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv > '$logs/gpu.txt' 2>&1"
