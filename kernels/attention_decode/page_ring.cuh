@@ -1,7 +1,7 @@
 /* The TMA side of the decode variants that feed a ring of shared-memory stages from the paged cache
  * with bulk tensor copies (v8_tma_pages, v12_cp_async_gather and v13_cluster_merge: 16-bit K/V;
  * v9_fp8_tma_pages, v10_fp8_page_heads and v14_fp8_early_release: e4m3 codes): the cache's tensor maps
- * on the host, and the producer warp's loop on the device.
+ * on the host; on the device the ring's barrier setup before the PDL wait, and the producer warp's loop.
  *
  * A stage holds one tile of 16 tokens of HEADS consecutive kv heads (1 for v8 and v9): its K half,
  * then its V half; a half is HEADS head tiles, each BLOCKS blocks of 16 rows x 128 bytes (64 16-bit
@@ -54,6 +54,25 @@ inline cudaError_t make_page_maps(const struct kl_attention_decode_params *p, kl
 }
 
 /* ---- device ---- */
+
+/* The ring's barriers, then the wait on the previous kernel: thread 0 sets up full[s] counting
+ * full_arrivals (the producer's) and empty[s] counting empty_arrivals (the consumers') for each of the
+ * STAGES stages, the block meets, and only then does it wait for the previous grid, so the setup
+ * overlaps that grid's tail. After it q, the page table and the workspace (any of them possibly the
+ * previous kernel's output) may be read. */
+template <int STAGES>
+__device__ __forceinline__ void init_ring_then_wait(uint64_t *full, uint64_t *empty, int full_arrivals,
+                                                    int empty_arrivals)
+{
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; s++)
+            kl::ptx::mbar_init(&full[s], full_arrivals), kl::ptx::mbar_init(&empty[s], empty_arrivals);
+        kl::ptx::mbar_init_fence();
+    }
+    __syncthreads(); /* the barriers are initialised before any thread or copy uses them */
+    kl::ptx::pdl_release(); /* the next kernel may launch; its pdl_wait waits for this grid to end */
+    kl::ptx::pdl_wait();
+}
 
 /* One tile's rows by cp.async (produce_page_tiles with CP_ASYNC_ROWS): lane j of the warp holds in
  * `slots` the slot of its group's token j, and the tile is the group's half `half` (tokens 16 half ..

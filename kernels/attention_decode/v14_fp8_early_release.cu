@@ -72,14 +72,7 @@ static __global__ void __launch_bounds__(early_ring_shape<HB>::THREADS)
     uint64_t *full = reinterpret_cast<uint64_t *>(ring + S::RING), *empty = full + STAGES; /* after the ring */
     const uint32_t ring_at = kl::ptx::smem_addr(ring);
     __shared__ bool last; /* this CTA merges the request's partials */
-    /* Set up before waiting on the previous kernel: this overlaps its tail. */
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < STAGES; s++) kl::ptx::mbar_init(&full[s], 1), kl::ptx::mbar_init(&empty[s], 32 * HB);
-        kl::ptx::mbar_init_fence();
-    }
-    __syncthreads(); /* the barriers are initialised before any thread or copy uses them */
-    kl::pdl_release(); /* the next kernel may launch; its pdl_wait waits for this grid to end */
-    kl::pdl_wait();    /* q, the page table and the workspace may be the previous kernel's output */
+    kl::decode::init_ring_then_wait<STAGES>(full, empty, 1, 32 * HB); /* overlaps the previous kernel's tail */
 
     const int group = (int)(p.num_qo_heads / p.num_kv_heads), g0 = blockIdx.y * HB;
     const int b = blockIdx.x, n = kl::decode::kv_len(p, b), split = blockIdx.z;

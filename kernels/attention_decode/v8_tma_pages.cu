@@ -58,14 +58,7 @@ static __global__ void __launch_bounds__(32 * (CW + 1))
     uint64_t *full = reinterpret_cast<uint64_t *>(ring + S::RING / 16), *empty = full + STAGES; /* after the ring */
     const uint32_t ring_at = kl::ptx::smem_addr(ring);
     __shared__ bool last; /* this CTA merges the request's partials */
-    /* Set up before waiting on the previous kernel: this overlaps its tail. */
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < STAGES; s++) kl::ptx::mbar_init(&full[s], 1), kl::ptx::mbar_init(&empty[s], 32);
-        kl::ptx::mbar_init_fence();
-    }
-    __syncthreads(); /* the barriers are initialised before any thread or copy uses them */
-    kl::pdl_release(); /* the next kernel may launch; its pdl_wait waits for this grid to end */
-    kl::pdl_wait();    /* q, the page table and the workspace may be the previous kernel's output */
+    kl::decode::init_ring_then_wait<STAGES>(full, empty, 1, 32); /* overlaps the previous kernel's tail */
 
     const int group = (int)(p.num_qo_heads / p.num_kv_heads), blocks = (group + 7) / 8;
     const int b = blockIdx.x, g = blockIdx.y / blocks, h0 = g * group + blockIdx.y % blocks * 8;

@@ -103,7 +103,7 @@ MUTANTS = [
     {   # v10: a stage handed back when one warp of its HB has arrived: the barrier phases run ahead of the ring
         "name": "mutant_v10_stage_freed_by_one_warp",
         "variant": "v10_fp8_page_heads",
-        "edits": [("kl::ptx::mbar_init(&empty[s], 32 * HB);", "kl::ptx::mbar_init(&empty[s], 32);")],
+        "edits": [("(full, empty, 1, 32 * HB)", "(full, empty, 1, 32)")],
         "expect": "deadlock: every live thread of the cluster is blocked",
     },
     {   # v10: every head of the CTA finished from the first head's merge rows (their stride 0)
@@ -132,7 +132,7 @@ MUTANTS = [
         # the other warps' reads, and the barrier phases run ahead of the ring
         "name": "mutant_v14_stage_freed_by_one_warp",
         "variant": "v14_fp8_early_release",
-        "edits": [("kl::ptx::mbar_init(&empty[s], 32 * HB);", "kl::ptx::mbar_init(&empty[s], 32);")],
+        "edits": [("(full, empty, 1, 32 * HB)", "(full, empty, 1, 32)")],
         "expect": "outside the attention policy's bound",
     },
     {   # v14: two heads a CTA whenever there are two, so an odd head count leaves its last head out
@@ -153,7 +153,7 @@ MUTANTS = [
         # emulator sees the 31 arrivals past the count)
         "name": "mutant_v12_full_counts_one_lane",
         "variant": "v12_cp_async_gather",
-        "edits": [("kl::ptx::mbar_init(&full[s], 32)", "kl::ptx::mbar_init(&full[s], 1)")],
+        "edits": [("(full, empty, 32, 32)", "(full, empty, 1, 32)")],
         "expect": "more arrivals on the mbarrier",
     },
     {   # v13: the cluster merge without its first cluster barrier: a CTA reads its neighbours' merged rows
