@@ -196,42 +196,35 @@ static __global__ void __launch_bounds__(kThreads, 65536 / (kThreads * kRegister
     }
 }
 
-/* The pairs of a head: m = rotary_dim / 16 neox pairs (0 interleaved), then the rest of the chunks in pairs. */
-struct pair_cut {
+/* The grid for p: the pairs of a head (m = rotary_dim / 16 neox pairs, 0 interleaved, then the rest of
+ * the chunks in pairs), a token tile's pairs in per_tile blocks of `threads`, and the tiles. */
+struct tile_grid {
     int m, rest, pairs;
+    unsigned per_tile, threads;
+    int64_t tiles;
 };
-static pair_cut cut_pairs(const struct kl_store_params *p)
+static tile_grid grid_of(const struct kl_store_params *p)
 {
-    const int chunks = (int)(p->head_dim / 8), m = p->is_neox ? (int)(p->rotary_dim / 16) : 0;
-    const int rest = (chunks - 2 * m + 1) / 2;
-    return {m, rest, m + rest};
+    tile_grid g;
+    const int chunks = (int)(p->head_dim / 8);
+    g.m = p->is_neox ? (int)(p->rotary_dim / 16) : 0;
+    g.rest = (chunks - 2 * g.m + 1) / 2, g.pairs = g.m + g.rest;
+    kl::split_even((p->num_qo_heads + 2 * p->num_kv_heads) * g.pairs, kThreads, &g.per_tile, &g.threads);
+    g.tiles = (p->num_tokens + kTile - 1) / kTile;
+    return g;
 }
 
 template <typename T, bool NEOX>
-static cudaError_t launch_k(const struct kl_store_params *p, cudaStream_t stream)
+static cudaError_t launch_k(const struct kl_store_params *p, const tile_grid &g, cudaStream_t stream)
 {
-    const pair_cut c = cut_pairs(p);
-    unsigned per_token, threads;
-    kl::split_even((p->num_qo_heads + 2 * p->num_kv_heads) * c.pairs, kThreads, &per_token, &threads);
-    const int64_t tiles = (p->num_tokens + kTile - 1) / kTile;
-    rope_quant_store_v5<T, NEOX><<<dim3((unsigned)tiles, per_token), threads, 0, stream>>>(
+    rope_quant_store_v5<T, NEOX><<<dim3((unsigned)g.tiles, g.per_tile), g.threads, 0, stream>>>(
         (const T *)p->qkv, (T *)p->q_out, p->positions, p->slots, p->cos_sin_cache, p->k_scale, p->v_scale,
         (uint8_t *)p->k_cache, (uint8_t *)p->v_cache, p->num_tokens, (int)p->num_qo_heads, (int)p->num_kv_heads,
-        (int)p->head_dim, (int)p->rotary_dim, p->max_pos, p->num_slots, c.m, c.rest, c.pairs);
+        (int)p->head_dim, (int)p->rotary_dim, p->max_pos, p->num_slots, g.m, g.rest, g.pairs);
     return cudaGetLastError();
 }
 
 static bool aligned(const void *p, uintptr_t n) { return ((uintptr_t)p & (n - 1)) == 0; }
-
-/* A grid small enough to start beside the previous kernel's blocks (a decode batch), on sm_90. */
-static bool small_grid(const struct kl_store_params *p)
-{
-    const kl::device_caps dev = kl::this_device();
-    unsigned per_token, threads;
-    kl::split_even((p->num_qo_heads + 2 * p->num_kv_heads) * cut_pairs(p).pairs, kThreads, &per_token, &threads);
-    const int64_t tiles = (p->num_tokens + kTile - 1) / kTile;
-    return dev.cc >= 90 && tiles * per_token * threads <= (int64_t)dev.sms * kThreadsPerSm;
-}
 
 static cudaError_t launch(const struct kl_store_params *p, cudaStream_t stream)
 {
@@ -243,7 +236,11 @@ static cudaError_t launch(const struct kl_store_params *p, cudaStream_t stream)
                      p->rotary_dim <= kMaxRotary && aligned(p->qkv, 16) &&
                      aligned(p->q_out, 16) && aligned(p->cos_sin_cache, 16) && aligned(p->k_cache, 8) &&
                      aligned(p->v_cache, 8);
-    if (!vec || small_grid(p)) { /* v4's own launcher: a decode batch, its scalar path, or a long rotary span */
+    /* small: a grid that would start beside the previous kernel's blocks (a decode batch), on sm_90 */
+    const tile_grid g = vec ? grid_of(p) : tile_grid{}; /* a head of whole chunks only where vec */
+    const kl::device_caps dev = kl::this_device();
+    const bool small = vec && dev.cc >= 90 && g.tiles * g.per_tile * g.threads <= (int64_t)dev.sms * kThreadsPerSm;
+    if (!vec || small) { /* v4's own launcher: a decode batch, its scalar path, or a long rotary span */
         const struct kl_variant *v4 = kl_variant_find("store", "v4_rope_quant_store");
         if (!v4) {
             fprintf(stderr, "store v5_tile_inflight: v4_rope_quant_store is not built\n");
@@ -255,8 +252,8 @@ static cudaError_t launch(const struct kl_store_params *p, cudaStream_t stream)
     if ((rc = cudaGetSymbolAddress((void **)&flag, bad_slot)) != cudaSuccess) return rc;
     if ((rc = kl_store_validate_begin(p, flag, stream)) != cudaSuccess) return rc;
     if (p->dtype == KL_BF16)
-        rc = p->is_neox ? launch_k<__nv_bfloat16, true>(p, stream) : launch_k<__nv_bfloat16, false>(p, stream);
-    else rc = p->is_neox ? launch_k<__half, true>(p, stream) : launch_k<__half, false>(p, stream);
+        rc = p->is_neox ? launch_k<__nv_bfloat16, true>(p, g, stream) : launch_k<__nv_bfloat16, false>(p, g, stream);
+    else rc = p->is_neox ? launch_k<__half, true>(p, g, stream) : launch_k<__half, false>(p, g, stream);
     if (rc != cudaSuccess) return rc;
     return kl_store_validate_end(p, flag, stream, "v5_tile_inflight");
 }
