@@ -295,6 +295,16 @@ __device__ __forceinline__ void bulk_load(uint32_t dst, const void *src, uint32_
                  : "memory");
 }
 
+/* bulk_load whose lines enter L2 under `policy` (l2_evict_first_policy, below): for bytes read once. */
+__device__ __forceinline__ void bulk_load_hint(uint32_t dst, const void *src, uint32_t bytes, uint64_t *bar,
+                                               uint64_t policy)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, "
+                 "[%3], %4;\n" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(smem_addr(bar)), "l"(policy)
+                 : "memory");
+}
+
 /* ---- bulk tensor copies (TMA) ---- */
 
 /* The box at (c0, c1, c2) of the 3-D tensor `map` describes, into shared memory at dst, counted in

@@ -16,10 +16,10 @@
  * too.
  * Bound: DRAM bandwidth on qkv read + q written + K/V bytes written (lab/store/perf.c's fused model).
  * Run alone: build/kernlab bench store --variant v5_tile_inflight --workload fused-prefill-8k */
-#include <cuda_fp8.h>
 #include <stdio.h>
 
 #include "kernels/common.cuh"
+#include "kernels/store/fused_pairs.cuh"
 #include "kernels/store/store.h"
 #include "kernels/variant.h"
 
@@ -30,24 +30,6 @@ constexpr int kRegisters = 64;      /* a thread's at most: ten blocks an SM, 64 
 constexpr int kMaxRotary = 256;     /* the shared cos/sin table's row; a longer rotary span: v4 */
 
 static __device__ unsigned bad_slot; /* see store.h: set when a slot >= num_slots is skipped */
-
-/* Two floats to two e4m3 codes, round to nearest even, saturating at +-448 (NaN stays NaN); the first in
- * the low byte, as the cache row holds them. */
-__device__ __forceinline__ uint32_t e4m3x2(float a, float b)
-{
-    return (uint32_t)__nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
-}
-
-/* A chunk's 8 values times inv_scale as 8 codes: one 8-byte store of a cache row. */
-__device__ __forceinline__ uint2 quant8(const float (&o)[8], float inv_scale)
-{
-    uint32_t w[2];
-#pragma unroll
-    for (int r = 0; r < 2; r++)
-        w[r] = e4m3x2(o[4 * r] * inv_scale, o[4 * r + 1] * inv_scale) |
-               e4m3x2(o[4 * r + 2] * inv_scale, o[4 * r + 3] * inv_scale) << 16;
-    return make_uint2(w[0], w[1]);
-}
 
 /* qkv is read once: at many tokens an evict-first load keeps it from pushing the cache rows attention reads
  * next out of L2. */
@@ -67,40 +49,8 @@ __device__ __forceinline__ void load_tile(const T *x, int width, int64_t t0, int
     }
 }
 
-/* One chunk out, packed x in, as v4 computes it: unrotated, the value itself; rotated,
- * x1' = x1 c - x2 s and x2' = x2 c + x1 s, the first of a pair subtracting its partner's share. Neox: the
- * partner is the same element of the other half's chunk p (first: this chunk is in the first half),
- * column r; interleaved: the neighbour r ^ 1 in this chunk, column koff + r / 2, even r first. Elements
- * are unpacked as used, so only the packed words stay live (registers). */
-template <typename T, bool NEOX>
-__device__ __forceinline__ void chunk_out(const uint4 &x, const uint4 &p, bool rot, const float (&c)[8],
-                                          const float (&s)[8], int koff, bool first, float (&o)[8])
-{
-#pragma unroll
-    for (int r = 0; r < 8; r++) {
-        const float xr = kl::elem_f32<T>(x, r);
-        if (!rot) {
-            o[r] = xr;
-            continue;
-        }
-        const int k = NEOX ? r : koff + r / 2;
-        const float pr = NEOX ? kl::elem_f32<T>(p, r) : kl::elem_f32<T>(x, r ^ 1);
-        const bool sub = NEOX ? first : (r & 1) == 0;
-        o[r] = fmaf(xr, c[k], sub ? -(pr * s[k]) : pr * s[k]);
-    }
-}
-
-/* Four floats at p (16-byte aligned, shared memory) into out[0..3]. */
-__device__ __forceinline__ void lds4(const float *p, float *out)
-{
-    const float4 v = *reinterpret_cast<const float4 *>(p);
-    out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
-}
-
-/* Pair j (blockIdx.y * blockDim.x + threadIdx.x) of tokens kTile * blockIdx.x .. + kTile - 1. A head of
- * C = head_dim / 8 chunks has m = rotary_dim / 16 neox pairs (i, i + m) (m = 0 interleaved), then the
- * n = C - 2m chunks left as pairs (2m + i', 2m + i' + ceil(n / 2)), the second absent when n is odd; every
- * head (q, k and v) is cut the same way, so pairs = m + ceil(n / 2) a head. */
+/* Pair j (blockIdx.y * blockDim.x + threadIdx.x) of tokens kTile * blockIdx.x .. + kTile - 1: pair j %
+ * pairs of head j / pairs (fused_pairs.cuh's cut of a head: m, rest, pairs a head). */
 template <typename T, bool NEOX>
 static __global__ void __launch_bounds__(kThreads, 65536 / (kThreads * kRegisters))
     rope_quant_store_v5(const T *__restrict__ qkv, T *q_out, const int64_t *__restrict__ positions,
@@ -117,20 +67,15 @@ static __global__ void __launch_bounds__(kThreads, 65536 / (kThreads * kRegister
     const int j = blockIdx.y * blockDim.x + threadIdx.x, h = j / pairs, i = j - h * pairs;
     const bool is_q = h < q_heads, is_v = h >= q_heads + kv_heads, live = h < heads;
     const int kh = is_v ? h - q_heads - kv_heads : h - q_heads; /* the kv head of a k or v pair */
-    const int a = i < m ? i : m + i, b = i < m ? i + m : m + i + rest; /* chunk indices in the head */
-    const bool has_b = b < chunks;
-    /* Which chunks are rotated (q and k heads): neox, a neox pair (a in the first half, b = a + m in the
-     * second, both on cos/sin columns 8a..8a+7); interleaved, each chunk inside rotary_dim on its own
-     * columns 4a..4a+3 and 4b..4b+3 (b > a: b rotated implies a rotated). */
-    const bool rot_a = live && !is_v && (NEOX ? i < m : 8 * a < rotary_dim);
-    const bool rot_b = rot_a && has_b && (NEOX || 8 * b < rotary_dim);
+    const kl::store_fused::pair_chunks pc =
+        kl::store_fused::chunks_of<NEOX>(i, m, rest, chunks, rotary_dim, live && !is_v); /* chunks a, b */
     const int64_t t0 = (int64_t)blockIdx.x * kTile;
     const T *x0 = qkv + (t0 * heads + h) * (int64_t)head_dim; /* head h of token t0 */
 
     uint4 xa[kTile], xb[kTile];
     /* The qkv loads go out first, all 2 x kTile of them, and overlap the position -> cos/sin chain below
      * (two dependent trips). */
-    if (live) load_tile<T>(x0, heads * head_dim, t0, num_tokens, a, b, has_b, xa, xb);
+    if (live) load_tile<T>(x0, heads * head_dim, t0, num_tokens, pc.a, pc.b, pc.has_b, xa, xb);
 
     int64_t slot[kTile];
     bool rotate_u[kTile];
@@ -139,7 +84,7 @@ static __global__ void __launch_bounds__(kThreads, 65536 / (kThreads * kRegister
         const bool in = t0 + u < num_tokens;
         const int64_t pos = in ? __ldg(positions + t0 + u) : -1;
         slot[u] = in && !is_q ? __ldg(slots + t0 + u) : -1;
-        rotate_u[u] = rot_a && pos >= 0 && pos < max_pos; /* else left as it is */
+        rotate_u[u] = pc.rot_a && pos >= 0 && pos < max_pos; /* else left as it is */
     }
     /* Row u of the table: cos_sin's row of token t0 + u, 16 bytes a thread (rotary_dim % 8 == 0 and the
      * table 16-byte aligned: the launcher checked); rows no thread rotates with are left unset. */
@@ -161,38 +106,17 @@ static __global__ void __launch_bounds__(kThreads, 65536 / (kThreads * kRegister
         if (t >= num_tokens) break; /* the last tile's tail */
         if (!is_q && slot[u] < 0) continue; /* a skipped token's q is still rotated and written */
         if (!is_q && slot[u] >= num_slots) {
-            if (a == 0) bad_slot = 1;
+            if (pc.a == 0) bad_slot = 1;
             continue;
         }
-        /* neox: c, s = columns 8a..8a+7 for both chunks; interleaved: 4a..4a+3, then 4b..4b+3 */
-        float c[8], s[8], o[8];
-        if (rotate_u[u]) {
-            const float *row = table[u];
-            if constexpr (NEOX) {
-                lds4(row + 8 * a, c), lds4(row + 8 * a + 4, c + 4);
-                lds4(row + half + 8 * a, s), lds4(row + half + 8 * a + 4, s + 4);
-            } else {
-                lds4(row + 4 * a, c), lds4(row + half + 4 * a, s);
-                if (rot_b) lds4(row + 4 * b, c + 4), lds4(row + half + 4 * b, s + 4);
-            }
-        }
-        const uint4 wa = xa[u], wb = has_b ? xb[u] : wa; /* wb unused where has_b is false */
-        if (is_q) {
-            T *dst = q_out + (t * q_heads + h) * (int64_t)head_dim;
-            chunk_out<T, NEOX>(wa, wb, rotate_u[u], c, s, 0, true, o);
-            *reinterpret_cast<uint4 *>(dst + 8 * a) = kl::pack<T>(o);
-            if (!has_b) continue;
-            chunk_out<T, NEOX>(wb, wa, rotate_u[u] && rot_b, c, s, 4, false, o);
-            *reinterpret_cast<uint4 *>(dst + 8 * b) = kl::pack<T>(o);
-            continue;
-        }
-        /* plain stores: attention reads the cache rows back soon */
-        uint8_t *dst = (is_v ? v_cache : k_cache) + (slot[u] * kv_heads + kh) * (int64_t)head_dim;
-        chunk_out<T, NEOX>(wa, wb, rotate_u[u], c, s, 0, true, o);
-        *reinterpret_cast<uint2 *>(dst + 8 * a) = quant8(o, inv_scale);
-        if (!has_b) continue;
-        chunk_out<T, NEOX>(wb, wa, rotate_u[u] && rot_b, c, s, 4, false, o);
-        *reinterpret_cast<uint2 *>(dst + 8 * b) = quant8(o, inv_scale);
+        float c[8], s[8];
+        if (rotate_u[u]) kl::store_fused::cos_sin_of<NEOX>(table[u], half, pc, c, s);
+        const uint4 wa = xa[u], wb = pc.has_b ? xb[u] : wa; /* wb unused where the pair has no b */
+        /* q to q_out; k and v to their cache rows, plain stores (attention reads them back soon) */
+        T *q_row = is_q ? q_out + (t * q_heads + h) * (int64_t)head_dim : nullptr;
+        uint8_t *cache_row =
+            is_q ? nullptr : (is_v ? v_cache : k_cache) + (slot[u] * kv_heads + kh) * (int64_t)head_dim;
+        kl::store_fused::write_pair<T, NEOX>(wa, wb, pc, rotate_u[u], c, s, q_row, cache_row, inv_scale);
     }
 }
 

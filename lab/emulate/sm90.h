@@ -64,6 +64,13 @@ __device__ __forceinline__ void bulk_load(uint32_t dst, const void *src, uint32_
 {
     ::emu::bulk_load(dst, src, bytes, smem_addr(bar), emu_at);
 }
+/* The policy decides only where lines live in L2: the emulated copy lands as bulk_load's. */
+__device__ __forceinline__ void bulk_load_hint(uint32_t dst, const void *src, uint32_t bytes, uint64_t *bar,
+                                               uint64_t policy, ::emu::site emu_at = EMU_HERE)
+{
+    (void)policy;
+    ::emu::bulk_load(dst, src, bytes, smem_addr(bar), emu_at);
+}
 __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap *map, int c0, int c1, int c2, uint64_t *bar,
                                             ::emu::site emu_at = EMU_HERE)
 {

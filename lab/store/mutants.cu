@@ -11,10 +11,15 @@
  *                         per head)
  *   fused_no_saturation   the conversion without saturation: past 464 a value becomes NaN
  *   fused_tile_tail_dropped  the last token of an odd count never processed, as a variant carrying
- *                         tokens in tiles of two (v5_tile_inflight) would with its grid rounded down */
+ *                         tokens in tiles of two (v5_tile_inflight) would with its grid rounded down
+ * and v6_bulk_ring built with KL_STORE_V6_BUG 1:
+ *   v6_last_round_dropped a persistent block's steps rounded down: tokens past the last whole round of
+ *                         the grid never stored (only the catalogue's problems past a decode batch reach it) */
 #include <cuda_fp8.h>
 
 #include "kernels/common.cuh"
+#include "kernels/ptx_sm90.cuh"
+#include "kernels/store/fused_pairs.cuh" /* before v6's namespace below, so its code is not compiled into it */
 #include "kernels/store/store.h"
 #include "lab/core/registry.h"
 
@@ -115,3 +120,18 @@ KL_VARIANT(store, mutant_fused_no_saturation, launch_fused<NO_SATURATION>, .min_
            .summary = "fused: e4m3 conversion without saturation (NaN past 464)", .mutant = 1);
 KL_VARIANT(store, mutant_fused_tile_tail_dropped, launch_fused<TILE_TAIL_DROPPED>, .min_cc = 80,
            .summary = "fused: the last token of an odd count is never rotated, quantized or stored", .mutant = 1);
+
+/* v6_bulk_ring with its step count rounded down (KL_STORE_V6_BUG 1), in a namespace of its own and
+ * registered under the mutant's name (v6_bulk_ring is registered once, by its own object). */
+#pragma push_macro("KL_VARIANT")
+#undef KL_VARIANT
+#define KL_VARIANT(...) static_assert(true, "registered below under the mutant's name")
+#define KL_STORE_V6_BUG 1
+namespace v6_last_round_dropped {
+#include "kernels/store/v6_bulk_ring.cu"
+}
+#undef KL_STORE_V6_BUG
+#pragma pop_macro("KL_VARIANT")
+
+KL_VARIANT(store, mutant_v6_last_round_dropped, v6_last_round_dropped::launch, .min_cc = 90,
+           .summary = "v6_bulk_ring with each block's last round of tokens dropped", .mutant = 1);
