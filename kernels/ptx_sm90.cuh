@@ -305,6 +305,23 @@ __device__ __forceinline__ void bulk_load_hint(uint32_t dst, const void *src, ui
                  : "memory");
 }
 
+/* `bytes` of shared memory at src (16-byte aligned, a multiple of 16) to global memory at dst, in this thread's
+ * current bulk group (bulk_commit closes it). The copy reads the async proxy's view: fence_async_smem first,
+ * after plain stores to src. */
+__device__ __forceinline__ void bulk_store(void *dst, uint32_t src, uint32_t bytes)
+{
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(src), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+/* Until at most N of this thread's committed bulk groups still read their shared memory (it may be reused). */
+template <int N> __device__ __forceinline__ void bulk_wait_read()
+{
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+/* Until every bulk group this thread committed has completed (its writes are done). */
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+
 /* ---- bulk tensor copies (TMA) ---- */
 
 /* The box at (c0, c1, c2) of the 3-D tensor `map` describes, into shared memory at dst, counted in

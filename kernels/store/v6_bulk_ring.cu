@@ -1,24 +1,25 @@
-/* v6_bulk_ring: the fused RoPE + e4m3 quantize + store fed by bulk copies: a producer warp brings each token's
- * whole qkv row, and its cos/sin row, into a ring of shared-memory stages; consumer warps rotate, quantize and
- * store from there.
+/* v6_bulk_ring: the fused RoPE + e4m3 quantize + store moved by bulk copies: a producer warp brings each token's
+ * whole qkv row, and its cos/sin row, into a ring of shared-memory stages; consumer warps rotate q in place and
+ * send it back out with one bulk copy, and quantize and store k and v.
  * From v5: a v5 block issues its loads, then waits for two dependent trips (the position, then the cos/sin
- * row it addresses) and a barrier before it computes and exits; the next block on the SM starts only then, so
- * the bytes in flight per SM are what one round of blocks asked for, half the time. The bytes a token needs
- * are two contiguous runs (its qkv row: q, k and v of every head, and its table row), so one thread can ask
- * for them with two cp.async.bulk copies, as far ahead as the ring is deep, and the block never waits for a
- * trip it could have started earlier.
- * Work mapping: a persistent grid (as many blocks as fit, two an SM), block b taking tokens b, b + grid,
- * b + 2 grid, ... one a stage. The producer (the last warp) holds in its lanes the positions and slots of
- * the next 32 tokens, loaded 32 tokens before their copies; for each token it waits for the stage to come
- * back (empty barrier), writes the token's slot and whether it rotates beside the stage, and lane 0 issues
- * the qkv row (L2 evict-first: read once) and, where the position is inside the table, the cos/sin row,
- * counted in bytes on the stage's full barrier. The 12 consumer warps wait on the full barrier and take the
- * token's pairs (fused_pairs.cuh: a thread owns two chunks of a head), v5's arithmetic operation for
- * operation, reading x and cos/sin from shared memory; q_out one 16-byte store a chunk, a cache row 8 bytes;
- * then every consumer thread arrives on the empty barrier. The scales' reciprocals are computed once a block
- * into shared memory.
+ * row it addresses) and a barrier before it computes and exits, so an SM has one round of loads in flight
+ * part of the time, and its q stores (most of the bytes written) are 16 bytes a thread. A token's inputs are two
+ * contiguous runs (its qkv row: q, k and v of every head, and its table row), and its q out is one more
+ * (q_out's row), so one thread can move each with a single cp.async.bulk, as far ahead as the ring is deep.
+ * Work mapping: one persistent block an SM (more where the ring is small), block b taking tokens b, b + grid,
+ * b + 2 grid, ... one a stage. The producer (the last warp) holds in its lanes the positions and slots of the
+ * next 32 tokens, loaded 32 tokens before their copies; for each token it waits for the stage to come back
+ * (empty barrier), writes the token's slot and whether it rotates beside the stage, and lane 0 issues the qkv
+ * row (L2 evict-first: read once) and, where the position is inside the table, the cos/sin row, counted in
+ * bytes on the stage's full barrier. Consumer warp w takes the block's tokens w, w + 8, ... (stages w and
+ * w + 8 in turn, so one is in flight while it works on the other), each token's pairs 32 at a time
+ * (fused_pairs.cuh: a lane owns two chunks of a head), with v5's arithmetic operation for operation: q
+ * written back over its own chunks in the stage, k and v as e4m3 to their cache rows (8-byte stores). Then
+ * the warp fences its stores to the async proxy, lane 0 copies the token's q (the first q_heads x head_dim
+ * elements of the stage) to q_out with one bulk store and waits until the copy has read the stage, and every
+ * lane arrives on the empty barrier. The scales' reciprocals are computed once a block into shared memory.
  * Few tokens (a decode batch, up to kSmallBatch) or shapes v5 takes on another path (rows not whole 16-byte
- * chunks, unaligned, a rotary span past v5's table), and below sm_90: v5's launcher.
+ * chunks, unaligned, a rotary span past v5's table), a ring that does not fit, and below sm_90: v5's launcher.
  * Bound: DRAM bandwidth on qkv read + q written + K/V bytes written (lab/store/perf.c's fused model).
  * Run alone: build/kernlab bench store --variant v6_bulk_ring --workload fused-prefill-8k */
 #include <stdio.h>
@@ -29,11 +30,10 @@
 #include "kernels/store/store.h"
 #include "kernels/variant.h"
 
-constexpr int kConsumerWarps = 12;                  /* 384 threads: a pair each at 32 + 2 x 8 heads of 128 */
+constexpr int kConsumerWarps = 8;                   /* each takes every 8th token of the block, all its pairs */
 constexpr int kThreads = 32 * (kConsumerWarps + 1); /* the last warp produces */
-constexpr int kMaxStages = 8;
-constexpr int kRingBytes = 96 * 1024; /* a block's ring, about: two blocks an SM */
-constexpr int kMaxSmem = 200 * 1024;  /* a ring of two stages past this: v5 */
+constexpr int kMaxStages = 2 * kConsumerWarps;      /* warp w owns stages w and w + 8 (or w alone: 8 stages) */
+constexpr int kMaxSmem = 220 * 1024;                /* a ring of 8 stages past this: v5 */
 constexpr int64_t kSmallBatch = 256;  /* tokens up to which v5 (and v4's decode path) run the call */
 constexpr int kMaxRotary = 256;       /* v5's table row: longer spans take v5's launcher, which hands them on */
 
@@ -49,7 +49,7 @@ static __device__ unsigned bad_slot; /* see store.h: set when a slot >= num_slot
 /* Shared memory: `stages` stages of stage_bytes (a token's qkv row, row_bytes, then its cos/sin row), then the
  * reciprocals of the k scales and of the v scales (2 x kv_heads floats). */
 template <typename T, bool NEOX>
-static __global__ void __launch_bounds__(kThreads, 2)
+static __global__ void __launch_bounds__(kThreads)
     rope_quant_store_v6(const T *__restrict__ qkv, T *q_out, const int64_t *__restrict__ positions,
                         const int64_t *__restrict__ slots, const float *__restrict__ cos_sin,
                         const float *__restrict__ k_scale, const float *__restrict__ v_scale, uint8_t *k_cache,
@@ -74,7 +74,7 @@ static __global__ void __launch_bounds__(kThreads, 2)
         inv_scale[e] = __frcp_rn(e < kv_heads ? __ldg(k_scale + e) : __ldg(v_scale + e - kv_heads));
     if (threadIdx.x == 0) {
         for (int s = 0; s < stages; s++)
-            kl::ptx::mbar_init(&full[s], 1), kl::ptx::mbar_init(&empty[s], 32 * kConsumerWarps);
+            kl::ptx::mbar_init(&full[s], 1), kl::ptx::mbar_init(&empty[s], 32);
         kl::ptx::mbar_init_fence();
     }
     __syncthreads(); /* the barriers and scales are set before any thread or copy uses them */
@@ -117,15 +117,15 @@ static __global__ void __launch_bounds__(kThreads, 2)
 
     /* ---- consumers: pair j of a token is pair j % pairs of head j / pairs ---- */
     const int chunks = head_dim / 8, half = rotary_dim / 2, total = heads * pairs;
-    for (int64_t k = 0; k < steps; k++) {
+    for (int64_t k = warp; k < steps; k += kConsumerWarps) {
         const int st = (int)(k % stages);
         kl::ptx::mbar_wait(&full[st], (int)(k / stages & 1));
         const int64_t t = token(k), slot = stage_slot[st];
         const bool rotates = stage_rotates[st], stores_kv = slot >= 0 && slot < num_slots;
-        if (slot >= num_slots && threadIdx.x == 0) bad_slot = 1; /* skipped, as a negative slot is */
-        const T *row = reinterpret_cast<const T *>(smem + (size_t)st * stage_bytes);
+        if (slot >= num_slots && lane == 0) bad_slot = 1; /* skipped, as a negative slot is */
+        T *row = reinterpret_cast<T *>(smem + (size_t)st * stage_bytes);
         const float *table = reinterpret_cast<const float *>(smem + (size_t)st * stage_bytes + row_bytes);
-        for (int j = threadIdx.x; j < total; j += 32 * kConsumerWarps) {
+        for (int j = lane; j < total; j += 32) {
             const int h = j / pairs, i = j - h * pairs;
             const bool is_q = h < q_heads, is_v = h >= q_heads + kv_heads;
             if (!is_q && !stores_kv) continue; /* a skipped token's q is still rotated and written */
@@ -133,28 +133,42 @@ static __global__ void __launch_bounds__(kThreads, 2)
             const kl::store_fused::pair_chunks pc =
                 kl::store_fused::chunks_of<NEOX>(i, m, rest, chunks, rotary_dim, !is_v);
             const bool rot = rotates && pc.rot_a;
-            const T *x = row + h * head_dim;
+            T *x = row + h * head_dim;
             const uint4 wa = *reinterpret_cast<const uint4 *>(x + 8 * pc.a);
             const uint4 wb = pc.has_b ? *reinterpret_cast<const uint4 *>(x + 8 * pc.b) : wa;
             float c[8], s[8];
             if (rot) kl::store_fused::cos_sin_of<NEOX>(table, half, pc, c, s);
-            T *q_row = is_q ? q_out + (t * q_heads + h) * (int64_t)head_dim : nullptr;
+            /* q rotated in place, then stored from the stage with one bulk copy (below) */
+            T *q_row = is_q ? x : nullptr;
             uint8_t *cache_row =
                 is_q ? nullptr : (is_v ? v_cache : k_cache) + (slot * kv_heads + kh) * (int64_t)head_dim;
             kl::store_fused::write_pair<T, NEOX>(wa, wb, pc, rot, c, s, q_row, cache_row,
                                                  is_q ? 1.0f : inv_scale[is_v ? kv_heads + kh : kh]);
         }
-        /* This thread's reads of the stage are done: every consumer thread arrives, so the last arrival,
-         * which hands the stage to the next copy, comes after all of them. */
+        /* The token's rotated q, in place at the start of the stage, to q_out with one bulk copy: each lane's
+         * stores made visible to the copy (fence), the warp met, lane 0 issues it and waits until it has read
+         * the stage. */
+        kl::ptx::fence_async_smem();
+        __syncwarp();
+        if (lane == 0) {
+            kl::ptx::bulk_store(q_out + t * q_heads * (int64_t)head_dim, ring + (uint32_t)st * stage_bytes,
+                                2u * q_heads * head_dim);
+            kl::ptx::bulk_commit();
+            kl::ptx::bulk_wait_read<0>();
+        }
+        __syncwarp();
+        /* This lane's reads of the stage are done: every lane arrives, so the last arrival, which hands the
+         * stage to the next copy, comes after all of them. */
         kl::ptx::mbar_arrive(&empty[st]);
     }
+    if (lane == 0) kl::ptx::bulk_wait_all(); /* q_out written before the block ends */
 #else
     __trap(); /* built without sm_90a: the launcher only runs this kernel on sm_90 */
 #endif
 }
 
-/* The ring for p: a stage is the qkv row and the table row; as many stages as fit kRingBytes, 2 to
- * kMaxStages; smem 0 where two stages do not fit kMaxSmem. */
+/* The ring for p: a stage is the qkv row and the table row; two stages a consumer warp where they fit kMaxSmem,
+ * else one (each warp then waits for its next copy), else smem 0 (v5 runs the call). */
 struct ring_plan {
     uint32_t row_bytes, stage_bytes;
     int stages;
@@ -165,8 +179,7 @@ static ring_plan plan_of(const struct kl_store_params *p)
     ring_plan r;
     const int64_t row = (p->num_qo_heads + 2 * p->num_kv_heads) * p->head_dim * 2, stage = row + 4 * p->rotary_dim;
     r.row_bytes = (uint32_t)row, r.stage_bytes = (uint32_t)stage;
-    const int64_t fit = kRingBytes / stage;
-    r.stages = fit < 2 ? 2 : fit > kMaxStages ? kMaxStages : (int)fit;
+    r.stages = 2 * kConsumerWarps * stage + 8 * p->num_kv_heads <= kMaxSmem ? 2 * kConsumerWarps : kConsumerWarps;
     const int64_t smem = r.stages * stage + 8 * p->num_kv_heads;
     r.smem = smem <= kMaxSmem ? (size_t)smem : 0;
     return r;

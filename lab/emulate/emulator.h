@@ -301,6 +301,9 @@ void mbar_wait(uint32_t at, int parity, site s);
 float ld_cluster_f32(unsigned rank, uint32_t at, site s);
 void tma_load(uint32_t dst, const CUtensorMap *map, int c0, int c1, int c2, uint32_t bar, uint16_t cta_mask, site s);
 void bulk_load(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar, site s);
+/* cp.async.bulk from shared to global memory: the async proxy's bytes of [src, src + bytes) copied to dst at
+ * issue (sizes and addresses checked as bulk_load's). */
+void bulk_store(void *dst, uint32_t src, uint32_t bytes, site s);
 unsigned long long clock();
 unsigned char *dynamic_smem();
 /* Slot i (< 8, 8 bytes each) of the CTA's static __shared__ scalars (gen.py numbers them). */

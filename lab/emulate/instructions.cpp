@@ -764,4 +764,16 @@ void bulk_load(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar, site
     try_complete(c, b, n);
 }
 
+void bulk_store(void *dst, uint32_t src, uint32_t bytes, site s)
+{
+    fiber *f = cur;
+    const uint32_t chain = chain_child(f->chain, s);
+    cta &c = *f->c;
+    if (src % 16 || (uintptr_t)dst % 16 || bytes % 16 || bytes == 0)
+        fail("bulk store at " + chain_text(chain) + ": " + std::to_string(bytes) + " bytes from " + hex(src) +
+             " to " + hex((uint32_t)(uintptr_t)dst) + " (the size and both addresses must be multiples of 16)");
+    if (src + bytes > c.view.size()) fail("bulk store at " + chain_text(chain) + " past the end of shared memory");
+    memcpy(dst, c.view.data() + src, bytes);
+}
+
 } // namespace emu

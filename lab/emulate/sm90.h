@@ -71,6 +71,15 @@ __device__ __forceinline__ void bulk_load_hint(uint32_t dst, const void *src, ui
     (void)policy;
     ::emu::bulk_load(dst, src, bytes, smem_addr(bar), emu_at);
 }
+/* A bulk store reads the async proxy's view of shared memory at once and lands at once (emulator.h), so its
+ * group's waits have nothing left to wait for. */
+__device__ __forceinline__ void bulk_store(void *dst, uint32_t src, uint32_t bytes, ::emu::site emu_at = EMU_HERE)
+{
+    ::emu::bulk_store(dst, src, bytes, emu_at);
+}
+__device__ __forceinline__ void bulk_commit() {}
+template <int N> __device__ __forceinline__ void bulk_wait_read() {}
+__device__ __forceinline__ void bulk_wait_all() {}
 __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap *map, int c0, int c1, int c2, uint64_t *bar,
                                             ::emu::site emu_at = EMU_HERE)
 {
