@@ -1,6 +1,7 @@
 /* The per-pair arithmetic of the fused RoPE + e4m3 quantize + store rungs that give a thread a PAIR of
  * 16-byte chunks of one head (v5_tile_inflight, v6_bulk_ring): which two chunks a pair is, their cos/sin
- * columns in a table row, RoPE in float32 and the conversion to e4m3. Inline device code only.
+ * columns in a table row, RoPE in float32 and the conversion to e4m3 (v4_rope_quant_store's chunks take the
+ * same quant8). Inline device code only.
  *
  * A head of C = head_dim / 8 chunks has m = rotary_dim / 16 neox pairs (i, i + m) (m = 0 interleaved),
  * then the n = C - 2m chunks left as pairs (2m + i', 2m + i' + ceil(n / 2)), the second absent when n is

@@ -8,12 +8,12 @@
  * (neox: the partner chunk half a rotary span away is loaded too, from L1: its owner loads the same bytes;
  * interleaved: the partners sit in the chunk); q goes back to q_out (16-byte store), k and v are multiplied
  * by the reciprocal of their head's scale and converted two at a time with saturation (cvt.rn.satfinite
- * e4m3x2, through cuda_fp8.h) into one 8-byte store of the cache row. Odd shapes or alignments: one
- * element a thread, the same arithmetic. A decode batch is launched as a programmatic dependent (sm_90, as
- * store's v3_pdl_one_trip): slot, position, cos/sin and scales are loaded before griddepcontrol.wait, qkv
- * after it. Each block releases the next kernel at its first instruction: the next launch waits for all
- * of this grid's releases, and a release placed after those loads would wait for a memory trip (the
- * cos/sin loads are addressed by the position; the scale's reciprocal is computed before the wait).
+ * e4m3x2, through cuda_fp8.h: fused_pairs.cuh's quant8) into one 8-byte store of the cache row. Odd shapes or
+ * alignments: one element a thread, the same arithmetic. A decode batch is launched as a programmatic dependent (sm_90,
+ * as store's v3_pdl_one_trip): slot, position, cos/sin and scales are loaded before griddepcontrol.wait, qkv after it.
+ * Each block releases the next kernel at its first instruction: the next launch waits for all of this grid's releases,
+ * and a release placed after those loads would wait for a memory trip (the cos/sin loads are addressed by the position;
+ * the scale's reciprocal is computed before the wait).
  * Many tokens: no PDL, and qkv is loaded first, so its trip overlaps the position -> cos/sin chain.
  * Bound: DRAM bandwidth on qkv read + q written + K/V bytes written (lab/store/perf.c's fused model).
  * Run alone: build/kernlab bench store --variant v4_rope_quant_store --workload fused-prefill-8k */
@@ -21,6 +21,7 @@
 #include <stdio.h>
 
 #include "kernels/common.cuh"
+#include "kernels/store/fused_pairs.cuh"
 #include "kernels/store/store.h"
 #include "kernels/variant.h"
 
@@ -28,13 +29,6 @@ constexpr int kThreads = 128;       /* at most, per block; a token's chunks take
 constexpr int kThreadsPerSm = 1024; /* few tokens: the grid fits beside the previous kernel's blocks (PDL) */
 
 static __device__ unsigned bad_slot; /* see store.h: set when a slot >= num_slots is skipped */
-
-/* Two floats to two e4m3 codes, round to nearest even, saturating at +-448 (NaN stays NaN); the
- * first in the low byte, as the cache row holds them. */
-__device__ __forceinline__ uint32_t e4m3x2(float a, float b)
-{
-    return (uint32_t)__nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
-}
 
 /* VEC consecutive elements at x as floats: one 16-byte load, or one element. */
 template <typename T, int VEC> __device__ __forceinline__ void load_chunk(const T *x, float (&out)[VEC])
@@ -136,12 +130,7 @@ static __global__ void __launch_bounds__(kThreads)
     }
     uint8_t *dst = (is_v ? v_cache : k_cache) + (slot * kv_heads + kh) * (int64_t)head_dim + e0;
     if constexpr (VEC > 1) { /* plain store: attention reads the cache rows back soon */
-        uint32_t w[VEC / 4];
-#pragma unroll
-        for (int r = 0; r < VEC / 4; r++)
-            w[r] = e4m3x2(o[4 * r] * inv_scale, o[4 * r + 1] * inv_scale) |
-                   e4m3x2(o[4 * r + 2] * inv_scale, o[4 * r + 3] * inv_scale) << 16;
-        *reinterpret_cast<uint2 *>(dst) = make_uint2(w[0], w[1]);
+        *reinterpret_cast<uint2 *>(dst) = kl::store_fused::quant8(o, inv_scale);
     } else {
         *dst = (uint8_t)__nv_cvt_float_to_fp8(o[0] * inv_scale, __NV_SATFINITE, __NV_E4M3);
     }
