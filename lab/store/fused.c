@@ -251,9 +251,10 @@ static const struct fused_edge {
      * and partial with an odd chunk count, 17 chunks a head, head_dim 80; token counts no grid divides. */
     {{517, 6, 3, 72, 48, 80, 1024, false, KL_F16, KL_SLOTS_SEQUENTIAL, 2, 0.03},
      "fused interleaved partial, past a decode batch"},
-    {{389, 8, 2, 136, 128, 200, 512, true, KL_BF16, KL_SLOTS_RANDOM, 3, 0.05}, "fused 17 chunks a head, past a decode batch"},
+    {{389, 8, 2, 136, 128, 200, 512, true, KL_BF16, KL_SLOTS_RANDOM, 3, 0.05},
+     "fused 17 chunks a head, past a decode batch"},
     {{263, 6, 2, 80, 80, 100, 512, true, KL_BF16, KL_SLOTS_RANDOM, 3, 0.05}, "fused head_dim 80, past a decode batch"},
-    /* Past a decode batch's grid on any GPU (2501 tiles of 96 pairs): v5's own tiles, not v4's path. */
+    /* Past a decode batch's grid on any GPU (2501 tiles of 96 pairs): v5's own tiles (v6's ring), not v4's path. */
     {{5001, 8, 2, 128, 128, 8192, 16384, true, KL_BF16, KL_SLOTS_RANDOM, 1, 4.0 / 448},
      "fused prefill, odd tokens, a grid past decode size"},
 };
