@@ -101,8 +101,8 @@ __device__ __forceinline__ void gather_rows_cp_async(const kl_attention_decode_p
 }
 
 /* The producer warp: tiles 0 .. tiles - 1 of tokens t0 .. t1 - 1 of request b, kv heads g0 .. g0 +
- * HEADS - 1, into stage i % STAGES of the ring at ring_at (tile i's round i / STAGES), each after its
- * consumers handed the stage back on empty[st] and with its bytes counted on full[st]. COLS: the
+ * HEADS - 1, into stage i % STAGES of the ring at ring_at (tile i's round i / STAGES; but see ring_pos),
+ * each after its consumers handed the stage back on empty[st] and with its bytes counted on full[st]. COLS: the
  * elements a 128-byte box row holds. Lane j looks up the slot of token t0 + 32 k + j (group k: tiles
  * 2k and 2k + 1); a token past t1 takes t1 - 1's slot. ahead[k % AHEAD] holds group k's slots from
  * AHEAD groups before its copies, so the page-table loads overlap the ring's waits.
@@ -111,12 +111,14 @@ __device__ __forceinline__ void gather_rows_cp_async(const kl_attention_decode_p
  * asked for once), each lane's copies counted by its cp.async.mbarrier.arrive; the full barriers then
  * count 32 arrivals, a box tile's too (lane 0 announcing the bytes, the others plain arrivals).
  * EVICT_FIRST (v14): every bulk tensor copy brings its lines into L2 under an evict-first policy
- * (K and V are read once). */
+ * (K and V are read once). ring_pos (v15, which runs this loop once for each piece of its slice): the
+ * tiles the ring has already taken, so tile i goes to stage (ring_pos + i) % STAGES in that round. */
 template <int STAGES, int BLOCKS, int COLS, int HEADS = 1, bool CP_ASYNC_ROWS = false, bool EVICT_FIRST = false>
 __device__ __forceinline__ void produce_page_tiles(const CUtensorMap *k_box, const CUtensorMap *v_box,
                                                    const CUtensorMap *k_row, const CUtensorMap *v_row, bool boxes,
                                                    const kl_attention_decode_params &p, int b, int g0, int t0, int t1,
-                                                   uint32_t ring_at, uint64_t *full, uint64_t *empty)
+                                                   uint32_t ring_at, uint64_t *full, uint64_t *empty,
+                                                   uint32_t ring_pos = 0)
 {
 #if KL_SM90A
     constexpr int AHEAD = 4, COPIES = 2 * HEADS * BLOCKS; /* boxes of a whole tile: (K or V, head, block) */
@@ -156,13 +158,13 @@ __device__ __forceinline__ void produce_page_tiles(const CUtensorMap *k_box, con
             ahead[kk] = slot_of(k + AHEAD);
 #pragma unroll
             for (int half = 0; half < 2; half++) {
-                const int i = 2 * k + half, st = i % STAGES;
+                const int i = 2 * k + half, r = (int)ring_pos + i, st = r % STAGES; /* r: the ring's tile */
                 if (i >= tiles) break;
                 const int slot = __shfl_sync(0xffffffffu, slots, 16 * half + lane % 16);
                 const int first = __shfl_sync(0xffffffffu, slots, 16 * half); /* the tile's token 0 */
-                /* Round i / STAGES of stage st: wait until its consumers handed back round i / STAGES
+                /* Round r / STAGES of stage st: wait until its consumers handed back round r / STAGES
                  * - 1 (round 0 passes: a fresh barrier's parity-1 phase counts as done). */
-                kl::ptx::mbar_wait(&empty[st], (i / STAGES & 1) ^ 1);
+                kl::ptx::mbar_wait(&empty[st], (r / STAGES & 1) ^ 1);
                 const bool whole = boxes && 16 * i + 16 <= t1 - t0;
                 const uint32_t stage = ring_at + st * STAGE_BYTES;
                 if (CP_ASYNC_ROWS && !whole) {

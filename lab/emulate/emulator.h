@@ -388,7 +388,11 @@ struct site_scope {
 extern emu_dim3 gridDim, blockDim;
 
 /* The KL_VARIANT line of a variant file registers its launcher with the emulator (gen.py defines
- * EMU_NAME, EMU_TRACED, ... before each file). */
+ * EMU_NAME, EMU_TRACED, ... before each file). kernels/variant.h's struct and kl_variant_find (a variant
+ * that hands some calls to another: runtime.cpp answers with the emulated one) stay; its KL_VARIANT is
+ * replaced. */
+#include "kernels/variant.h"
+#undef KL_VARIANT
 #define KL_VARIANT(mod, vname, fn, ...)                                                                       \
     static ::emu::registration emu_registration_##vname(#vname, (::emu::launch_fn)(fn), __FILE__, EMU_NAME, EMU_TRACED, EMU_OVERLAPPED, \
                                                         EMU_MUTANT_OF, EMU_EXPECT)

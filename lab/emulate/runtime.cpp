@@ -4,6 +4,7 @@
  * instructions.cpp). One OS thread runs a cluster's fibers at a time, so nothing here locks. */
 #include "runtime.h"
 
+#include <deque>
 #include <fenv.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -655,6 +656,19 @@ registration::registration(const char *name, launch_fn fn, const char *file, con
                           expect ? expect : ""});
 }
 } // namespace emu
+
+/* kernels/variant.h's lookup, for a variant whose launcher hands some calls to another: the emulated
+ * variant of that name (never a planted bug), or NULL where the emulation does not build it. */
+extern "C" const struct kl_variant *kl_variant_find(const char *module, const char *name)
+{
+    static std::deque<kl_variant> found; /* stable addresses */
+    for (const emu::variant &v : emu::variants())
+        if (v.name == name && v.mutant_of.empty()) {
+            found.push_back({module, v.name.c_str(), (kl_fnptr)v.launch, v.file.c_str(), 0, 90, "", 0, 0, 0});
+            return &found.back();
+        }
+    return nullptr;
+}
 
 /* ---- the CUDA runtime and driver calls the launchers make, answered for an emulated device: an sm_90
  * with 3 SMs (a persistent grid then walks several work tiles per CTA) and an H100's shared memory ---- */

@@ -75,6 +75,9 @@ const std::vector<problem> &problems()
         /* The same long request beside short ones, whose larger outputs dominate the batch's rel_l2:
          * only the per-request comparison sees an error in the long one. */
         {"one query, 34768 keys beside 8 short requests", KL_BF16, 64, 4, 1, 16, {34768, 3, 5, 2, 4, 3, 6, 2, 3}, {}, 23},
+        /* 16 pages, a workspace of 4 splits: v15's even slices (2 pages over the emulation's 9 CTAs) would cut
+         * the request into 8 pieces, so its slices widen to 8 pages (2 pieces). */
+        {"one query, 16 pages, slices widened to the workspace", KL_BF16, 128, 4, 1, 16, {256}, {}, 24},
     };
     return ps;
 }

@@ -184,4 +184,24 @@ MUTANTS = [
                    "/* no cluster barrier */")],
         "expect": "which had exited",
     },
+    {   # v15: the ring's position not carried to the next piece: its tiles restart at stage 0, round 0
+        "name": "mutant_v15_ring_restarts_each_piece",
+        "variant": "v15_balanced_slices",
+        "edits": [("ring_pos += tiles;", "ring_pos += 0 * tiles;")],
+        # the next piece's waits pass on a phase long completed: its consumers read the merge area's floats
+        "expect": "outside the attention policy's bound",
+    },
+    {   # v15: every piece of a pair filed as split 0: the pieces overwrite one partial, the merge reads unwritten ones
+        "name": "mutant_v15_pieces_filed_as_split_0",
+        "variant": "v15_balanced_slices",
+        "edits": [("const int split = c - sl.cta_of(pair_first),", "const int split = 0 * c,")],
+        "expect": "outside the attention policy's bound",
+    },
+    {   # v15: the even slice rounded down: the batch's last units in no slice
+        "name": "mutant_v15_slices_rounded_down",
+        "variant": "v15_balanced_slices",
+        "edits": [("const int64_t even = (units + gridDim.x - 1) / gridDim.x,",
+                   "const int64_t even = units / gridDim.x,")],
+        "expect": "outside the attention policy's bound",
+    },
 ]
