@@ -34,8 +34,7 @@
 #include "kernels/ptx_sm90.cuh"
 #include "kernels/variant.h"
 
-namespace
-{
+namespace {
 
 /* CTAs an SM: three with v8's ring of 64 KB; two at head_dim 256, whose registers do not fit three. */
 template <int HD> constexpr int kCtasPerSm = HD == 256 ? 2 : 3;
