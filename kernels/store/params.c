@@ -49,6 +49,13 @@ cudaError_t kl_store_check_fused_params(const struct kl_store_params *p, const c
     return cudaErrorInvalidValue;
 }
 
+bool kl_store_fused_chunks(const struct kl_store_params *p)
+{
+    const uintptr_t a16 = (uintptr_t)p->qkv | (uintptr_t)p->q_out | (uintptr_t)p->cos_sin_cache;
+    const uintptr_t a8 = (uintptr_t)p->k_cache | (uintptr_t)p->v_cache;
+    return p->head_dim % 8 == 0 && p->rotary_dim % (p->is_neox ? 16 : 8) == 0 && a16 % 16 == 0 && a8 % 8 == 0;
+}
+
 int kl_store_unit_bytes(const struct kl_store_params *p)
 {
     const int64_t row = p->num_kv_heads * p->head_dim * (int64_t)kl_dtype_size(p->dtype);

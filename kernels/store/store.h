@@ -76,6 +76,12 @@ cudaError_t kl_store_check_params(const struct kl_store_params *p, const char *v
  * above. kl_store_check_params declines a fused call the same way. */
 cudaError_t kl_store_check_fused_params(const struct kl_store_params *p, const char *variant);
 
+/* Whether a fused call takes the 16-byte path: 8-element chunks (head_dim % 8 == 0), each inside one half
+ * of the rotary span or outside it (rotary_dim a multiple of 16 neox, 8 interleaved), qkv, q_out and
+ * cos_sin_cache 16-byte aligned, the caches 8-byte aligned. Also what makes a token's qkv and cos/sin rows
+ * whole 16-byte runs (v6's bulk copies). */
+bool kl_store_fused_chunks(const struct kl_store_params *p);
+
 /* The widest access (16, 8, 4 bytes, else the element size) that divides a token's row
  * (num_kv_heads * head_dim elements) and to which all four tensors are aligned. */
 int kl_store_unit_bytes(const struct kl_store_params *p);

@@ -150,8 +150,6 @@ static cudaError_t launch_k(const struct kl_store_params *p, int cc, cudaStream_
                           (int)p->num_kv_heads, (int)p->head_dim, (int)p->rotary_dim, p->max_pos, p->num_slots);
 }
 
-static bool aligned(const void *p, uintptr_t n) { return ((uintptr_t)p & (n - 1)) == 0; }
-
 template <typename T>
 static cudaError_t launch_t(const struct kl_store_params *p, bool vec, int cc, cudaStream_t stream)
 {
@@ -164,11 +162,8 @@ static cudaError_t launch(const struct kl_store_params *p, cudaStream_t stream)
 {
     cudaError_t rc = kl_store_check_fused_params(p, "v4_rope_quant_store");
     if (rc != cudaSuccess || p->num_tokens == 0) return rc;
-    /* 8-element chunks where every chunk lies inside one half of the rotary span or outside it, and
-     * every access is aligned: qkv, q_out 16 bytes, cache rows 8 bytes, cos/sin rows 16 bytes. */
-    const bool vec = p->head_dim % 8 == 0 && p->rotary_dim % (p->is_neox ? 16 : 8) == 0 && aligned(p->qkv, 16) &&
-                     aligned(p->q_out, 16) && aligned(p->cos_sin_cache, 16) && aligned(p->k_cache, 8) &&
-                     aligned(p->v_cache, 8);
+    /* 8-element chunks, each inside one half of the rotary span or outside it, every access aligned */
+    const bool vec = kl_store_fused_chunks(p);
     unsigned *flag;
     if ((rc = cudaGetSymbolAddress((void **)&flag, bad_slot)) != cudaSuccess) return rc;
     if ((rc = kl_store_validate_begin(p, flag, stream)) != cudaSuccess) return rc;

@@ -148,18 +148,12 @@ static cudaError_t launch_k(const struct kl_store_params *p, const tile_grid &g,
     return cudaGetLastError();
 }
 
-static bool aligned(const void *p, uintptr_t n) { return ((uintptr_t)p & (n - 1)) == 0; }
-
 static cudaError_t launch(const struct kl_store_params *p, cudaStream_t stream)
 {
     cudaError_t rc = kl_store_check_fused_params(p, "v5_tile_inflight");
     if (rc != cudaSuccess || p->num_tokens == 0) return rc;
-    /* v4's vector condition: 8-element chunks, each inside one half of the rotary span or outside it, and
-     * every access aligned (qkv, q_out 16 bytes, cache rows 8 bytes, cos/sin rows 16 bytes). */
-    const bool vec = p->head_dim % 8 == 0 && p->rotary_dim % (p->is_neox ? 16 : 8) == 0 &&
-                     p->rotary_dim <= kMaxRotary && aligned(p->qkv, 16) &&
-                     aligned(p->q_out, 16) && aligned(p->cos_sin_cache, 16) && aligned(p->k_cache, 8) &&
-                     aligned(p->v_cache, 8);
+    /* v4's vector condition (store.h), and a rotary span that fits the shared table */
+    const bool vec = kl_store_fused_chunks(p) && p->rotary_dim <= kMaxRotary;
     /* small: a grid that would start beside the previous kernel's blocks (a decode batch), on sm_90 */
     const tile_grid g = vec ? grid_of(p) : tile_grid{}; /* a head of whole chunks only where vec */
     const kl::device_caps dev = kl::this_device();

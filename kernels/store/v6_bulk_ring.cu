@@ -212,20 +212,13 @@ static cudaError_t launch_k(const struct kl_store_params *p, const ring_plan &r,
     return cudaGetLastError();
 }
 
-static bool aligned(const void *p, uintptr_t n)
-{
-    return ((uintptr_t)p & (n - 1)) == 0;
-}
-
 static cudaError_t launch(const struct kl_store_params *p, cudaStream_t stream)
 {
     cudaError_t rc = kl_store_check_fused_params(p, "v6_bulk_ring");
     if (rc != cudaSuccess || p->num_tokens == 0) return rc;
-    /* v5's vector condition (8-element chunks, each inside one half of the rotary span or outside it, every
-     * access aligned), which also makes the qkv and cos/sin rows whole 16-byte runs for the bulk copies. */
-    const bool vec = p->head_dim % 8 == 0 && p->rotary_dim % (p->is_neox ? 16 : 8) == 0 &&
-                     p->rotary_dim <= kMaxRotary && aligned(p->qkv, 16) && aligned(p->q_out, 16) &&
-                     aligned(p->cos_sin_cache, 16) && aligned(p->k_cache, 8) && aligned(p->v_cache, 8);
+    /* v5's condition (store.h's kl_store_fused_chunks and v5's table span): the qkv and cos/sin rows are then
+     * whole 16-byte runs for the bulk copies */
+    const bool vec = kl_store_fused_chunks(p) && p->rotary_dim <= kMaxRotary;
     const kl::device_caps dev = kl::this_device();
     const ring_plan r = vec ? plan_of(p) : ring_plan{};
     if (!vec || dev.cc < 90 || p->num_tokens <= kSmallBatch || r.smem == 0) {

@@ -661,7 +661,9 @@ registration::registration(const char *name, launch_fn fn, const char *file, con
  * variant of that name (never a planted bug), or NULL where the emulation does not build it. */
 extern "C" const struct kl_variant *kl_variant_find(const char *module, const char *name)
 {
-    static std::deque<kl_variant> found; /* stable addresses */
+    static std::deque<kl_variant> found; /* one each, at stable addresses */
+    for (const kl_variant &k : found)
+        if (strcmp(k.name, name) == 0) return &k;
     for (const emu::variant &v : emu::variants())
         if (v.name == name && v.mutant_of.empty()) {
             found.push_back({module, v.name.c_str(), (kl_fnptr)v.launch, v.file.c_str(), 0, 90, "", 0, 0, 0});

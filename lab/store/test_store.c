@@ -124,6 +124,29 @@ Test(store, catalogue_slots_are_distinct_and_inside_the_cache)
     cr_assert_gt(skipped, 0, "no token is skipped with slot -1");
 }
 
+/* The fused launchers' 16-byte path (v4, v5, v6 share kl_store_fused_chunks): taken only where every
+ * chunk is 8 whole elements on one side of the rotary halves and every pointer is aligned. */
+Test(store, fused_16_byte_path_only_for_whole_aligned_chunks)
+{
+    _Alignas(16) static unsigned char buf[64];
+    struct kl_store_params ok = {.head_dim = 128, .rotary_dim = 64, .is_neox = true, .qkv = buf, .q_out = buf,
+                                 .cos_sin_cache = (const float *)buf, .k_cache = buf + 8, .v_cache = buf + 8};
+    cr_assert(kl_store_fused_chunks(&ok));
+    struct kl_store_params p = ok;
+    p.head_dim = 132;
+    cr_assert_not(kl_store_fused_chunks(&p), "head_dim 132: chunks of 4 at a head's end");
+    p = ok, p.rotary_dim = 56;
+    cr_assert_not(kl_store_fused_chunks(&p), "neox rotary 56: a chunk across the two halves");
+    p.is_neox = false;
+    cr_assert(kl_store_fused_chunks(&p), "interleaved rotary 56: pairs inside each chunk");
+    p = ok, p.q_out = buf + 8;
+    cr_assert_not(kl_store_fused_chunks(&p), "q_out 8-byte aligned");
+    p = ok, p.cos_sin_cache = (const float *)(buf + 4);
+    cr_assert_not(kl_store_fused_chunks(&p), "cos/sin table 4-byte aligned");
+    p = ok, p.v_cache = buf + 4;
+    cr_assert_not(kl_store_fused_chunks(&p), "v cache 4-byte aligned");
+}
+
 /* ---- GPU ---- */
 
 KL_GPU_TESTS(store_gpu, store, three, 3, KL_FLAGGED_BY_EITHER, NULL)
