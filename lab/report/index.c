@@ -204,6 +204,11 @@ int kl_rep_write_index(const char *out, struct kl_guide *mods, int n, const stru
 
 /* How many GPUs the machine of `device` had: what a multi-GPU module's rows measured on it recorded
  * in their topology (allreduce's today), else unknown: a single-GPU run does not count its GPUs. */
+/* environment.md names the commits of one results file in the order its rows first carry them: the
+ * first KL_COMMITS_LISTED, then how many others (counted up to KL_COMMITS_COUNTED distinct ones). */
+#define KL_COMMITS_LISTED 8
+#define KL_COMMITS_COUNTED 256
+
 static const char *environment_gpus(struct kl_guide *mods, int n, const char *device, char *buf, size_t len)
 {
     for (int k = 0; k < n; k++)
@@ -285,18 +290,28 @@ int kl_rep_write_environment(const char *out, struct kl_guide *mods, int n)
         }
     }
     fprintf(f, "| results file | rows | device | dates | commits |\n|---|---|---|---|---|\n");
-    for (int k = 0; k < n; k++) /* a line per file and device: first and last row of each */
+    for (int k = 0; k < n; k++) /* a line per file and device: its rows' first and last date, every commit */
         for (int fi = 0; fi < mods[k].n_files; fi++)
             for (int d = 0; d < mods[k].n_devices; d++) {
-                const cJSON *r0 = NULL, *rl = NULL;
-                int rows = 0;
-                for (int j = 0; j < mods[k].rows.n; j++)
-                    if (mods[k].rows.file[j] == fi && strcmp(kl_row_device(mods[k].rows.r[j]), mods[k].devices[d]) == 0)
-                        rl = mods[k].rows.r[j], r0 = r0 ? r0 : rl, rows++;
+                const char *first = NULL, *last = NULL, *commits[KL_COMMITS_COUNTED];
+                int rows = 0, nc = 0;
+                for (int j = 0; j < mods[k].rows.n; j++) {
+                    const cJSON *r = mods[k].rows.r[j];
+                    if (mods[k].rows.file[j] != fi || strcmp(kl_row_device(r), mods[k].devices[d]) != 0) continue;
+                    const char *date = kl_json_str(r, "date", "?"), *commit = kl_json_str(r, "commit", "?");
+                    if (!first || strcmp(date, first) < 0) first = date; /* ISO dates: text order is time order */
+                    if (!last || strcmp(date, last) > 0) last = date;
+                    bool seen = false;
+                    for (int c = 0; c < nc && !seen; c++) seen = strcmp(commits[c], commit) == 0;
+                    if (!seen && nc < KL_COMMITS_COUNTED) commits[nc++] = commit;
+                    rows++;
+                }
                 if (!rows) continue;
-                fprintf(f, "| reports/data/%s | %d | %s | %s .. %s | %s .. %s |\n", mods[k].files[fi], rows,
-                        mods[k].devices[d], kl_json_str(r0, "date", "?"), kl_json_str(rl, "date", "?"), kl_json_str(r0, "commit", "?"),
-                        kl_json_str(rl, "commit", "?"));
+                fprintf(f, "| reports/data/%s | %d | %s | %s .. %s | ", mods[k].files[fi], rows, mods[k].devices[d],
+                        first, last);
+                for (int c = 0; c < nc && c < KL_COMMITS_LISTED; c++) fprintf(f, "%s%s", c ? ", " : "", commits[c]);
+                if (nc > KL_COMMITS_LISTED) fprintf(f, " and %d more", nc - KL_COMMITS_LISTED);
+                fprintf(f, " |\n");
             }
     return kl_guide_finish(f, path);
 }

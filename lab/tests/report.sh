@@ -4,8 +4,10 @@
 # device, the results format before a device dimension: it must keep loading; and a story.json,
 # the synthetic run lab/story/test_story.c writes, for story.md and story-trace.json) and
 # report_fixture_two_devices (the same module measured on two devices, one folder each, as
-# reports/data/<device>/<module>.jsonl; made-up figures). With --update, rewrites the expected
-# files (after a deliberate change to the guides or to the rmsnorm sources they cite).
+# reports/data/<device>/<module>.jsonl; made-up figures; one of b's rows carries a later commit
+# and date, so environment.md must give b's file both commits and both dates). With --update,
+# rewrites the expected files (after a deliberate change to the guides or to the rmsnorm sources
+# they cite).
 #
 # Guides are compared by report_compare.py: byte for byte but for the lines that describe a
 # variant no results row measured, so a learner's new variant never breaks this test. Then:
