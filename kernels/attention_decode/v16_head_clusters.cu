@@ -9,15 +9,14 @@
  * - Every TMA copy brings its lines into L2 under an evict-first policy (page_ring.cuh's EVICT_FIRST,
  *   as v14 does for e4m3 pages): each K/V byte is read once, so its lines are the first L2 gives up.
  * - The grid's kv-head axis is launched in clusters of up to four CTAs (4, 2 or 1, whichever divides
- *   it): a cluster's CTAs start together on one GPC and walk the same request's pages at the same
- *   pace, so neighbouring 256-byte pieces of each slot's row are asked of memory at about the same
- *   time instead of one CTA's lifetime apart. The CTAs never touch each other's shared memory.
+ *   it): a cluster's CTAs start together on one GPC, so neighbouring 256-byte pieces of each slot's
+ *   row are asked of memory at about the same time instead of whenever each CTA was scheduled. The
+ *   CTAs never touch each other's shared memory.
  * - Three consumer warps and a ring of six stages (48 KB at head_dim 128; three at 256, 48 KB too),
- *   so four CTAs fit an SM where v8's 64 KB rings fit three. The same bytes per SM are in flight,
- *   in more, shorter-lived CTAs: a batch whose (request, kv head) pairs run in a few waves, such as
- *   b128-kv1k-p16, leaves less of its last wave empty.
- * The module's tables put v16 beside v8 on the same shapes; its counters give the launch line
- * (grid, cluster, CTAs an SM).
+ *   so four CTAs fit an SM where v8's 64 KB rings fit three: the same bytes of ring an SM, and 528
+ *   CTA slots on 132 SMs where v8 has 396, so a batch whose (request, kv head) pairs run in a few
+ *   waves (b128-kv1k-p16: 1024 CTAs) leaves less of its last wave empty.
+ * The module's tables put v16 beside v8 on the same shapes.
  * Bound: the read bandwidth. bf16/fp16, head_dim 64/128/256, sm_90a (fp32: cudaErrorNotSupported).
  * Run alone: build/kernlab bench attention_decode --variant v16_head_clusters */
 #include <stdint.h>
