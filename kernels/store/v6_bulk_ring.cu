@@ -39,9 +39,9 @@ constexpr int kMaxRotary = 256;       /* v5's table row: longer spans take v5's 
 
 static __device__ unsigned bad_slot; /* see store.h: set when a slot >= num_slots is skipped */
 
-/* The tests' mutant (lab/store/mutants.cu) builds this file with KL_STORE_V6_BUG 1: a block's step count
- * rounded down, so the last round of tokens is dropped wherever the count is not a multiple of the grid.
- * 0 here. */
+/* The tests' mutants (lab/store/mutants.cu on a GPU, lab/store/emulate/mutants.py on the CPU emulator) build
+ * this file with KL_STORE_V6_BUG 1: a block's step count rounded down, so the last round of tokens is dropped
+ * wherever the count is not a multiple of the grid. 0 here. */
 #ifndef KL_STORE_V6_BUG
 #define KL_STORE_V6_BUG 0
 #endif

@@ -228,6 +228,7 @@ struct cta {
     unsigned rank = 0;
     std::vector<unsigned char> smem, view; /* generic bytes; the async proxy's view of them */
     alignas(8) unsigned char scalars[64] = {}; /* static __shared__ scalars, 8 bytes each */
+    std::map<int, size_t> statics;  /* static __shared__ arrays: slot -> offset in smem */
     std::vector<chunk> chunks;
     std::map<uint32_t, mbarrier> mbarriers;
     std::map<int, gate> named;
@@ -308,6 +309,11 @@ unsigned long long clock();
 unsigned char *dynamic_smem();
 /* Slot i (< 8, 8 bytes each) of the CTA's static __shared__ scalars (gen.py numbers them). */
 unsigned char *cta_scalar(int i);
+/* Static __shared__ array `slot` of this thread's CTA (gen.py numbers them per kernel): `bytes` at an
+ * `align`-aligned offset past the dynamic shared bytes, placed by the first thread to ask, so its
+ * addresses are shared addresses (mbarriers in it work) and the TMA bounds checks see it. */
+unsigned char *cta_static(int slot, size_t bytes, size_t align);
+constexpr size_t kStaticSmemReserve = 16 * 1024; /* the static arrays' room beside the dynamic bytes */
 
 /* ---- launches ---- */
 struct launch_shape {
@@ -420,6 +426,14 @@ inline float __shfl_sync(unsigned mask, float v, int src, int width = 32, ::emu:
     memcpy(&v, &u, 4);
     return v;
 }
+/* the 64-bit form: two shuffles of 32 bits, as the device does it */
+inline long __shfl_sync(unsigned mask, long v, int src, int width = 32, ::emu::site s = EMU_HERE)
+{
+    if (width != 32) ::emu::fail("__shfl_sync: only whole-warp shuffles are emulated");
+    const uint64_t u = (uint64_t)v;
+    const uint64_t lo = ::emu::shfl_idx((uint32_t)u, src, mask, s), hi = ::emu::shfl_idx((uint32_t)(u >> 32), src, mask, s);
+    return (long)(lo | hi << 32);
+}
 /* A whole-warp vote, as the minimum of the lanes' predicates over five shuffles: the same answer, and
  * the same checks (every lane present, one mask) as __shfl_xor_sync. */
 inline int __all_sync(unsigned mask, int pred, ::emu::site s = EMU_HERE)
@@ -434,6 +448,12 @@ inline size_t __cvta_generic_to_shared(const void *p)
 }
 inline long long clock64() { return (long long)::emu::clock(); }
 template <typename T> inline T __ldg(const T *p) { return *p; }
+inline float __frcp_rn(float x) { return 1.0f / x; } /* IEEE division: rounded to nearest */
+/* cudaGetSymbolAddress(&p, symbol), the runtime's template form (nvcc declares it, a host compiler does not) */
+template <class T> inline cudaError_t cudaGetSymbolAddress(void **ptr, const T &symbol)
+{
+    return ::cudaGetSymbolAddress(ptr, (const void *)&symbol);
+}
 /* Between CTAs (a split-KV merge): the launch runs one cluster after another on one OS thread, so an
  * earlier CTA's stores are all visible, a fence adds nothing and a read-modify-write is atomic. Not
  * seen: a missing fence or a stale-L1 read (a kernel without them passes here). */

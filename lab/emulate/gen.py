@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes the emulation copy of a module's tensor-core kernels (emulator.h says what the emulation
 models). The module is the one whose mutants file is named (lab/<module>/emulate/mutants.py:
-attention_prefill, attention_decode); its variants are the files, as the registry's are.
+attention_prefill, attention_decode, store); its variants are the files that reach kernels/ptx_*.cuh, as the
+registry names them.
 
   OUT/kernels/ptx_sm80.cuh, ptx_sm90.cuh
                         kernels/ptx_*.cuh with each function holding inline PTX removed and
@@ -14,8 +15,10 @@ attention_prefill, attention_decode); its variants are the files, as the registr
   OUT/variants_K.cpp    the variants, SHARDS files compiled in parallel: every kernels/<module>/v*.cu that
                         includes one of those headers, unchanged but for its launch (<<<>>> and
                         cudaLaunchKernelEx become the emulator's), its shared memory (the dynamic
-                        array, and a static __shared__ scalar or array of at most 8 bytes: one per
-                        CTA; any other static __shared__ declaration stops the generator) and the
+                        array; a static __shared__ scalar, one 8-byte slot per CTA; a static
+                        __shared__ array of a plain type, one per CTA placed in the CTA's shared bytes
+                        past the dynamic ones, so its addresses are shared addresses, mbarriers too;
+                        any other static __shared__ declaration stops the generator) and the
                         registry (KL_VARIANT registers with the emulator), each in a namespace of its
                         own; then the planted bugs of the module's mutants file, as variants named
                         mutant_<what>.
@@ -41,6 +44,8 @@ KERNELS = "kernels/" + MODULE
 PTX = {"kernels/ptx_sm80.cuh": "sm80.h", "kernels/ptx_sm90.cuh": "sm90.h"}
 INCLUDE = re.compile(r'^#include "(kernels/[\w/]+\.cuh)"[ \t]*$', re.M)
 SHARDS = 6  # extra.cmake compiles variants_0.cpp .. variants_5.cpp
+# the element types of the static __shared__ arrays the emulation places in a CTA's shared bytes
+STATIC_TYPES = "unsigned char|bool|int|unsigned|float|double|int8_t|uint8_t|int16_t|uint16_t|int32_t|uint32_t|int64_t|uint64_t"
 # the CUDA built-ins of emulator.h that take their caller's site
 SITED_BUILTINS = {"__syncthreads", "__syncwarp", "__shfl_xor_sync"}
 # wgmma wrappers: the text of these arguments is passed along as the operands' names
@@ -300,24 +305,28 @@ def variant_unit(name, path, text, helpers, mutant=None):
     body = "\n".join(lines)
     body, n = re.subn(r"extern __shared__ (?:__align__\(\d+\) )?(unsigned char|uint4) (\w+)\[\];",
                       r"\1 *\2 = reinterpret_cast<\1 *>(::emu::dynamic_smem());", body)
-    slots = iter(range(1 << 30))  # each static __shared__ scalar or small array a slot of its own in the CTA
+    slots = iter(range(1 << 30))  # each static __shared__ scalar an 8-byte slot of its own in the CTA
+    arrays = iter(range(1 << 30))  # each static __shared__ array a place of its own in the CTA's shared bytes
 
     def scalar(m):
         return f"{m.group(1)} &{m.group(2)} = *reinterpret_cast<{m.group(1)} *>(::emu::cta_scalar({next(slots)}));"
 
-    def small_array(m):
-        t, name, n = m.group(1), m.group(2), m.group(3)
-        if n.strip().isdigit() and int(n) * (1 if t == "bool" else 4) > 8:
-            die(f"{os.path.basename(path)}: a static __shared__ array of more than one 8-byte slot: {m.group(0)}")
-        return (f"{t} *{name} = reinterpret_cast<{t} *>(::emu::cta_scalar({next(slots)})); "
-                f'static_assert(sizeof({t}) * ({n}) <= 8, "a static __shared__ array of one 8-byte slot");')
+    def static_arrays(m):
+        align, t, out = m.group(1), m.group(2), []
+        for decl in m.group(3).split(","):
+            name, dims = re.fullmatch(r"\s*(\w+)((?:\[[^\]]+\])+)\s*", decl).groups()
+            out.append(f"{t} (&{name}){dims} = *reinterpret_cast<{t} (*){dims}>(::emu::cta_static("
+                       f"{next(arrays)}, sizeof({t}{dims}), {align or f'alignof({t})'}));")
+        return " ".join(out)
     body = re.sub(r"__shared__ (bool|int|unsigned|float) (\w+);", scalar, body)
-    body = re.sub(r"__shared__ (bool|int|unsigned|float) (\w+)\[([^\]]+)\];", small_array, body)
+    body = re.sub(rf"__shared__ (?:__align__\((\d+)\) )?({STATIC_TYPES}) "
+                  r"(\w+(?:\[[^\]]+\])+(?:, *\w+(?:\[[^\]]+\])+)*);", static_arrays, body)
     # Any other static __shared__ declaration would compile as a per-thread variable: stop instead.
     left = re.search(r"^[ \t]*(?:static[ \t]+)?__shared__\b.*$", body, re.M)
     if left:
         die(f"{os.path.basename(path)}: a __shared__ declaration the emulation does not translate "
-            f"(a scalar or an array of at most 8 bytes of bool, int, unsigned or float): {left.group(0).strip()}")
+            f"(a scalar of bool, int, unsigned or float, or arrays of {STATIC_TYPES.replace('|', ', ')}): "
+            f"{left.group(0).strip()}")
     body = name_operands(emulated_launches(body))
     emu_name = mutant["name"] if mutant else name
     defs = {

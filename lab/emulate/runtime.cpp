@@ -248,6 +248,21 @@ unsigned char *cta_scalar(int i)
     if (i < 0 || i >= 8) fail("more than 8 static __shared__ scalars in one kernel: not emulated");
     return cur->c->scalars + 8 * i;
 }
+unsigned char *cta_static(int slot, size_t bytes, size_t align)
+{
+    cta &c = *cur->c;
+    auto at = c.statics.find(slot);
+    if (at == c.statics.end()) {
+        const size_t start = (c.smem.size() + align - 1) / align * align, end = start + bytes;
+        /* the vectors were reserved at the launch: growing them moves nothing a thread holds */
+        if (end > c.smem.capacity())
+            fail("static __shared__ arrays past the emulation's " + std::to_string(kStaticSmemReserve) +
+                 " bytes for them");
+        c.smem.resize(end, 0xFF), c.view.resize(end, 0xFF), c.chunks.resize((end + 15) / 16);
+        at = c.statics.emplace(slot, start).first;
+    }
+    return c.smem.data() + at->second;
+}
 
 /* ---- gates ---- */
 namespace {
@@ -589,6 +604,8 @@ cudaError_t run(const launch_shape &l, void (*body)(void *), void *ctx)
                     c.smem.assign(l.smem, 0xFF);
                     c.view.assign(l.smem, 0xFF);
                     c.chunks.assign((l.smem + 15) / 16, chunk{});
+                    c.smem.reserve(l.smem + kStaticSmemReserve), c.view.reserve(l.smem + kStaticSmemReserve);
+                    c.chunks.reserve((l.smem + kStaticSmemReserve + 15) / 16);
                     c.block_gate.name = "__syncthreads", c.block_gate.expected = (int)threads;
                     c.block_gate.vc.assign(cl.actors, 0);
                     c.warp_gates.resize(threads / 32);
@@ -727,6 +744,37 @@ cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int)
 cudaError_t cudaOccupancyMaxActiveClusters(int *clusters, const void *, const cudaLaunchConfig_t *)
 {
     *clusters = 1 << 20;
+    return cudaSuccess;
+}
+/* As many CTAs as the shared memory (dynamic, plus a kilobyte) and 2048 threads allow, at least one. */
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *blocks, const void *, int block_size,
+                                                                   size_t smem, unsigned int)
+{
+    const int by_smem = (int)(kMaxSmem / (smem + 1024)), by_threads = block_size > 0 ? 2048 / block_size : 1;
+    *blocks = std::max(1, std::min(by_smem, by_threads));
+    return cudaSuccess;
+}
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, const void *func, int block_size, size_t smem)
+{
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(blocks, func, block_size, smem, 0);
+}
+/* Memory is the host's and every launch has run to its end when it returns: the stream calls a launcher
+ * makes around its kernel are plain copies, and synchronizing has nothing to wait for. */
+cudaError_t cudaMemsetAsync(void *ptr, int value, size_t bytes, cudaStream_t)
+{
+    memset(ptr, value, bytes);
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind, cudaStream_t)
+{
+    memcpy(dst, src, bytes);
+    return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+/* A __device__ variable is a host one here: its address is itself. */
+cudaError_t cudaGetSymbolAddress(void **ptr, const void *symbol)
+{
+    *ptr = const_cast<void *>(symbol);
     return cudaSuccess;
 }
 cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, int value)

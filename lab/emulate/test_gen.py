@@ -7,8 +7,9 @@
   naming it; inline PTX in a module's helper header (outside kernels/ptx_*.cuh) stops it too;
 - the generated text keeps every source line at its number;
 - a mutant's expected message follows its line (`@line{TEXT}`) when code moves, and TEXT must be on one line;
-- a static __shared__ array of at most 8 bytes becomes a CTA slot, and any other static __shared__
-  declaration stops the generator (compiled as is it would be one variable per thread);
+- a static __shared__ array of a plain type (several in one declaration too) becomes one place in the CTA's
+  shared bytes, and any other static __shared__ declaration stops the generator (compiled as is it would
+  be one variable per thread);
 - a macro a unit defines ends with the unit (a shard compiles several units in one file).
 Usage: test_gen.py SOURCE_DIR MUTANTS"""
 import os
@@ -85,12 +86,16 @@ def main():
 
         kernel_open = "    extern __shared__"
         check(kernel_open in text, "v10_pingpong.cu declares its dynamic shared memory where the test expects")
-        open(v10, "w").write(text.replace(kernel_open, "    __shared__ bool flags[2];\n" + kernel_open, 1))
+        arrays = "    __shared__ __align__(8) uint64_t full[4], empty[4];\n    __shared__ float part[32];\n"
+        open(v10, "w").write(text.replace(kernel_open, arrays + kernel_open, 1))
         r = run(tmp, out)
         units = "".join(open(os.path.join(out, f)).read() for f in os.listdir(out) if f.startswith("variants_"))
-        check(r.returncode == 0 and "bool *flags = reinterpret_cast<bool *>(::emu::cta_scalar(" in units,
-              "a static __shared__ array of at most 8 bytes becomes one of the CTA's slots")
-        for other in ("__shared__ float part[32];", "__shared__ float2 pair;"):
+        check(r.returncode == 0 and "uint64_t (&full)[4] = *reinterpret_cast<uint64_t (*)[4]>(::emu::cta_static(0, "
+              "sizeof(uint64_t[4]), 8));" in units and "uint64_t (&empty)[4] = *reinterpret_cast<uint64_t (*)[4]>("
+              "::emu::cta_static(1, " in units and "float (&part)[32] = *reinterpret_cast<float (*)[32]>("
+              "::emu::cta_static(2, sizeof(float[32]), alignof(float)));" in units,
+              "static __shared__ arrays become places of their own in the CTA's shared bytes, with their alignment")
+        for other in ("__shared__ float2 pair;", "__shared__ float2 pairs[4];"):
             open(v10, "w").write(text.replace(kernel_open, f"    {other}\n" + kernel_open, 1))
             r = run(tmp, out)
             check(r.returncode != 0 and other in r.stderr,

@@ -3,3 +3,17 @@
 # memcheck every module gets.
 kl_add_sanitizer_test(store racecheck)
 kl_add_sanitizer_test(store synccheck)
+
+# The bulk-copy ring (v6_bulk_ring: kernels/ptx_sm90.cuh) on the CPU under the lab's emulation (lab/emulate/):
+# fused problems past the launcher's small-batch cut, judged against the float64 reference by
+# emulate/driver.cpp as the module judges the fused family, and the planted bugs of emulate/mutants.py it
+# must catch.
+find_package(Python3 COMPONENTS Interpreter QUIET)
+if(Python3_FOUND AND CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
+  include(${PROJECT_SOURCE_DIR}/lab/emulate/emulate.cmake)
+  kl_add_emulator(store store_emulator ${PROJECT_SOURCE_DIR}/lab/store/emulate/driver.cpp
+                  ${PROJECT_SOURCE_DIR}/lab/store/emulate/mutants.py ${PROJECT_SOURCE_DIR}/reference/store.c
+                  ${PROJECT_SOURCE_DIR}/reference/rope.c
+                  ${PROJECT_SOURCE_DIR}/kernels/store/params.c ${PROJECT_SOURCE_DIR}/lab/core/compare.c
+                  ${PROJECT_SOURCE_DIR}/kernels/dtype.c)
+endif()

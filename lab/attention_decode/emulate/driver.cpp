@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "kernels/attention_decode/attention_decode.h"
+#include "driver_main.h"
 #include "tc_headers.h"
 extern "C" {
 #include "compare.h"
@@ -239,84 +240,12 @@ std::string describe(const problem &pr)
     return s;
 }
 
-/* The index of the first problem v fails (its reason in why), or -1; a line per problem run. */
-int run(const emu::variant &v, const std::vector<size_t> &which, std::string &why)
-{
-    int ran = 0;
-    for (size_t i : which) {
-        const bool pass = check(problems()[i], v, why);
-        const char *verdict = !pass ? "FAIL" : why.rfind("skip:", 0) == 0 ? "SKIP" : "PASS";
-        ran += pass && verdict[0] == 'P';
-        printf("%s %s %s: %s\n", verdict, v.name.c_str(), describe(problems()[i]).c_str(), why.c_str());
-        fflush(stdout);
-        if (!pass) return (int)i;
-    }
-    if (ran == 0 && v.mutant_of.empty() && which.size() == problems().size()) {
-        printf("FAIL %s: declined every problem\n", v.name.c_str());
-        return (int)which.size();
-    }
-    return -1;
-}
-
-const emu::variant *find_variant(const std::string &name)
-{
-    for (const emu::variant &v : emu::variants())
-        if (v.name == name) return &v;
-    return nullptr;
-}
-
-int usage(const char *why)
-{
-    fprintf(stderr, "decode_emulator: %s\nusage: decode_emulator [--problem N] [NAME...]\n"
-                    "       decode_emulator --mutants [NAME...]\n       decode_emulator --list\n", why);
-    return 2;
-}
-
 } // namespace
 
 int main(int argc, char **argv)
 {
-    bool mutants = false, list = false;
-    std::vector<size_t> which;
-    std::vector<const emu::variant *> chosen;
-    for (int i = 1; i < argc; i++) {
-        const std::string a = argv[i];
-        if (a == "--mutants") mutants = true;
-        else if (a == "--list") list = true;
-        else if (a == "--problem" && i + 1 < argc) which.push_back((size_t)atoi(argv[++i]));
-        else if (a[0] == '-') return usage(("unknown option " + a).c_str());
-        else if (const emu::variant *v = find_variant(a)) chosen.push_back(v);
-        else return usage(("no variant or mutant named " + a).c_str());
-    }
-    if (list) {
-        for (const emu::variant &v : emu::variants()) printf("%s\n", v.name.c_str());
-        return 0;
-    }
-    for (size_t i : which)
-        if (i >= problems().size()) return usage("--problem: no such problem");
-    if (which.empty())
-        for (size_t i = 0; i < problems().size(); i++) which.push_back(i);
-    if (chosen.empty())
-        for (const emu::variant &v : emu::variants())
-            if (v.mutant_of.empty() != mutants) chosen.push_back(&v);
-    int good = 0, bad = 0;
-    for (const emu::variant *v : chosen) {
-        std::string why;
-        const int at = run(*v, which, why);
-        if (v->mutant_of.empty()) {
-            (at < 0 ? good : bad)++;
-            continue;
-        }
-        /* A mutant: caught when it fails with its message on a problem its variant passes. */
-        std::string base_why;
-        const bool base_passes = at >= 0 && check(problems()[at], *find_variant(v->mutant_of), base_why);
-        const bool caught = at >= 0 && base_passes && why.find(v->expect) != std::string::npos;
-        const std::string said = at < 0           ? "passed every problem"
-                                 : !base_passes ? v->mutant_of + " itself fails there: " + base_why
-                                                : why;
-        printf("%s %s (%s): %s\n", caught ? "CAUGHT" : "MISSED", v->name.c_str(), v->mutant_of.c_str(), said.c_str());
-        (caught ? good : bad)++;
-    }
-    printf(mutants ? "%d mutants caught, %d missed\n" : "%d variants passed, %d failed\n", good, bad);
-    return bad != 0;
+    const emu::driver d{"decode_emulator", problems().size(),
+                        [](size_t i, const emu::variant &v, std::string &why) { return check(problems()[i], v, why); },
+                        [](size_t i) { return describe(problems()[i]); }};
+    return emu::driver_main(d, argc, argv);
 }
