@@ -354,6 +354,15 @@ template <class... E, class... A> cudaError_t launch_kernel_ex(const cudaLaunchC
     return rc;
 }
 
+/* kernels/common.cuh's kl::launch_pdl, as gen.py rewrites it: the programmatic launch is a plain one here (a
+ * launch runs to its end before the next begins). */
+template <class... E, class... A>
+cudaError_t launch_pdl(void (*kernel)(E...), dim3 grid, dim3 block, bool, cudaStream_t stream, A &&...args)
+{
+    const cudaLaunchConfig_t config = {grid, block, 0, stream, nullptr, 0};
+    return launch_kernel_ex(&config, kernel, std::forward<A>(args)...);
+}
+
 /* ---- the variants: KL_VARIANT registers each file's launcher here (gen.py's output) ---- */
 /* the module's launcher type (kernels/<module>/<module>.h), cast, as kernels/variant.h stores it; the
  * module's driver casts it back */
@@ -448,6 +457,7 @@ inline size_t __cvta_generic_to_shared(const void *p)
 }
 inline long long clock64() { return (long long)::emu::clock(); }
 template <typename T> inline T __ldg(const T *p) { return *p; }
+template <typename T> inline T __ldcs(const T *p) { return *p; } /* the evict-first hint has no effect here */
 inline float __frcp_rn(float x) { return 1.0f / x; } /* IEEE division: rounded to nearest */
 /* cudaGetSymbolAddress(&p, symbol), the runtime's template form (nvcc declares it, a host compiler does not) */
 template <class T> inline cudaError_t cudaGetSymbolAddress(void **ptr, const T &symbol)

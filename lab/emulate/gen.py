@@ -46,6 +46,9 @@ INCLUDE = re.compile(r'^#include "(kernels/[\w/]+\.cuh)"[ \t]*$', re.M)
 SHARDS = 6  # extra.cmake compiles variants_0.cpp .. variants_5.cpp
 # the element types of the static __shared__ arrays the emulation places in a CTA's shared bytes
 STATIC_TYPES = "unsigned char|bool|int|unsigned|float|double|int8_t|uint8_t|int16_t|uint16_t|int32_t|uint32_t|int64_t|uint64_t"
+# variants a module's mutants file asks for beside those that include kernels/ptx_*.cuh or a helper (a fused
+# store variant reaches pdl_wait through kernels/common.cuh alone): load_mutants fills it
+ALSO_EMULATED = set()
 # the CUDA built-ins of emulator.h that take their caller's site
 SITED_BUILTINS = {"__syncthreads", "__syncwarp", "__shfl_xor_sync"}
 # wgmma wrappers: the text of these arguments is passed along as the operands' names
@@ -238,19 +241,23 @@ LAUNCH = re.compile(r"(\b[\w:]+(?:\s*<[^<>;()]*(?:<[^<>;()]*>[^<>;()]*)*>)?)\s*<
 
 
 def emulated_launches(text):
-    """Kernel<<<grid, block, smem, stream>>>(args) -> ::emu::launch(Kernel, grid, block, smem, stream)(args)."""
+    """Kernel<<<grid, block, smem, stream>>>(args) -> ::emu::launch(Kernel, grid, block, smem, stream)(args);
+    cudaLaunchKernelEx and kernels/common.cuh's kl::launch_pdl -> the emulator's."""
     text = LAUNCH.sub(lambda m: "::emu::launch(%s, %s)(" % (m.group(1), m.group(2)), text)
+    text = re.sub(r"\bkl::launch_pdl\s*\(", "::emu::launch_pdl(", text)
     return re.sub(r"\bcudaLaunchKernelEx\s*\(", "::emu::launch_kernel_ex(", text)
 
 
 def tensor_core_variants(src, helpers):
-    """(name, path) of the variant files that include a helper header or kernels/ptx_*.cuh, in number order."""
+    """(name, path) of the variant files that include a helper header or kernels/ptx_*.cuh, or that the mutants
+    file names in ALSO_EMULATED, in number order."""
     def number(path):
         m = re.match(r"v(\d+)_", os.path.basename(path))
         return int(m.group(1)) if m else 1 << 30
     out = []
     for path in sorted(glob.glob(os.path.join(src, KERNELS, "v*_*.cu")), key=number):
-        if any(i in helpers or i in PTX for i in INCLUDE.findall(read(path))):
+        if any(i in helpers or i in PTX for i in INCLUDE.findall(read(path))) or \
+                os.path.basename(path)[:-3] in ALSO_EMULATED:
             out.append((os.path.basename(path)[:-3], path))
     return out
 
@@ -363,6 +370,7 @@ def load_mutants(path):
         die(f"no mutants file {path}")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    ALSO_EMULATED.update(getattr(mod, "ALSO_EMULATED", []))
     return mod.MUTANTS
 
 

@@ -4,10 +4,9 @@
 kl_add_sanitizer_test(store racecheck)
 kl_add_sanitizer_test(store synccheck)
 
-# The bulk-copy ring (v6_bulk_ring: kernels/ptx_sm90.cuh) on the CPU under the lab's emulation (lab/emulate/):
-# fused problems past the launcher's small-batch cut, judged against the float64 reference by
-# emulate/driver.cpp as the module judges the fused family, and the planted bugs of emulate/mutants.py it
-# must catch.
+# The fused family (v4, v5, v6: RoPE + e4m3 quantize + store) on the CPU under the lab's emulation
+# (lab/emulate/): problems that take each variant's paths, judged against the float64 reference by
+# emulate/driver.cpp as the module judges them, and the planted bugs of emulate/mutants.py it must catch.
 find_package(Python3 COMPONENTS Interpreter QUIET)
 if(Python3_FOUND AND CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
   include(${PROJECT_SOURCE_DIR}/lab/emulate/emulate.cmake)

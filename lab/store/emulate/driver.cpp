@@ -1,12 +1,14 @@
-/* Runs store's bulk-copy ring variant (v6_bulk_ring: its exact source, lab/emulate/gen.py's copy) on the CPU
- * under the emulation of lab/emulate/emulator.h, through its own launcher, and judges its three outputs as the
- * module judges the fused family (lab/store/fused.c): the K and V caches code by code under the e4m3 policy
- * (lab/core/compare.c: the float64 value before rounding and the slack of its float32 computation, from
- * reference/store.c), q_out under its dtype's row. Every problem holds more tokens than the launcher hands to
- * v5 (256), so each runs the ring itself with more tokens a block than stages; neox and interleaved rotary, partial
- * spans, bf16 and fp16, GQA 2 to 8, K values past e4m3's range (a kv head's scale small enough to saturate),
- * positions outside the table (left unrotated), negative slots (skipped) and a slot past the cache (skipped,
- * its q still written). Cache codes a token does not own must keep their value; q_out starts as NaN.
+/* Runs store's fused family (v4_rope_quant_store, v5_tile_inflight, v6_bulk_ring: their exact source, lab/emulate/
+ * gen.py's copy) on the CPU under the emulation of lab/emulate/emulator.h, each through its own launcher, and
+ * judges its three outputs as the module judges them (lab/store/fused.c): the K and V caches code by code under
+ * the e4m3 policy (lab/core/compare.c: the float64 value before rounding and the slack of its float32
+ * computation, from reference/store.c), q_out under its dtype's row. The problems take every path of the
+ * family: more tokens than v6 hands to v5 (256), so its ring runs with more tokens a block than stages, and
+ * v5's token tiles; a decode batch (v6 to v5 to v4's programmatic launch); shapes without whole 16-byte chunks
+ * (v4's one element a thread). Neox and interleaved rotary, partial spans, bf16 and fp16, GQA 2 to 8, K values
+ * past e4m3's range (a kv head's scale small enough to saturate), positions outside the table (left
+ * unrotated), negative slots (skipped) and a slot past the cache (skipped, its q still written). Cache codes a
+ * token does not own must keep their value; q_out starts as NaN.
  *   store_emulator [--problem N] [NAME...]   the variants named, or all of them
  *   store_emulator --mutants [NAME...]       every planted bug of mutants.py must fail with its expected
  *                                            message on a problem its variant passes
@@ -44,6 +46,11 @@ const std::vector<problem> &problems()
         {"neox, Llama-like GQA 2", KL_BF16, 128, 4, 2, 128, true, 600, 640, 1},
         {"interleaved, partial rotary 32 of 64", KL_F16, 64, 8, 2, 32, false, 400, 512, 2},
         {"neox, partial rotary 64 of 128, GQA 8", KL_BF16, 128, 8, 1, 64, true, 520, 600, 3},
+        /* v6 hands these to v5 (256 tokens or fewer), which hands a decode batch to v4's launcher */
+        {"decode batch, GQA 4", KL_BF16, 128, 8, 2, 128, true, 64, 256, 4},
+        /* no whole 16-byte chunks (interleaved rotary 36; head_dim 100): v4 runs one element a thread */
+        {"interleaved, rotary 36 of 80: one element a thread", KL_F16, 80, 4, 2, 36, false, 300, 320, 5},
+        {"head_dim 100, neox: one element a thread", KL_BF16, 100, 4, 1, 100, true, 270, 300, 6},
     };
     return ps;
 }
