@@ -228,7 +228,8 @@ struct cta {
     unsigned rank = 0;
     std::vector<unsigned char> smem, view; /* generic bytes; the async proxy's view of them */
     alignas(8) unsigned char scalars[64] = {}; /* static __shared__ scalars, 8 bytes each */
-    std::map<int, size_t> statics;  /* static __shared__ arrays: slot -> offset in smem */
+    size_t dynamic = 0;             /* the launch's dynamic shared bytes, at offset 0 */
+    std::map<int, std::pair<size_t, size_t>> statics; /* static __shared__ arrays: slot -> (offset, bytes) */
     std::vector<chunk> chunks;
     std::map<uint32_t, mbarrier> mbarriers;
     std::map<int, gate> named;
@@ -314,6 +315,9 @@ unsigned char *cta_scalar(int i);
  * addresses are shared addresses (mbarriers in it work) and the TMA bounds checks see it. */
 unsigned char *cta_static(int slot, size_t bytes, size_t align);
 constexpr size_t kStaticSmemReserve = 16 * 1024; /* the static arrays' room beside the dynamic bytes */
+/* Whether [at, at + bytes) lies inside one region of c's shared memory: the dynamic bytes, or one static
+ * array (an access that runs from one into the next is outside both, as it is past its end on a GPU). */
+bool in_shared(const cta &c, size_t at, size_t bytes);
 
 /* ---- launches ---- */
 struct launch_shape {

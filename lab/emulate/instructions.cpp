@@ -139,7 +139,7 @@ void ldmatrix(uint32_t *r, uint32_t addr, bool trans, site s)
         const cta &c = *lanes[0]->c;
         for (fiber *l : lanes) {
             const uint32_t a = (uint32_t)l->x[0];
-            if (a % 16 || a + 16 > c.smem.size())
+            if (a % 16 || !in_shared(c, a, 16))
                 fail("ldmatrix at " + chain_text((uint32_t)l->x[1]) + ": row address " + hex(a) +
                      " not 16-byte aligned or outside shared memory");
             check_generic_read(l, a / 16, (uint32_t)l->x[1], "ldmatrix");
@@ -219,7 +219,7 @@ void cp_async(uint32_t dst, const void *src, int bytes, bool valid, site s)
     fiber *f = cur;
     cta &c = *f->c;
     const uint32_t chain = chain_child(f->chain, s);
-    if (dst % bytes || dst + bytes > c.smem.size())
+    if (dst % bytes || !in_shared(c, dst, bytes))
         fail("cp.async at " + chain_text(chain) + ": destination " + hex(dst) + " misaligned or outside shared memory");
     const uint32_t n = add_note("the cp.async", chain);
     /* the 4-byte copies carry page numbers, read by plain loads the emulation cannot see: only
@@ -490,7 +490,7 @@ void wgmma(bool ss, int n, bool bf16, float *d, const uint32_t *a, uint64_t a_de
         }
         operand_chunks(p.reads, db, ss, 0, ss ? p.n : 16, p.n);
         for (uint32_t ch : p.reads)
-            if ((ch + 1) * 16 > p.c->smem.size()) fail("wgmma at " + chain_text(chain) + ": operand outside shared memory");
+            if (!in_shared(*p.c, (size_t)ch * 16, 16)) fail("wgmma at " + chain_text(chain) + ": operand outside shared memory");
         if (ss) check_async_read(lanes, p.reads, 0, a_end, "A operand", chain);
         check_async_read(lanes, p.reads, a_end, p.reads.size(), ss ? "B operand (K-major)" : "B operand (MN-major)", chain);
         for (uint32_t ch : p.reads) p.c->chunks[ch].readers++;
@@ -696,9 +696,10 @@ float ld_cluster_f32(unsigned rank, uint32_t at, site s)
     fiber *f = cur;
     const uint32_t chain = chain_child(f->chain, s);
     cta &c = rank == f->c->rank ? *f->c : cta_of_rank(rank, chain);
-    if ((size_t)at + 4 > c.smem.size())
-        fail("ld.shared::cluster at " + chain_text(chain) + ": address " + hex(at) + " past the " +
-             std::to_string(c.smem.size()) + " bytes of CTA rank " + std::to_string(rank) + "'s shared memory");
+    if (!in_shared(c, at, 4))
+        fail("ld.shared::cluster at " + chain_text(chain) + ": address " + hex(at) + " outside the " +
+             std::to_string(c.dynamic) + " dynamic bytes (and static arrays) of CTA rank " + std::to_string(rank) +
+             "'s shared memory");
     float v;
     std::memcpy(&v, &c.smem[at], 4);
     return v;
@@ -735,7 +736,7 @@ void tma_load(uint32_t dst, const CUtensorMap *map, int c0, int c1, int c2, uint
         if (!(cta_mask >> r & 1)) continue;
         cta &c = cta_of_rank(r, chain);
         if (dst % 128) fail("bulk tensor copy at " + chain_text(chain) + ": destination " + hex(dst) + " not 128-byte aligned");
-        if (dst + bytes > c.smem.size()) fail("bulk tensor copy at " + chain_text(chain) + " past the end of shared memory");
+        if (!in_shared(c, dst, bytes)) fail("bulk tensor copy at " + chain_text(chain) + " outside its region of shared memory (the dynamic bytes, or one static array)");
         mbarrier &b = find_mbarrier(c, bar, chain);
         const uint32_t n = add_note("the TMA copy", chain, bar, b.completed);
         for (uint32_t ch = dst / 16; ch < (dst + bytes) / 16; ch++) start_copy_into(c, ch, n, "bulk tensor copy", chain);
@@ -755,7 +756,7 @@ void bulk_load(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar, site
     if (dst % 16 || (uintptr_t)src % 16 || bytes % 16 || bytes == 0)
         fail("bulk copy at " + chain_text(chain) + ": " + std::to_string(bytes) + " bytes from " + hex((uint32_t)(uintptr_t)src) +
              " to " + hex(dst) + " (the size and both addresses must be multiples of 16)");
-    if (dst + bytes > c.smem.size()) fail("bulk copy at " + chain_text(chain) + " past the end of shared memory");
+    if (!in_shared(c, dst, bytes)) fail("bulk copy at " + chain_text(chain) + " outside its region of shared memory (the dynamic bytes, or one static array)");
     mbarrier &b = find_mbarrier(c, bar, chain);
     const uint32_t n = add_note("the bulk copy", chain, bar, b.completed);
     for (uint32_t ch = dst / 16; ch < (dst + bytes) / 16; ch++) start_copy_into(c, ch, n, "bulk copy", chain);
@@ -772,7 +773,7 @@ void bulk_store(void *dst, uint32_t src, uint32_t bytes, site s)
     if (src % 16 || (uintptr_t)dst % 16 || bytes % 16 || bytes == 0)
         fail("bulk store at " + chain_text(chain) + ": " + std::to_string(bytes) + " bytes from " + hex(src) +
              " to " + hex((uint32_t)(uintptr_t)dst) + " (the size and both addresses must be multiples of 16)");
-    if (src + bytes > c.view.size()) fail("bulk store at " + chain_text(chain) + " past the end of shared memory");
+    if (!in_shared(c, src, bytes)) fail("bulk store at " + chain_text(chain) + " outside its region of shared memory (the dynamic bytes, or one static array)");
     memcpy(dst, c.view.data() + src, bytes);
 }
 

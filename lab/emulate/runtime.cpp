@@ -259,9 +259,16 @@ unsigned char *cta_static(int slot, size_t bytes, size_t align)
             fail("static __shared__ arrays past the emulation's " + std::to_string(kStaticSmemReserve) +
                  " bytes for them");
         c.smem.resize(end, 0xFF), c.view.resize(end, 0xFF), c.chunks.resize((end + 15) / 16);
-        at = c.statics.emplace(slot, start).first;
+        at = c.statics.emplace(slot, std::make_pair(start, bytes)).first;
     }
-    return c.smem.data() + at->second;
+    return c.smem.data() + at->second.first;
+}
+bool in_shared(const cta &c, size_t at, size_t bytes)
+{
+    if (at + bytes <= c.dynamic) return true;
+    for (const auto &[slot, region] : c.statics)
+        if (at >= region.first && at + bytes <= region.first + region.second) return true;
+    return false;
 }
 
 /* ---- gates ---- */
@@ -604,6 +611,7 @@ cudaError_t run(const launch_shape &l, void (*body)(void *), void *ctx)
                     c.smem.assign(l.smem, 0xFF);
                     c.view.assign(l.smem, 0xFF);
                     c.chunks.assign((l.smem + 15) / 16, chunk{});
+                    c.dynamic = l.smem;
                     c.smem.reserve(l.smem + kStaticSmemReserve), c.view.reserve(l.smem + kStaticSmemReserve);
                     c.chunks.reserve((l.smem + kStaticSmemReserve + 15) / 16);
                     c.block_gate.name = "__syncthreads", c.block_gate.expected = (int)threads;
