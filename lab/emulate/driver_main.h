@@ -96,7 +96,8 @@ inline int driver_main(const driver &d, int argc, char **argv)
         }
         /* A mutant: caught when it fails with its message on a problem its variant passes. */
         std::string base_why;
-        const bool base_passes = at >= 0 && (size_t)at < d.problems && d.check((size_t)at, *find_variant(v->mutant_of), base_why);
+        const bool base_passes =
+            at >= 0 && (size_t)at < d.problems && d.check((size_t)at, *find_variant(v->mutant_of), base_why);
         const bool caught = at >= 0 && base_passes && why.find(v->expect) != std::string::npos;
         const std::string said = at < 0           ? "passed every problem"
                                  : !base_passes ? v->mutant_of + " itself fails there: " + base_why

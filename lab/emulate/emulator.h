@@ -444,7 +444,8 @@ inline long __shfl_sync(unsigned mask, long v, int src, int width = 32, ::emu::s
 {
     if (width != 32) ::emu::fail("__shfl_sync: only whole-warp shuffles are emulated");
     const uint64_t u = (uint64_t)v;
-    const uint64_t lo = ::emu::shfl_idx((uint32_t)u, src, mask, s), hi = ::emu::shfl_idx((uint32_t)(u >> 32), src, mask, s);
+    const uint64_t lo = ::emu::shfl_idx((uint32_t)u, src, mask, s);
+    const uint64_t hi = ::emu::shfl_idx((uint32_t)(u >> 32), src, mask, s);
     return (long)(lo | hi << 32);
 }
 /* A whole-warp vote, as the minimum of the lanes' predicates over five shuffles: the same answer, and

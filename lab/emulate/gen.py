@@ -45,7 +45,8 @@ PTX = {"kernels/ptx_sm80.cuh": "sm80.h", "kernels/ptx_sm90.cuh": "sm90.h"}
 INCLUDE = re.compile(r'^#include "(kernels/[\w/]+\.cuh)"[ \t]*$', re.M)
 SHARDS = 6  # extra.cmake compiles variants_0.cpp .. variants_5.cpp
 # the element types of the static __shared__ arrays the emulation places in a CTA's shared bytes
-STATIC_TYPES = "unsigned char|bool|int|unsigned|float|double|int8_t|uint8_t|int16_t|uint16_t|int32_t|uint32_t|int64_t|uint64_t"
+STATIC_TYPES = ("unsigned char|bool|int|unsigned|float|double|"
+                "int8_t|uint8_t|int16_t|uint16_t|int32_t|uint32_t|int64_t|uint64_t")
 # variants a module's mutants file asks for beside those that include kernels/ptx_*.cuh or a helper (a fused
 # store variant reaches pdl_wait through kernels/common.cuh alone): load_mutants fills it
 ALSO_EMULATED = set()

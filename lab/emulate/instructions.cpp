@@ -6,6 +6,9 @@
 
 namespace emu {
 
+/* a bulk copy's failure when its bytes leave the region they start in (in_shared) */
+const char *const kOutsideRegion = " outside its region of shared memory (the dynamic bytes, or one static array)";
+
 /* ---- shared-memory bookkeeping ---- */
 namespace {
 float half_table[65536];
@@ -736,7 +739,7 @@ void tma_load(uint32_t dst, const CUtensorMap *map, int c0, int c1, int c2, uint
         if (!(cta_mask >> r & 1)) continue;
         cta &c = cta_of_rank(r, chain);
         if (dst % 128) fail("bulk tensor copy at " + chain_text(chain) + ": destination " + hex(dst) + " not 128-byte aligned");
-        if (!in_shared(c, dst, bytes)) fail("bulk tensor copy at " + chain_text(chain) + " outside its region of shared memory (the dynamic bytes, or one static array)");
+        if (!in_shared(c, dst, bytes)) fail("bulk tensor copy at " + chain_text(chain) + kOutsideRegion);
         mbarrier &b = find_mbarrier(c, bar, chain);
         const uint32_t n = add_note("the TMA copy", chain, bar, b.completed);
         for (uint32_t ch = dst / 16; ch < (dst + bytes) / 16; ch++) start_copy_into(c, ch, n, "bulk tensor copy", chain);
@@ -756,7 +759,7 @@ void bulk_load(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar, site
     if (dst % 16 || (uintptr_t)src % 16 || bytes % 16 || bytes == 0)
         fail("bulk copy at " + chain_text(chain) + ": " + std::to_string(bytes) + " bytes from " + hex((uint32_t)(uintptr_t)src) +
              " to " + hex(dst) + " (the size and both addresses must be multiples of 16)");
-    if (!in_shared(c, dst, bytes)) fail("bulk copy at " + chain_text(chain) + " outside its region of shared memory (the dynamic bytes, or one static array)");
+    if (!in_shared(c, dst, bytes)) fail("bulk copy at " + chain_text(chain) + kOutsideRegion);
     mbarrier &b = find_mbarrier(c, bar, chain);
     const uint32_t n = add_note("the bulk copy", chain, bar, b.completed);
     for (uint32_t ch = dst / 16; ch < (dst + bytes) / 16; ch++) start_copy_into(c, ch, n, "bulk copy", chain);
@@ -773,7 +776,7 @@ void bulk_store(void *dst, uint32_t src, uint32_t bytes, site s)
     if (src % 16 || (uintptr_t)dst % 16 || bytes % 16 || bytes == 0)
         fail("bulk store at " + chain_text(chain) + ": " + std::to_string(bytes) + " bytes from " + hex(src) +
              " to " + hex((uint32_t)(uintptr_t)dst) + " (the size and both addresses must be multiples of 16)");
-    if (!in_shared(c, src, bytes)) fail("bulk store at " + chain_text(chain) + " outside its region of shared memory (the dynamic bytes, or one static array)");
+    if (!in_shared(c, src, bytes)) fail("bulk store at " + chain_text(chain) + kOutsideRegion);
     memcpy(dst, c.view.data() + src, bytes);
 }
 

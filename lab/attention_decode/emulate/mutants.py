@@ -204,9 +204,9 @@ MUTANTS = [
                    "const int64_t even = units / gridDim.x,")],
         "expect": "outside the attention policy's bound",
     },
-    {   # v16: v8's four consumer warps kept in the consumers' stride, with three warps: tiles 3, 7, ... never
-        # consumed: a request of 4 to 9 tiles (the first problem's 100 keys) leaves them out of its output (a longer one's
-        # producer would wait for their stages forever)
+    {   # v16: v8's four consumer warps kept in the consumers' stride, with three warps: tiles 3, 7, ...
+        # never consumed: a request of 4 to 9 tiles (the first problem's 100 keys) leaves them out of its
+        # output (a longer one's producer would wait for their stages forever)
         "name": "mutant_v16_stride_of_four_consumers",
         "variant": "v16_head_clusters",
         "edits": [("for (int i = warp; i < tiles; i += CW) {", "for (int i = warp; i < tiles; i += 4) {")],

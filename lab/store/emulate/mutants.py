@@ -18,7 +18,8 @@ MUTANTS = [
     {   # one element a thread: the scale's reciprocal applied twice
         "name": "mutant_v4_element_scale_twice",
         "variant": "v4_rope_quant_store",
-        "edits": [("o[0] * inv_scale, __NV_SATFINITE, __NV_E4M3)", "o[0] * inv_scale * inv_scale, __NV_SATFINITE, __NV_E4M3)")],
+        "edits": [("o[0] * inv_scale, __NV_SATFINITE, __NV_E4M3)",
+                   "o[0] * inv_scale * inv_scale, __NV_SATFINITE, __NV_E4M3)")],
         "expect": "elements of k_cache outside",
     },
     {   # the rotated q stored from the stage without the proxy fence: the bulk copy reads what the TMA wrote
