@@ -128,6 +128,73 @@ __device__ __forceinline__ void gather_chunk(const peers &P, const lamport_bufs 
         if (s == P.rank) w[s] = unit_sendable<T>(mine);
 }
 
+/* send_chunk, poll_elems, and gather_chunk with add_chunk, in the forms of lamport.cuh's send_to_peers and
+ * own_slot (v15): no run-time index into lamport_bufs, our own buffer passed as one pointer, everything
+ * inlined (an out-of-line call would need the peers and the ranks' chunks in local memory). */
+template <typename T>
+__device__ __forceinline__ void send_chunk_to_peers(const peers &P, const lamport_bufs &L, uint32_t set,
+                                                    const chunk &q, bool unit, const T *x, uint4 xb)
+{
+    constexpr int V = 16 / sizeof(T);
+    if (unit) {
+        send_to_peers<uint4>(L, P, set, q.i0 / V, unit_sendable<T>(xb));
+        return;
+    }
+    for (int j = 0; j < q.m; j++)
+        send_elem_to_peers<T>(L, P, set, q.i0 + j, elem_sendable<T>(elem_bits(x + q.i0 + j)));
+}
+
+template <typename T>
+__device__ __forceinline__ uint4 poll_own_elems(const peers &P, char *own, uint32_t set, int s, int64_t i0, int m,
+                                                    uint32_t e)
+{
+    constexpr int V = 16 / sizeof(T);
+    uint32_t b[4] = {0, 0, 0, 0};
+    const T *slot = own_slot<T>(own, P, set, s) + i0;
+#pragma unroll
+    for (int j = 0; j < V; j++)
+        if (j < m) set_elem<T>(b, j, wait_elem<T>(P, slot + j, e, s));
+    return make_uint4(b[0], b[1], b[2], b[3]);
+}
+
+/* gather_chunk then add_chunk, from our own buffer: every rank's chunk q (ours as sent, the peers'
+ * polled, all 16-byte loads issued before the first wait) summed in rank order in float32 from rank 0's
+ * value, plus the residual's, into r; returns the sum of squares of its first m elements. The sums are
+ * add_chunk's, in its order; they are taken as each rank's chunk arrives, so no array of the ranks'
+ * chunks outlives a poll. */
+template <typename T>
+__device__ __forceinline__ float gather_add_own_chunk(const peers &P, char *own, uint32_t set, uint32_t e,
+                                                      const chunk &q, bool unit, uint4 mine, uint4 res,
+                                                      float (&r)[16 / sizeof(T)])
+{
+    constexpr int V = 16 / sizeof(T);
+    uint4 w[KL_AR_MAX_RANKS];
+    if (unit) {
+#pragma unroll
+        for (int s = 0; s < KL_AR_MAX_RANKS; s++)
+            if (s < P.world && s != P.rank) w[s] = ld_volatile_v4(own_slot<uint4>(own, P, set, s) + q.i0 / V);
+    }
+    float acc[V];
+#pragma unroll
+    for (int s = 0; s < KL_AR_MAX_RANKS; s++) {
+        if (s >= P.world) break;
+        uint4 u;
+        if (s == P.rank) u = unit_sendable<T>(mine);
+        else if (!unit) u = poll_own_elems<T>(P, own, set, s, q.i0, q.m, e);
+        else u = unit_empty<T>(w[s]) ? wait_unit<T>(P, own_slot<uint4>(own, P, set, s) + q.i0 / V, e, s) : w[s];
+#pragma unroll
+        for (int j = 0; j < V; j++)
+            acc[j] = s == 0 ? kl::elem_f32<T>(u, j) : acc[j] + kl::elem_f32<T>(u, j);
+    }
+    float sum_sq = 0.f;
+#pragma unroll
+    for (int j = 0; j < V; j++) {
+        r[j] = acc[j] + kl::elem_f32<T>(res, j);
+        if (j < q.m) sum_sq += r[j] * r[j];
+    }
+    return sum_sq;
+}
+
 /* r = the ranks' chunks summed in rank order in float32 (from rank 0's value) plus the residual's,
  * not rounded in between; returns the sum of squares of its first m elements. */
 template <typename T>

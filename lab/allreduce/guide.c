@@ -65,6 +65,8 @@ static const char *ar_picked(const cJSON *r)
 {
     const char *k = kl_json_str(r, "counters.launch.kernel", "");
     if (strstr(k, "lamport_v8")) return "Lamport one-shot (v8)";
+    if (strstr(k, "lamport_v11")) return "Lamport one-shot (v11)";
+    if (strstr(k, "lamport_v14")) return "Lamport one-shot (v14)";
     if (strstr(k, "lamport_v9")) return "Lamport two-shot (v9)";
     if (strstr(k, "oneshot_v4")) return "one-shot (v4)";
     if (strstr(k, "twoshot_v5")) return "two-shot (v5)";
@@ -294,8 +296,8 @@ static void ar_curves(FILE *f, const struct kl_guide *md)
 static void ar_switch(FILE *f, const struct kl_guide *md)
 {
     int worlds[8], nw = ar_worlds(md, worlds, 8);
-    static const char *kcand[] = {"v0_nccl", "v11_lamport_unfenced", "v9_lamport_twoshot"};
-    static const char *klabel[] = {"NCCL", "Lamport one-shot (v11)", "Lamport two-shot (v9)"};
+    static const char *kcand[] = {"v0_nccl", "v14_lamport_in_registers", "v9_lamport_twoshot"};
+    static const char *klabel[] = {"NCCL", "Lamport one-shot (v14)", "Lamport two-shot (v9)"};
     enum { NC = sizeof kcand / sizeof *kcand };
     fprintf(f, "## The size switch\n\n`v6_switch` picks the Lamport one-shot, the Lamport two-shot or NCCL by size and "
                "world with thresholds fixed in kernels/allreduce/v6_switch.cu (only barrier-free variants and NCCL may "
@@ -357,6 +359,46 @@ static void ar_targets(FILE *f, const struct kl_guide *md, const struct kl_targe
         if (!kl_target_find(t90, md->name, md->workloads[w]) && kl_guide_has_row(md, md->workloads[w]))
             fprintf(f, "%s`%s`", ungated++ ? ", " : "\nUngated (no target row): ", md->workloads[w]);
     fprintf(f, "%s\n", ungated ? ".\n" : "");
+}
+
+/* The exchange floor (perf/peer.cu, measured by the bench beside the peer copy ceiling) against the gated
+ * variant at world 2: how much of each call the floor already takes, and what is left to cut. */
+static void ar_floor(FILE *f, const struct kl_guide *md, const struct kl_targets *t90)
+{
+    const cJSON *p = ar_any_row_with(md, "peer_copy.exchange_floor");
+    const cJSON *floor = p ? kl_json_get(p, "peer_copy.exchange_floor") : NULL;
+    if (!cJSON_IsArray(floor)) return;
+    const struct kl_variant *gated = kl_gated_variant(md->name, (int)kl_json_num(p, "device.cc"), NULL);
+    const char *best = gated ? gated->name : "-";
+    fprintf(f,
+            "## Against the exchange floor\n\nThe exchange floor (`kernlab ceilings` with two GPUs, perf/peer.cu): GPU "
+            "%s and GPU %s each store n bytes into the other's memory and poll their own until the other's have "
+            "landed, one launch a call, 20 calls a CUDA graph as programmatic dependents, timed as the calls above "
+            "(slower GPU's median). It is the part of a barrier-free one-shot that no variant can leave out: no input "
+            "read, no sum, no output, no sets to empty. What the gated variant (%s) takes over it is what its own "
+            "steps cost; where a latency target sits under the floor, no one-shot over this link can meet it.\n\n"
+            "| size | floor us | %s us | over the floor us | latency target us |\n|---|---|---|---|---|\n",
+            KL_F("%.0f", kl_json_num(p, "peer_copy.a")), KL_F("%.0f", kl_json_num(p, "peer_copy.b")), best, best);
+    const cJSON *x;
+    cJSON_ArrayForEach(x, floor)
+    {
+        const double bytes = kl_json_num(x, "bytes"), us = kl_json_num(x, "us");
+        char size[32] = "", workload[48] = "";
+        if (bytes >= 1 << 20) snprintf(size, sizeof size, "%.0fMB", bytes / (1 << 20));
+        else if (bytes >= 1 << 10) snprintf(size, sizeof size, "%.0fKB", bytes / (1 << 10));
+        else snprintf(size, sizeof size, "%.0fB", bytes);
+        snprintf(workload, sizeof workload, "%s-world2", size);
+        const cJSON *r = gated ? kl_guide_row(md, best, workload) : NULL;
+        const double ours = r ? kl_json_num(r, "time_us.median") : NAN;
+        const struct kl_target *rows[KL_MAX_TARGETS_PER_WORKLOAD];
+        const int n = kl_targets_for(t90, md->name, workload, rows, KL_MAX_TARGETS_PER_WORKLOAD);
+        double target = NAN;
+        for (int k = 0; k < n; k++)
+            if (strcmp(rows[k]->metric, "latency_us") == 0) target = rows[k]->target;
+        fprintf(f, "| %s | %s | %s | %s | %s |\n", size, KL_F("%.2f", us), KL_F("%.2f", ours), KL_F("%.2f", ours - us),
+                KL_F("%.2f", target));
+    }
+    fprintf(f, "\n");
 }
 
 static void ar_counters(FILE *f, const struct kl_guide *md)
@@ -492,6 +534,7 @@ static int write_guide(const struct kl_guide_room *room, struct kl_guide *md)
     ar_svg(path, md);
     ar_switch(f, md);
     ar_targets(f, md, room->t90);
+    ar_floor(f, md, room->t90);
     ar_counters(f, md);
     ar_correctness(f, md);
     ar_fused(f, md, room->t90); /* after the all-reduce's bound, which its bound's text builds on */
@@ -499,7 +542,7 @@ static int write_guide(const struct kl_guide_room *room, struct kl_guide *md)
     fprintf(f,
             "## Reproduce\n\n```sh\n./lab.sh test                                  # build + every test (multigpu ones "
             "skip below 2 GPUs)\nbuild/kernlab verify golden/allreduce/\nbuild/kernlab check allreduce --seed 1\n"
-            "build/kernlab ceilings                         # with 2+ GPUs: the peer copy ceiling too\n");
+            "build/kernlab ceilings                         # with 2+ GPUs: the peer copy ceiling and exchange floor too\n");
     for (int d = 0; d < md->n_devices; d++) {
         char folder[64];
         fprintf(f,

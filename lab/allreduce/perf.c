@@ -710,19 +710,52 @@ static const char *workload_at(int i)
 }
 KL_BENCH_WORKLOADS(allreduce, workload_at);
 
+/* Whether catalogue size s at this world is asked for: --workload is a comma-separated list of names,
+ * each a full workload name (8KB-world2) or one without its world (8KB: every world). */
 static bool wanted(const struct kl_bench_args *a, int s, int world)
 {
     if (!a->workload) return true;
     char wl[48];
     workload_name(wl, sizeof wl, s, world);
     const size_t stem = strlen(wl) - strlen("-world") - (world > 9 ? 2 : 1); /* the name without -worldW */
-    return strcmp(a->workload, wl) == 0 || (strlen(a->workload) == stem && strncmp(a->workload, wl, stem) == 0);
+    for (const char *name = a->workload; *name;) {
+        const char *end = strchr(name, ',');
+        const size_t len = end ? (size_t)(end - name) : strlen(name);
+        if ((len == strlen(wl) && strncmp(name, wl, len) == 0) || (len == stem && strncmp(name, wl, stem) == 0))
+            return true;
+        name += len + (end ? 1 : 0);
+    }
+    return false;
+}
+
+/* The first name of --workload that no size names at any world, or NULL: said before any GPU is asked. */
+static const char *unknown_workload(const struct kl_bench_args *a, char *buf, size_t len)
+{
+    for (const char *name = a ? a->workload : NULL; name && *name;) {
+        const char *end = strchr(name, ',');
+        const size_t n = end ? (size_t)(end - name) : strlen(name);
+        snprintf(buf, len, "%.*s", (int)n, name);
+        struct kl_bench_args one = *a;
+        one.workload = buf;
+        bool known = false;
+        for (int world = 2; world <= KL_AR_MAX_RANKS && !known; world++)
+            for (int s = 0; s < N_SIZES && !known; s++) known = wanted(&one, s, world);
+        if (!known) return buf;
+        name += n + (end ? 1 : 0);
+    }
+    return NULL;
 }
 
 int kl_ar_bench(const struct kl_bench_args *a)
 {
     struct kl_err err = {{0}};
     struct kl_ar_topology topo;
+    char unknown[64];
+    if (unknown_workload(a, unknown, sizeof unknown)) {
+        fprintf(stderr, "bench allreduce: no workload named '%s' (8KB .. 256MB, add-rmsnorm-tT-hH, or e.g. 8KB-world2)\n",
+                unknown);
+        return -2; /* a usage error */
+    }
     if (kl_ar_shared_device()) {
         fprintf(stderr, "bench allreduce: KL_AR_SHARED_DEVICE=1 puts every rank on one GPU, for correctness only: "
                         "unset it to measure\n");

@@ -209,6 +209,11 @@ run 0 bench_two "$kl" bench radix --variant v0_scalar --workload match_hot_p1,ma
   && [ "$(wc -l < "$h/bench/two.jsonl")" -eq 2 ] && ok "bench --workload A,B runs both workloads and no other" || bad "bench --workload A,B: $(cut -c1-80 "$h/bench/two.jsonl")"
 run 2 bench_badwl2 "$kl" bench rmsnorm --workload decode-64,nosuch
 grep -q "'nosuch': no such workload" "$tmp/e_bench_badwl2" && ok "bench --workload A,nosuch names the unknown one" || bad "bench --workload A,nosuch: $(cat "$tmp/e_bench_badwl2")"
+cp "$h/bench/existing.jsonl" "$tmp/existing.before"
+run 2 bench_badwl4 "$kl" bench allreduce --workload 8KB,1MB-world2,nosuch --json "$h/bench/existing.jsonl"
+grep -q "no workload named 'nosuch'" "$tmp/e_bench_badwl4" && cmp -s "$h/bench/existing.jsonl" "$tmp/existing.before" \
+  && ok "bench allreduce --workload A,B,nosuch names the unknown one before asking for GPUs" \
+  || bad "bench allreduce --workload A,B,nosuch: $(cat "$tmp/e_bench_badwl4")"
 run 2 bench_badwl3 "$kl" bench radix --workload match_hot_p1,nosuch
 grep -q 'no workload named "nosuch"' "$tmp/e_bench_badwl3" && ok "bench radix --workload A,nosuch names the unknown one" || bad "bench radix --workload A,nosuch: $(cat "$tmp/e_bench_badwl3")"
 rm -f "$h/bench/two.jsonl"

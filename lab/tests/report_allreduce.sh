@@ -26,10 +26,13 @@ grep -Eq "^├── flag barrier +1\.89 us" "$g" || { echo "the story lacks the
 grep -q "^## Execution story: one decode-size all-reduce, v8_lamport_pdl" "$g" || { echo "no story of v8"; exit 1; }
 grep -Eq "^├── data wait +2\.56 us" "$g" || { echo "the Lamport story lacks its data wait"; exit 1; }
 [ "$(grep -c '^├── flag barrier' "$g")" -eq 1 ] || { echo "a barrier printed in the Lamport story"; exit 1; }
-grep -Eq "^\| 64MB-world2 \| 229\.70 \| 209\.86 \| - \| Lamport one-shot \(v11\) \| NCCL \| 229\.70 \|" "$g" \
+grep -Eq "^\| 64MB-world2 \| 229\.70 \| 209\.86 \| - \| Lamport one-shot \(v14\) \| NCCL \| 229\.70 \|" "$g" \
   || { echo "the switch table does not show where v6 and the fastest disagree"; exit 1; }
 grep -Eq "^\| 8KB-world2 \| v6_switch \| latency_vs_nccl \| 0\.373 \| <= 0\.50 \| \*\*pass\*\*" "$g" \
   || { echo "the gate row for 8KB is wrong (lower is better)"; exit 1; }
+# The exchange floor beside the gated variant: v6's time, the floor's, the difference and the size's latency target.
+grep -Eq "^\| 8KB \| 2\.35 \| 6\.52 \| 4\.17 \| 3\.00 \|$" "$g" && grep -Eq "^\| 16B \| 2\.11 \| - \| - \| - \|$" "$g" \
+  || { echo "the exchange floor table is wrong"; grep -A9 "^## Against the exchange floor" "$g"; exit 1; }
 grep -q "torch.distributed.all_reduce (peer)" "$g" || { echo "the torch peer rows are missing"; exit 1; }
 svg=$tmp/a/img/allreduce-busbw.svg
 [ -s "$svg" ] || { echo "no img/allreduce-busbw.svg"; exit 1; }
