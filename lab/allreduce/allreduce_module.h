@@ -142,6 +142,10 @@ struct kl_ar_exchange {
  * slices between processes), so a wait for a peer ends when the peer's turn comes: correct, and
  * slow. NCCL refuses two ranks on one GPU: its variants skip. Never a measurement: bench refuses. */
 #define KL_AR_SHARED_WORLDS 4
+
+/* The most rows of names one `kernlab bench allreduce` times: every variant and the fused workloads'
+ * composite. A test holds the registry to it, and the bench refuses rather than drop a variant. */
+#define KL_AR_BENCH_MAX_VARIANTS 24
 bool kl_ar_shared_device(void);
 
 /* Sets up c for rank r (device r, or 0 in shared-device mode): the registered buffers and signal areas of every rank

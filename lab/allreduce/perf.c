@@ -63,7 +63,7 @@ static const struct {
 #define COMPOSITE_ALLREDUCE "v6_switch" /* the plain all-reduce the fused rows are compared with: the gated one */
 #define COMPOSITE_RMSNORM "v3_pdl_residual_early" /* rmsnorm's fused add + RMSNorm (its gated variant) */
 #define COMPOSITE_NAME COMPOSITE_ALLREDUCE "+rmsnorm." COMPOSITE_RMSNORM
-#define MAX_VARIANTS 16
+#define MAX_VARIANTS KL_AR_BENCH_MAX_VARIANTS
 #define STORY_SIZE "64KB" /* the decode-size call the guide's execution story follows */
 #define SEED 20240601u
 
@@ -775,7 +775,12 @@ int kl_ar_bench(const struct kl_bench_args *a)
     char names[MAX_VARIANTS][64];
     int nv = 0;
     bool fused_asked = false;
-    for (int i = 0; i < kl_variant_count("allreduce", false) && nv < MAX_VARIANTS; i++) {
+    if (kl_variant_count("allreduce", false) + 1 > MAX_VARIANTS) { /* every variant and the composite */
+        fprintf(stderr, "bench allreduce: %d variants and the composite are more than the %d the bench holds "
+                        "(KL_AR_BENCH_MAX_VARIANTS)\n", kl_variant_count("allreduce", false), MAX_VARIANTS);
+        return -1;
+    }
+    for (int i = 0; i < kl_variant_count("allreduce", false); i++) {
         const struct kl_variant *v = kl_variant_at("allreduce", i, false);
         if (!a->variant || strcmp(a->variant, v->name) == 0 || strncmp(v->name, "v0_nccl", 7) == 0 ||
             (a->variant && strcmp(v->name, COMPOSITE_ALLREDUCE) == 0 && kl_ar_is_fused(kl_variant_find("allreduce", a->variant))))
@@ -784,8 +789,7 @@ int kl_ar_bench(const struct kl_bench_args *a)
             fused_asked = true;
     }
     /* The fused workloads' yardstick: the composite (and its all-reduce, in the list above). */
-    if (fused_asked && nv < MAX_VARIANTS && kl_variant_find("rmsnorm", COMPOSITE_RMSNORM))
-        snprintf(names[nv++], 64, "%s", COMPOSITE_NAME);
+    if (fused_asked && kl_variant_find("rmsnorm", COMPOSITE_RMSNORM)) snprintf(names[nv++], 64, "%s", COMPOSITE_NAME);
     if (a->variant && !kl_variant_find("allreduce", a->variant)) {
         fprintf(stderr, "bench allreduce: no variant named '%s' (kernlab list shows them)\n", a->variant);
         return -1;
