@@ -174,9 +174,15 @@ __device__ __forceinline__ void empty_set(const lamport_bufs &L, const peers &P,
 /* The forms v14 and v15 use: this rank's own buffer passed as one pointer (own = L.base[P.rank]), and
  * a peer's reached only through a constant index into L. A run-time index into lamport_bufs, which a
  * kernel receives by value, makes the compiler copy the whole array into every thread's local memory. */
+/* The address of rank `from`'s slot of `set` in a buffer whose base is b. */
+__device__ __forceinline__ char *slot_in(char *b, const peers &P, uint32_t set, int from)
+{
+    return b + ((size_t)set * P.world + from) * P.capacity;
+}
+
 template <typename U> __device__ __forceinline__ U *own_slot(char *own, const peers &P, uint32_t set, int from)
 {
-    return (U *)(own + ((size_t)set * P.world + from) * P.capacity);
+    return (U *)slot_in(own, P, set, from);
 }
 
 /* u into our slot of `set` in every peer's buffer, at index j (in units of U). */
@@ -185,16 +191,17 @@ __device__ __forceinline__ void send_to_peers(const lamport_bufs &L, const peers
 {
 #pragma unroll
     for (int k = 0; k < KL_AR_MAX_RANKS; k++)
-        if (k < P.world && k != P.rank) ((U *)(L.base[k] + ((size_t)set * P.world + P.rank) * P.capacity))[j] = u;
+        if (k < P.world && k != P.rank) ((U *)slot_in(L.base[k], P, set, P.rank))[j] = u;
 }
 
 /* Element i of type T, as bits b, into our slot of `set` in every peer's buffer. */
 template <typename T>
-__device__ __forceinline__ void send_elem_to_peers(const lamport_bufs &L, const peers &P, uint32_t set, int64_t i, uint32_t b)
+__device__ __forceinline__ void send_elem_to_peers(const lamport_bufs &L, const peers &P, uint32_t set, int64_t i,
+                                                   uint32_t b)
 {
 #pragma unroll
     for (int k = 0; k < KL_AR_MAX_RANKS; k++)
-        if (k < P.world && k != P.rank) elem_store((T *)(L.base[k] + ((size_t)set * P.world + P.rank) * P.capacity) + i, b);
+        if (k < P.world && k != P.rank) elem_store((T *)slot_in(L.base[k], P, set, P.rank) + i, b);
 }
 
 /* empty_set on our own buffer, given as one pointer. */
@@ -202,7 +209,8 @@ __device__ __forceinline__ void empty_own_set(char *own, const peers &P, uint32_
 {
     const int64_t units = (int64_t)((bytes + 15) / 16);
     const int64_t first = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
-    const uint4 empty = make_uint4(KL_AR_LAMPORT_EMPTY32, KL_AR_LAMPORT_EMPTY32, KL_AR_LAMPORT_EMPTY32, KL_AR_LAMPORT_EMPTY32);
+    constexpr uint32_t E = KL_AR_LAMPORT_EMPTY32;
+    const uint4 empty = make_uint4(E, E, E, E);
     for (int s = 0; s < P.world; s++) {
         if (s == P.rank) continue;
         uint4 *slot = own_slot<uint4>(own, P, set, s);

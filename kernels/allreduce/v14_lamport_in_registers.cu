@@ -8,10 +8,12 @@
  * emptying (ptxas reports the copy as a stack frame). Local memory is per thread: a block of 512
  * threads stores and reloads 32 KB of it, through L1 and past it, on the call's critical path. Here
  * the launcher passes this rank's own buffer as one pointer (`own`), and the peers' buffers are
- * visited in loops unrolled over the most ranks, each index a constant and the rank a predicate,
- * so no thread has a stack frame. Everything else is v11's: the protocol, the three sets, the call
- * number (begin_call_unfenced / end_call_unfenced), PDL and the work mapping, and a call leaves the
- * call number and the sets as a call of v11 leaves them.
+ * visited in loops unrolled over the most ranks, each index a constant and the rank a predicate. The
+ * ranks' units are summed one by one as each is in hand (v11's sum_units takes an array of them, which
+ * went to local memory too; the sums and their order are the same). So no thread has a stack frame
+ * (lab/allreduce/stack_frames.sh checks it). Everything else is v11's: the protocol, the three sets,
+ * the call number (begin_call_unfenced / end_call_unfenced), PDL and the work mapping, and a call
+ * leaves the call number and the sets as a call of v11 leaves them.
  * Expect: v11 less the local-memory trips before the sends and the polls, a fixed amount a call,
  * so most visible at the smallest sizes.
  * Run alone: build/kernlab bench allreduce --variant v14_lamport_in_registers */
@@ -25,8 +27,8 @@ static __global__ void __launch_bounds__(kThreads)
     lamport_v14(const T *x, T *out, int64_t n, peers P, lamport_bufs L, char *own)
 {
     constexpr int V = 16 / sizeof(T); /* elements per unit */
-    kl::pdl_release(); /* the next call may launch now; it waits for this grid in its pdl_wait */
-    kl::pdl_wait();    /* the previous kernel has ended: x, the epoch and the bookkeeping are final */
+    kl::pdl_release();                /* the next call may launch now; it waits for this grid in its pdl_wait */
+    kl::pdl_wait();                   /* the previous kernel has ended: x, the epoch and the bookkeeping are final */
     const int64_t units = n / V, tail0 = units * V;
     const int64_t first = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
     /* This thread's first unit of x, asked for before the call number (it does not depend on it). */
@@ -64,7 +66,8 @@ static __global__ void __launch_bounds__(kThreads)
             if (s != P.rank && unit_empty<T>(w[s])) w[s] = wait_unit<T>(P, own_slot<uint4>(own, P, set, s) + j, e, s);
             const uint4 u = s == P.rank ? mine : w[s];
 #pragma unroll
-            for (int k = 0; k < V; k++) acc[k] = s == 0 ? kl::elem_f32<T>(u, k) : acc[k] + kl::elem_f32<T>(u, k);
+            for (int k = 0; k < V; k++)
+                acc[k] = s == 0 ? kl::elem_f32<T>(u, k) : acc[k] + kl::elem_f32<T>(u, k);
         }
         store_unit<T, ALIGNED>(out, j, kl::pack<T>(acc));
     }

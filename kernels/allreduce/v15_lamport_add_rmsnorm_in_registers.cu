@@ -7,8 +7,9 @@
  * (and of the arrays it fills from it) in its local memory, stored when it starts and read back on the
  * critical path (ptxas reports the copies as a stack frame). Here the launcher passes this rank's own
  * buffer as one pointer and the peers' are reached through constant indices in loops unrolled over the
- * most ranks (send_chunk_to_peers, gather_add_own_chunk, empty_own_set), so no thread has a stack frame. The
- * row mapping, the cluster, the sums and their order, v11's unfenced call and the protocol are v13's.
+ * most ranks (send_chunk_to_peers, gather_add_own_chunk, empty_own_set), so no thread has a stack frame
+ * (lab/allreduce/stack_frames.sh checks it). The row mapping, the cluster, the sums and their order,
+ * v11's unfenced call and the protocol are v13's.
  * Grid: v13's. Precision and bound: v13's (the same sums in the same order).
  * Expect: v13 less the local-memory trips, as v14 is v11 less them.
  * Run alone: build/kernlab bench allreduce --variant v15_lamport_add_rmsnorm_in_registers */
@@ -127,9 +128,10 @@ static cudaError_t launch_k(const struct kl_allreduce_add_rmsnorm_params *p, con
     int64_t clusters = p->num_tokens < p->ar.comm->blocks / K ? p->num_tokens : p->ar.comm->blocks / K;
     if (most < clusters) clusters = most;
     if (clusters < 1) {
-        fprintf(stderr,
-                "allreduce v15_lamport_add_rmsnorm_in_registers: no cluster of %d blocks of %u threads fits (%d blocks)\n",
-                K, sh.threads, p->ar.comm->blocks);
+        fprintf(
+            stderr,
+            "allreduce v15_lamport_add_rmsnorm_in_registers: no cluster of %d blocks of %u threads fits (%d blocks)\n",
+            K, sh.threads, p->ar.comm->blocks);
         return cudaErrorInvalidConfiguration;
     }
     cudaLaunchAttribute attr[2] = {};
@@ -146,7 +148,8 @@ static cudaError_t launch_k(const struct kl_allreduce_add_rmsnorm_params *p, con
 static cudaError_t launch(const struct kl_allreduce_add_rmsnorm_params *p, cudaStream_t stream)
 {
     fused_shape sh; /* sh.C: the fewest blocks of at most kRowThreads threads that cover a row */
-    cudaError_t rc = fused_launch_shape(p, stream, kRowThreads, kMaxBlocks, "v15_lamport_add_rmsnorm_in_registers", &sh);
+    cudaError_t rc =
+        fused_launch_shape(p, stream, kRowThreads, kMaxBlocks, "v15_lamport_add_rmsnorm_in_registers", &sh);
     if (rc != cudaSuccess || sh.grid == 0) return rc;
     /* K blocks a row: 1 when the row fits one block; else as many as keep a block at kMinThreads or
      * more, then fewer while the tokens' clusters would take more blocks than the communicator has
