@@ -121,6 +121,7 @@ enum kl_ar_stamp {
     KL_AR_T_MID,       /* two-shot: middle barrier passed */
     KL_AR_T_GATHERED,  /* two-shot: the other chunks copied in */
     KL_AR_T_EXIT,      /* end barrier passed (or none), epoch published */
+    KL_AR_T_RELEASED,  /* a programmatic dependent's griddepcontrol.wait returned: the previous kernel ended */
     KL_AR_TRACE_STAMPS
 };
 

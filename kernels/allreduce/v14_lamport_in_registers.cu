@@ -29,6 +29,7 @@ static __global__ void __launch_bounds__(kThreads)
     constexpr int V = 16 / sizeof(T); /* elements per unit */
     kl::pdl_release();                /* the next call may launch now; it waits for this grid in its pdl_wait */
     kl::pdl_wait();                   /* the previous kernel has ended: x, the epoch and the bookkeeping are final */
+    stamp(P, KL_AR_T_RELEASED);       /* traced calls only: when this grid was let through */
     const int64_t units = n / V, tail0 = units * V;
     const int64_t first = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
     /* This thread's first unit of x, asked for before the call number (it does not depend on it). */

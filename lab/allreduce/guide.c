@@ -126,6 +126,38 @@ static void ar_topology(FILE *f, const struct kl_guide *md)
     }
 }
 
+/* The story's call inside a CUDA graph (story.graph, when the bench traced one): rank 0's block 0, each
+ * phase the median over the graph's calls, as a decode step replays them. */
+static void ar_graph_story(FILE *f, const cJSON *s)
+{
+    const cJSON *g = kl_json_get(s, "graph");
+    if (!g) return;
+    const bool released = isfinite(kl_json_num(g, "start_ns"));
+    fprintf(f,
+            "The same call inside a CUDA graph, call after call as the bench replays them (rank 0, block 0, the median "
+            "of each phase over %s calls; a traced replay, not the timed one):\n\n```text\n",
+            KL_F("%.0f", kl_json_num(g, "calls")));
+    if (released) {
+        fprintf(f, "├── boundary     %6s us   the previous call's exit stamp to this call's griddepcontrol.wait "
+                   "returning: the previous grid ends, its writes become visible, this grid is let through\n",
+                KL_F("%.2f", kl_json_num(g, "boundary_ns") * 1e-3));
+        fprintf(f, "├── start        %6s us   x's first unit and the call number read, one block barrier\n",
+                KL_F("%.2f", kl_json_num(g, "start_ns") * 1e-3));
+    } else {
+        fprintf(f, "├── boundary     %6s us   the previous call's exit stamp to this call's entry (the previous grid "
+                   "ends, this one is let through, reads x and the call number)\n",
+                KL_F("%.2f", kl_json_num(g, "boundary_ns") * 1e-3));
+    }
+    fprintf(f, "├── send         %6s us   x stored into every peer's Lamport slots\n",
+            KL_F("%.2f", kl_json_num(g, "send_ns") * 1e-3));
+    fprintf(f, "├── data wait    %6s us   the previous set emptied, our slots polled until the peers' stores have "
+               "landed, summed and written\n",
+            KL_F("%.2f", kl_json_num(g, "wait_ns") * 1e-3));
+    fprintf(f, "└── exit         %6s us   block 0's last thread done\n", KL_F("%.2f", kl_json_num(g, "exit_ns") * 1e-3));
+    fprintf(f, "period           %6s us   one call's entry stamp to the next one's (the timed replays: %s us a call)\n```\n\n",
+            KL_F("%.2f", kl_json_num(g, "period_ns") * 1e-3), KL_F("%.2f", kl_json_num(s, "graph_us")));
+}
+
 static void ar_story(FILE *f, const struct kl_guide *md, const char *workload, const char *variant)
 {
     const cJSON *r = workload && variant ? kl_guide_row(md, variant, workload) : NULL;
@@ -160,6 +192,7 @@ static void ar_story(FILE *f, const struct kl_guide *md, const char *workload, c
                    "in a graph the launch overlaps the previous call and the replayed time (%s us) is what a decode "
                    "step pays.\n\n",
                 KL_F("%.2f", kernel), KL_F("%.2f", (reduced - copied) * 1e-3), KL_F("%.2f", kl_json_num(s, "graph_us")));
+        ar_graph_story(f, s);
         return;
     }
     fprintf(f, "├── copy-in      %6s us   x into this rank's staging half (local HBM), so the peers can read it\n",

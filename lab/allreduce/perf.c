@@ -43,29 +43,29 @@
 #include "kernels/rmsnorm/rmsnorm.h"
 #include "lab/allreduce/allreduce_module.h"
 #include "lab/allreduce/gen.h"
+#include "lab/allreduce/workloads.h"
 #include "perf/activity.h"
 #include "perf/bench.h"
 #include "perf/counters.h"
 #include "perf/peer.h"
 
-static const struct {
-    const char *name;
-    int64_t bytes;
-} ksizes[] = {{"8KB", 8 << 10},  {"64KB", 64 << 10}, {"256KB", 256 << 10}, {"512KB", 512 << 10},
-              {"1MB", 1 << 20},  {"8MB", 8 << 20},   {"64MB", 64 << 20},   {"256MB", 256 << 20}};
-#define N_PLAIN_SIZES ((int)(sizeof ksizes / sizeof ksizes[0]))
-/* The fused workloads, after the plain sizes in a group's size index. */
-static const struct {
-    int64_t tokens, hidden;
-} kfused[] = {{1, 4096}, {16, 4096}, {64, 4096}, {1, 8192}, {16, 8192}, {64, 8192}};
-#define N_FUSED_SIZES ((int)(sizeof kfused / sizeof kfused[0]))
-#define N_SIZES (N_PLAIN_SIZES + N_FUSED_SIZES)
+#define N_PLAIN_SIZES KL_AR_PLAIN_SIZES /* the catalogue: lab/allreduce/workloads.c */
+#define N_SIZES KL_AR_SIZES
 #define COMPOSITE_ALLREDUCE "v6_switch" /* the plain all-reduce the fused rows are compared with: the gated one */
 #define COMPOSITE_RMSNORM "v3_pdl_residual_early" /* rmsnorm's fused add + RMSNorm (its gated variant) */
 #define COMPOSITE_NAME COMPOSITE_ALLREDUCE "+rmsnorm." COMPOSITE_RMSNORM
 #define MAX_VARIANTS KL_AR_BENCH_MAX_VARIANTS
 #define STORY_SIZE "64KB" /* the decode-size call the guide's execution story follows */
 #define SEED 20240601u
+
+/* The phases of one call inside a graph replay, from block 0's stamps of consecutive calls: the boundary
+ * (the previous call's exit stamp to this call's release from griddepcontrol.wait, or to its entry
+ * stamp where the variant does not stamp the release), the start (release to entry: x's first unit and
+ * the call number), the send (entry to copied), the wait (copied to reduced), the exit (reduced to exit)
+ * and the period (entry to the next call's entry). */
+enum { GRAPH_BOUNDARY, GRAPH_START, GRAPH_SEND, GRAPH_WAIT, GRAPH_EXIT, GRAPH_PERIOD, GRAPH_PHASES };
+static const char *const kgraph_names[GRAPH_PHASES] = {"boundary_ns", "start_ns", "send_ns", "wait_ns", "exit_ns",
+                                                       "period_ns"};
 
 struct cell {
     int ran, ok;
@@ -78,6 +78,8 @@ struct cell {
     char note[160];
     unsigned long long trace[KL_AR_TRACE_STAMPS]; /* the story's stamps (ns of %globaltimer), 0 when not traced */
     double trace_eager_us;
+    double graph_ns[GRAPH_PHASES]; /* the story's call inside a graph: median ns of each phase (NAN: not stamped) */
+    int graph_calls;               /* how many calls those medians are over (0: not traced) */
     int profiled;
     char json[3072]; /* rank 0: {"launch":{...},"kernels_per_launch":k,...counters} */
 };
@@ -233,6 +235,69 @@ static void check_fused(const unsigned char *out, const unsigned char *ro, int64
     kl_outputs_free(&want), kl_outputs_free(&got), kl_ar_problem_free(p);
 }
 
+/* The story's call inside a graph: the same per_graph calls captured again, each with its own row of
+ * stamps, replayed GRAPH_REPLAYS times after a rank barrier; the last replay's rows give each phase's
+ * median over calls 1 .. per_graph - 1 (out->graph_ns, out->graph_calls). A stamp costs block 0's
+ * thread 0 a timer read and a store, so these calls are not the timed ones. */
+#define GRAPH_REPLAYS 3
+static int graph_story(struct kl_rank *r, struct kl_allreduce_comm *c, struct call_ctx *k, char *xs, size_t bytes,
+                       int sets, int per_graph, struct cell *out)
+{
+    enum { NT = KL_AR_TRACE_STAMPS };
+    const size_t words = (size_t)per_graph * NT;
+    unsigned long long *trace = NULL, *h = calloc(words, sizeof *h);
+    double *ph = calloc((size_t)per_graph, sizeof *ph);
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t ge = NULL;
+    int ret = -1;
+    for (int q = 0; q < GRAPH_PHASES; q++) out->graph_ns[q] = NAN;
+    out->graph_calls = 0;
+    if (!h || !ph || per_graph < 2) goto out;
+    if (cudaMalloc((void **)&trace, words * sizeof *trace) != cudaSuccess ||
+        cudaMemset(trace, 0, words * sizeof *trace) != cudaSuccess)
+        goto out;
+    if (cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) goto out;
+    cudaError_t rc = cudaSuccess;
+    for (int i = 0; i < per_graph && rc == cudaSuccess; i++) {
+        k->trace = trace + (size_t)i * NT;
+        rc = one_call(k, xs + (size_t)kl_time_set(i, per_graph, sets) * bytes, c->stream);
+    }
+    k->trace = NULL;
+    if (cudaStreamEndCapture(c->stream, &g) != cudaSuccess || rc != cudaSuccess) goto out;
+    if (cudaGraphInstantiate(&ge, g, 0) != cudaSuccess) goto out;
+    if (kl_rank_barrier(r, "the story's traced graph")) goto out;
+    for (int i = 0; i < GRAPH_REPLAYS; i++)
+        if (cudaGraphLaunch(ge, c->stream) != cudaSuccess) goto out;
+    if (cudaStreamSynchronize(c->stream) != cudaSuccess) goto out;
+    if (cudaMemcpy(h, trace, words * sizeof *h, cudaMemcpyDeviceToHost) != cudaSuccess) goto out;
+    for (int q = 0; q < GRAPH_PHASES; q++) {
+        int n = 0;
+        for (int i = 1; i < per_graph; i++) {
+            const unsigned long long *a = h + (size_t)(i - 1) * NT, *b = h + (size_t)i * NT;
+            const unsigned long long from[GRAPH_PHASES] = {a[KL_AR_T_EXIT], b[KL_AR_T_RELEASED], b[KL_AR_T_ENTRY],
+                                                           b[KL_AR_T_COPIED], b[KL_AR_T_REDUCED], a[KL_AR_T_ENTRY]};
+            const unsigned long long to[GRAPH_PHASES] = {b[KL_AR_T_RELEASED] ? b[KL_AR_T_RELEASED] : b[KL_AR_T_ENTRY],
+                                                         b[KL_AR_T_ENTRY], b[KL_AR_T_COPIED], b[KL_AR_T_REDUCED],
+                                                         b[KL_AR_T_EXIT], b[KL_AR_T_ENTRY]};
+            if (from[q] && to[q] && to[q] >= from[q]) ph[n++] = (double)(to[q] - from[q]);
+        }
+        if (n) {
+            qsort(ph, (size_t)n, sizeof *ph, cmp_double);
+            out->graph_ns[q] = ph[n / 2];
+        }
+        if (q == GRAPH_PERIOD) out->graph_calls = n;
+    }
+    ret = 0;
+out:
+    k->trace = NULL;
+    if (ret) fprintf(stderr, "rank %d: the story's traced graph failed: %s\n", r->rank, cudaGetErrorString(cudaGetLastError()));
+    if (ge) cudaGraphExecDestroy(ge);
+    if (g) cudaGraphDestroy(g);
+    cudaFree(trace);
+    free(h), free(ph);
+    return ret;
+}
+
 /* Times one (variant, size) on this rank: eager calls, then graph replays, the last of them on
  * poisoned outputs; then re-checks this rank's share of that replay's output against the
  * host-computed sums and hashes it whole; then, at the story's size, one traced call. */
@@ -348,6 +413,7 @@ static int time_cell(struct kl_rank *r, struct kl_allreduce_comm *c, struct call
         out->trace_eager_us = 1e3 * ms;
         CK(cudaMemcpy(out->trace, trace, sizeof out->trace, cudaMemcpyDeviceToHost), "downloading the trace");
         cudaFree(trace);
+        if (graph_story(r, c, k, xs, bytes, sets, per_graph, out)) return -1;
     }
     out->ran = 1;
 out:
@@ -491,22 +557,6 @@ KL_RANK_PROGRAM("allreduce_bench", bench_main);
 
 /* ---- in the parent ---- */
 
-static const char *workload_name(char *buf, size_t len, int s, int world)
-{
-    if (s >= N_PLAIN_SIZES)
-        snprintf(buf, len, "add-rmsnorm-t%lld-h%lld-world%d", (long long)kfused[s - N_PLAIN_SIZES].tokens,
-                 (long long)kfused[s - N_PLAIN_SIZES].hidden, world);
-    else snprintf(buf, len, "%s-world%d", ksizes[s].name, world);
-    return buf;
-}
-
-/* Bytes of one rank's x at size s of the catalogue, and the hidden of a fused one (0: plain). */
-static int64_t size_bytes(int s)
-{
-    return s < N_PLAIN_SIZES ? ksizes[s].bytes : kfused[s - N_PLAIN_SIZES].tokens * kfused[s - N_PLAIN_SIZES].hidden * 2;
-}
-static int64_t size_hidden(int s) { return s < N_PLAIN_SIZES ? 0 : kfused[s - N_PLAIN_SIZES].hidden; }
-
 /* The slowest rank of a cell (largest median), or -1 when a rank did not run it. */
 static int slowest(const struct bench_payload *B, int v, int s, int world)
 {
@@ -529,7 +579,8 @@ struct parent_ctx {
 
 static void story_json(cJSON *x, const struct cell *c0, const struct cell *slow)
 {
-    static const char *knames[KL_AR_TRACE_STAMPS] = {"entry", "copied", "started", "reduced", "mid", "gathered", "exit"};
+    static const char *knames[KL_AR_TRACE_STAMPS] = {"entry", "copied",   "started", "reduced",
+                                                     "mid",   "gathered", "exit",    "released"};
     cJSON *st = cJSON_AddObjectToObject(x, "story");
     cJSON *ns = cJSON_AddObjectToObject(st, "stamps_ns");
     for (int k = 0; k < KL_AR_TRACE_STAMPS; k++)
@@ -538,6 +589,12 @@ static void story_json(cJSON *x, const struct cell *c0, const struct cell *slow)
     cJSON_AddNumberToObject(st, "kernel_us", (double)(c0->trace[KL_AR_T_EXIT] - c0->trace[KL_AR_T_ENTRY]) * 1e-3);
     cJSON_AddNumberToObject(st, "graph_us", slow->med_us);
     cJSON_AddStringToObject(st, "rank", "0");
+    if (c0->graph_calls) { /* rank 0's call inside a graph, phase by phase (a phase not stamped is left out) */
+        cJSON *g = cJSON_AddObjectToObject(st, "graph");
+        cJSON_AddNumberToObject(g, "calls", c0->graph_calls);
+        for (int q = 0; q < GRAPH_PHASES; q++)
+            if (isfinite(c0->graph_ns[q])) cJSON_AddNumberToObject(g, kgraph_names[q], c0->graph_ns[q]);
+    }
 }
 
 static void emit_world(struct parent_ctx *P, const struct bench_payload *B, int world, bool first_world)
@@ -580,7 +637,7 @@ static void emit_world(struct parent_ctx *P, const struct bench_payload *B, int 
                 if (B->cell[v][s][k].max_abs > max_abs) max_abs = B->cell[v][s][k].max_abs;
             }
             char wl[48], date[32];
-            workload_name(wl, sizeof wl, s, world);
+            kl_ar_workload_name(wl, sizeof wl, s, world);
             struct kl_result res = {.module = "allreduce", .variant = B->variants[v], .workload = wl};
             res.device = P->ceil->dev;
             res.time_us_min = c->min_us, res.time_us_median = t, res.time_us_max = c->max_us;
@@ -700,58 +757,12 @@ static void run_peers(const struct kl_bench_args *a, const struct kl_ceilings *c
 }
 
 /* Workload i of every one a machine of KL_AR_MAX_RANKS GPUs runs: size i / worlds, world 2 + i % worlds. */
-static const char *workload_at(int i)
-{
-    enum { WORLDS = KL_AR_MAX_RANKS - 1 };
-    static char names[N_SIZES * WORLDS][48];
-    if (i < 0 || i >= N_SIZES * WORLDS) return NULL;
-    if (!names[i][0]) workload_name(names[i], sizeof names[i], i / WORLDS, 2 + i % WORLDS);
-    return names[i];
-}
-KL_BENCH_WORKLOADS(allreduce, workload_at);
-
-/* Whether catalogue size s at this world is asked for: --workload is a comma-separated list of names,
- * each a full workload name (8KB-world2) or one without its world (8KB: every world). */
-static bool wanted(const struct kl_bench_args *a, int s, int world)
-{
-    if (!a->workload) return true;
-    char wl[48];
-    workload_name(wl, sizeof wl, s, world);
-    const size_t stem = strlen(wl) - strlen("-world") - (world > 9 ? 2 : 1); /* the name without -worldW */
-    for (const char *name = a->workload; *name;) {
-        const char *end = strchr(name, ',');
-        const size_t len = end ? (size_t)(end - name) : strlen(name);
-        if ((len == strlen(wl) && strncmp(name, wl, len) == 0) || (len == stem && strncmp(name, wl, stem) == 0))
-            return true;
-        name += len + (end ? 1 : 0);
-    }
-    return false;
-}
-
-/* The first name of --workload that no size names at any world, or NULL: said before any GPU is asked. */
-static const char *unknown_workload(const struct kl_bench_args *a, char *buf, size_t len)
-{
-    for (const char *name = a ? a->workload : NULL; name && *name;) {
-        const char *end = strchr(name, ',');
-        const size_t n = end ? (size_t)(end - name) : strlen(name);
-        snprintf(buf, len, "%.*s", (int)n, name);
-        struct kl_bench_args one = *a;
-        one.workload = buf;
-        bool known = false;
-        for (int world = 2; world <= KL_AR_MAX_RANKS && !known; world++)
-            for (int s = 0; s < N_SIZES && !known; s++) known = wanted(&one, s, world);
-        if (!known) return buf;
-        name += n + (end ? 1 : 0);
-    }
-    return NULL;
-}
-
 int kl_ar_bench(const struct kl_bench_args *a)
 {
     struct kl_err err = {{0}};
     struct kl_ar_topology topo;
     char unknown[64];
-    if (unknown_workload(a, unknown, sizeof unknown)) {
+    if (kl_ar_unknown_workload(a, unknown, sizeof unknown)) {
         fprintf(stderr, "bench allreduce: no workload named '%s' (8KB .. 256MB, add-rmsnorm-tT-hH, or e.g. 8KB-world2)\n",
                 unknown);
         return -2; /* a usage error */
@@ -845,10 +856,10 @@ int kl_ar_bench(const struct kl_bench_args *a)
         B->l2_bytes = ceil.dev.l2_bytes, B->spin_timeout_s = 30;
         int index[N_SIZES]; /* the catalogue size of each of the group's sizes */
         for (int s = 0; s < N_SIZES; s++)
-            if (wanted(a, s, world) && (s < N_PLAIN_SIZES || fused_asked)) {
-                if (s < N_PLAIN_SIZES && strcmp(ksizes[s].name, STORY_SIZE) == 0) B->story = B->n_sizes;
-                B->hidden[B->n_sizes] = size_hidden(s), index[B->n_sizes] = s;
-                B->bytes[B->n_sizes++] = size_bytes(s);
+            if (kl_ar_wanted(a, s, world) && (s < N_PLAIN_SIZES || fused_asked)) {
+                if (s < N_PLAIN_SIZES && strcmp(kl_ar_plain_size_name(s), STORY_SIZE) == 0) B->story = B->n_sizes;
+                B->hidden[B->n_sizes] = kl_ar_size_hidden(s), index[B->n_sizes] = s;
+                B->bytes[B->n_sizes++] = kl_ar_size_bytes(s);
             }
         if (!B->n_sizes) {
             kl_ranks_destroy(&g);
@@ -869,7 +880,7 @@ int kl_ar_bench(const struct kl_bench_args *a)
         *view = *B;
         memset(view->cell, 0, sizeof view->cell);
         view->n_sizes = N_SIZES;
-        for (int s = 0; s < N_SIZES; s++) view->bytes[s] = size_bytes(s), view->hidden[s] = size_hidden(s);
+        for (int s = 0; s < N_SIZES; s++) view->bytes[s] = kl_ar_size_bytes(s), view->hidden[s] = kl_ar_size_hidden(s);
         for (int k = 0; k < B->n_sizes; k++)
             for (int v = 0; v < B->n_variants; v++) memcpy(view->cell[v][index[k]], B->cell[v][k], sizeof B->cell[v][k]);
         emit_world(&P, view, world, worlds == 1);

@@ -27,6 +27,10 @@ grep -Eq "^├── flag barrier +1\.89 us" "$g" || { echo "the story lacks the
 grep -q "^## Execution story: one decode-size all-reduce, v14_lamport_in_registers" "$g" \
   && ! grep -q "^## Execution story: one decode-size all-reduce, v8_lamport_pdl" "$g" || { echo "no story of v14, or v8's too"; exit 1; }
 grep -Eq "^├── data wait +2\.56 us" "$g" || { echo "the Lamport story lacks its data wait"; exit 1; }
+# Its call inside a graph (story.graph): the boundary, the start the release stamp allows, and the period.
+grep -Eq "^├── boundary +0\.48 us +the previous call's exit stamp to this call's griddepcontrol" "$g" \
+  && grep -Eq "^├── start +0\.38 us" "$g" && grep -Eq "^period +3\.49 us .*timed replays: 4\.22 us" "$g" \
+  || { echo "the story lacks the call inside a graph"; grep -A10 "inside a CUDA graph, call after call" "$g"; exit 1; }
 [ "$(grep -c '^├── flag barrier' "$g")" -eq 1 ] || { echo "a barrier printed in the Lamport story"; exit 1; }
 grep -Eq "^\| 64MB-world2 \| 229\.70 \| 209\.86 \| - \| Lamport one-shot \(v14\) \| NCCL \| 229\.70 \|" "$g" \
   || { echo "the switch table does not show where v6 and the fastest disagree"; exit 1; }
