@@ -101,12 +101,14 @@ static __global__ void __launch_bounds__(kFloorThreads)
     __syncthreads();
     const uint32_t e = call;
     const int64_t first = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
-    for (int64_t j = first; j < units; j += stride) theirs[j] = make_uint4(e, e, e, e);
+    for (int64_t j = first; j < units; j += stride)
+        theirs[j] = make_uint4(e, e, e, e);
     for (int64_t j = first; j < units; j += stride) {
         const unsigned long long t0 = kl::ptx::globaltimer();
         for (;;) { /* every word: a 16-byte store may land piecewise */
             const uint4 w = kl::ptx::ld_volatile_v4(mine + j);
-            if ((int32_t)(w.x - e) >= 0 && (int32_t)(w.y - e) >= 0 && (int32_t)(w.z - e) >= 0 && (int32_t)(w.w - e) >= 0)
+            if ((int32_t)(w.x - e) >= 0 && (int32_t)(w.y - e) >= 0 && (int32_t)(w.z - e) >= 0 &&
+                (int32_t)(w.w - e) >= 0)
                 break;
             if (kl::ptx::globaltimer() - t0 > kFloorTimeoutNs) {
                 atomicExch(timed_out, 1);
@@ -173,8 +175,8 @@ static int floor_one(floor_side *side[2], size_t bytes, double *us, kl_err *err)
         TRY(cudaStreamSynchronize(me->s));
         TRY(cudaMemcpy(&late, me->timed_out, sizeof late, cudaMemcpyDeviceToHost));
         if (late) {
-            kl_fail(err, "exchange floor: GPU %d waited over %.0f s for GPU %d's %zu bytes", me->dev, kFloorTimeoutNs * 1e-9,
-                    side[1 - k]->dev, bytes);
+            kl_fail(err, "exchange floor: GPU %d waited over %.0f s for GPU %d's %zu bytes", me->dev,
+                    kFloorTimeoutNs * 1e-9, side[1 - k]->dev, bytes);
             goto out;
         }
         std::vector<double> per_call;
@@ -215,7 +217,8 @@ static int floor_measure(int a, int b, struct kl_peer_bw *out, kl_err *err)
         TRY(cudaMalloc((void **)&me->calls, sizeof(uint32_t) * me->sms));
         TRY(cudaMalloc((void **)&me->timed_out, sizeof(int)));
         TRY(cudaMemset(me->timed_out, 0, sizeof(int)));
-        for (int r = 0; r <= kFloorReplays; r++) TRY(cudaEventCreate(&me->ev[r]));
+        for (int r = 0; r <= kFloorReplays; r++)
+            TRY(cudaEventCreate(&me->ev[r]));
     }
     for (int i = 0; i < KL_PEER_FLOOR_SIZES; i++) {
         out->floor_bytes[i] = kFloorBytes[i];
@@ -291,8 +294,14 @@ extern "C" void kl_peer_bw_print(FILE *f, const struct kl_peer_bw *p)
     fprintf(f, "exchange floor  GPU %d <-> GPU %d, us a call in a CUDA graph:", p->a, p->b);
     for (int i = 0; i < KL_PEER_FLOOR_SIZES; i++) {
         const double b = p->floor_bytes[i];
-        fprintf(f, " %.0f %s %.2f%s", b >= 1 << 20 ? b / (1 << 20) : b >= 1 << 10 ? b / (1 << 10) : b,
-                b >= 1 << 20 ? "MB" : b >= 1 << 10 ? "KB" : "B", p->floor_us[i], i + 1 < KL_PEER_FLOOR_SIZES ? "," : "\n");
+        fprintf(f, " %.0f %s %.2f%s",
+                b >= 1 << 20   ? b / (1 << 20)
+                : b >= 1 << 10 ? b / (1 << 10)
+                               : b,
+                b >= 1 << 20   ? "MB"
+                : b >= 1 << 10 ? "KB"
+                               : "B",
+                p->floor_us[i], i + 1 < KL_PEER_FLOOR_SIZES ? "," : "\n");
     }
 }
 

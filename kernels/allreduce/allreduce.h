@@ -114,14 +114,14 @@ struct kl_allreduce_params {
 /* The phases a custom kernel stamps into params.trace (nanoseconds of %globaltimer), for the
  * execution story; a stamp a variant does not pass stays 0. */
 enum kl_ar_stamp {
-    KL_AR_T_ENTRY,     /* block 0 started */
-    KL_AR_T_COPIED,    /* its share of x is in the staging buffer */
-    KL_AR_T_STARTED,   /* start barrier passed: every rank's staging is ready */
-    KL_AR_T_REDUCED,   /* peer reads and the sum done (two-shot: this rank's chunk) */
-    KL_AR_T_MID,       /* two-shot: middle barrier passed */
-    KL_AR_T_GATHERED,  /* two-shot: the other chunks copied in */
-    KL_AR_T_EXIT,      /* end barrier passed (or none), epoch published */
-    KL_AR_T_RELEASED,  /* a programmatic dependent's griddepcontrol.wait returned: the previous kernel ended */
+    KL_AR_T_ENTRY,    /* block 0 started */
+    KL_AR_T_COPIED,   /* its share of x is in the staging buffer */
+    KL_AR_T_STARTED,  /* start barrier passed: every rank's staging is ready */
+    KL_AR_T_REDUCED,  /* peer reads and the sum done (two-shot: this rank's chunk) */
+    KL_AR_T_MID,      /* two-shot: middle barrier passed */
+    KL_AR_T_GATHERED, /* two-shot: the other chunks copied in */
+    KL_AR_T_EXIT,     /* end barrier passed (or none), epoch published */
+    KL_AR_T_RELEASED, /* a programmatic dependent's griddepcontrol.wait returned: the previous kernel ended */
     KL_AR_TRACE_STAMPS
 };
 

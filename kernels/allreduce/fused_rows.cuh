@@ -132,8 +132,8 @@ __device__ __forceinline__ void gather_chunk(const peers &P, const lamport_bufs 
  * own_slot (v15): no run-time index into lamport_bufs, our own buffer passed as one pointer, everything
  * inlined (an out-of-line call would need the peers and the ranks' chunks in local memory). */
 template <typename T>
-__device__ __forceinline__ void send_chunk_to_peers(const peers &P, const lamport_bufs &L, uint32_t set,
-                                                    const chunk &q, bool unit, const T *x, uint4 xb)
+__device__ __forceinline__ void send_chunk_to_peers(const peers &P, const lamport_bufs &L, uint32_t set, const chunk &q,
+                                                    bool unit, const T *x, uint4 xb)
 {
     constexpr int V = 16 / sizeof(T);
     if (unit) {
@@ -146,7 +146,7 @@ __device__ __forceinline__ void send_chunk_to_peers(const peers &P, const lampor
 
 template <typename T>
 __device__ __forceinline__ uint4 poll_own_elems(const peers &P, char *own, uint32_t set, int s, int64_t i0, int m,
-                                                    uint32_t e)
+                                                uint32_t e)
 {
     constexpr int V = 16 / sizeof(T);
     uint32_t b[4] = {0, 0, 0, 0};
@@ -179,9 +179,12 @@ __device__ __forceinline__ float gather_add_own_chunk(const peers &P, char *own,
     for (int s = 0; s < KL_AR_MAX_RANKS; s++) {
         if (s >= P.world) break;
         uint4 u;
-        if (s == P.rank) u = unit_sendable<T>(mine);
-        else if (!unit) u = poll_own_elems<T>(P, own, set, s, q.i0, q.m, e);
-        else u = unit_empty<T>(w[s]) ? wait_unit<T>(P, own_slot<uint4>(own, P, set, s) + q.i0 / V, e, s) : w[s];
+        if (s == P.rank)
+            u = unit_sendable<T>(mine);
+        else if (!unit)
+            u = poll_own_elems<T>(P, own, set, s, q.i0, q.m, e);
+        else
+            u = unit_empty<T>(w[s]) ? wait_unit<T>(P, own_slot<uint4>(own, P, set, s) + q.i0 / V, e, s) : w[s];
 #pragma unroll
         for (int j = 0; j < V; j++)
             acc[j] = s == 0 ? kl::elem_f32<T>(u, j) : acc[j] + kl::elem_f32<T>(u, j);

@@ -214,7 +214,8 @@ __device__ __forceinline__ void empty_own_set(char *own, const peers &P, uint32_
     for (int s = 0; s < P.world; s++) {
         if (s == P.rank) continue;
         uint4 *slot = own_slot<uint4>(own, P, set, s);
-        for (int64_t j = first; j < units; j += stride) slot[j] = empty;
+        for (int64_t j = first; j < units; j += stride)
+            slot[j] = empty;
     }
 }
 

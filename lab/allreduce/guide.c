@@ -138,24 +138,30 @@ static void ar_graph_story(FILE *f, const cJSON *s)
             "of each phase over %s calls; a traced replay, not the timed one):\n\n```text\n",
             KL_F("%.0f", kl_json_num(g, "calls")));
     if (released) {
-        fprintf(f, "├── boundary     %6s us   the previous call's exit stamp to this call's griddepcontrol.wait "
-                   "returning: the previous grid ends, its writes become visible, this grid is let through\n",
+        fprintf(f,
+                "├── boundary     %6s us   the previous call's exit stamp to this call's griddepcontrol.wait "
+                "returning: the previous grid ends, its writes become visible, this grid is let through\n",
                 KL_F("%.2f", kl_json_num(g, "boundary_ns") * 1e-3));
         fprintf(f, "├── start        %6s us   x's first unit and the call number read, one block barrier\n",
                 KL_F("%.2f", kl_json_num(g, "start_ns") * 1e-3));
     } else {
-        fprintf(f, "├── boundary     %6s us   the previous call's exit stamp to this call's entry (the previous grid "
-                   "ends, this one is let through, reads x and the call number)\n",
+        fprintf(f,
+                "├── boundary     %6s us   the previous call's exit stamp to this call's entry (the previous grid "
+                "ends, this one is let through, reads x and the call number)\n",
                 KL_F("%.2f", kl_json_num(g, "boundary_ns") * 1e-3));
     }
     fprintf(f, "├── send         %6s us   x stored into every peer's Lamport slots\n",
             KL_F("%.2f", kl_json_num(g, "send_ns") * 1e-3));
-    fprintf(f, "├── data wait    %6s us   the previous set emptied, our slots polled until the peers' stores have "
-               "landed, summed and written\n",
+    fprintf(f,
+            "├── data wait    %6s us   the previous set emptied, our slots polled until the peers' stores have "
+            "landed, summed and written\n",
             KL_F("%.2f", kl_json_num(g, "wait_ns") * 1e-3));
-    fprintf(f, "└── exit         %6s us   block 0's last thread done\n", KL_F("%.2f", kl_json_num(g, "exit_ns") * 1e-3));
-    fprintf(f, "period           %6s us   one call's entry stamp to the next one's (the timed replays: %s us a call)\n```\n\n",
-            KL_F("%.2f", kl_json_num(g, "period_ns") * 1e-3), KL_F("%.2f", kl_json_num(s, "graph_us")));
+    fprintf(f, "└── exit         %6s us   block 0's last thread done\n",
+            KL_F("%.2f", kl_json_num(g, "exit_ns") * 1e-3));
+    fprintf(
+        f,
+        "period           %6s us   one call's entry stamp to the next one's (the timed replays: %s us a call)\n```\n\n",
+        KL_F("%.2f", kl_json_num(g, "period_ns") * 1e-3), KL_F("%.2f", kl_json_num(s, "graph_us")));
 }
 
 static void ar_story(FILE *f, const struct kl_guide *md, const char *workload, const char *variant)
@@ -403,26 +409,30 @@ static void ar_floor(FILE *f, const struct kl_guide *md, const struct kl_targets
     if (!cJSON_IsArray(floor)) return;
     const struct kl_variant *gated = kl_gated_variant(md->name, (int)kl_json_num(p, "device.cc"), NULL);
     const char *best = gated ? gated->name : "-";
-    fprintf(f,
-            "## Against the exchange floor\n\nThe exchange floor (`kernlab ceilings` with two GPUs, perf/peer.cu): GPU "
-            "%s and GPU %s each store n bytes into the other's memory and poll their own until the other's have "
-            "landed, one launch a call, 20 calls a CUDA graph as programmatic dependents, timed as the calls above "
-            "(slower GPU's median). It is the part of a barrier-free one-shot that no variant can leave out: no input "
-            "read, no sum, no output, no sets to empty. What the gated variant (%s) takes over it is what its own "
-            "steps cost; where a target sits at or under the floor, no variant that moves every byte across the link once, "
-            "one launch a call, can meet it. The last column is the latency_vs_nccl target as a time: its ratio "
-            "times the faster NCCL's time in the same run.\n\n"
-            "| size | floor us | %s us | over the floor us | latency target us | latency_vs_nccl target, in us |\n"
-            "|---|---|---|---|---|---|\n",
-            KL_F("%.0f", kl_json_num(p, "peer_copy.a")), KL_F("%.0f", kl_json_num(p, "peer_copy.b")), best, best);
+    fprintf(
+        f,
+        "## Against the exchange floor\n\nThe exchange floor (`kernlab ceilings` with two GPUs, perf/peer.cu): GPU "
+        "%s and GPU %s each store n bytes into the other's memory and poll their own until the other's have "
+        "landed, one launch a call, 20 calls a CUDA graph as programmatic dependents, timed as the calls above "
+        "(slower GPU's median). It is the part of a barrier-free one-shot that no variant can leave out: no input "
+        "read, no sum, no output, no sets to empty. What the gated variant (%s) takes over it is what its own "
+        "steps cost; where a target sits at or under the floor, no variant that moves every byte across the link once, "
+        "one launch a call, can meet it. The last column is the latency_vs_nccl target as a time: its ratio "
+        "times the faster NCCL's time in the same run.\n\n"
+        "| size | floor us | %s us | over the floor us | latency target us | latency_vs_nccl target, in us |\n"
+        "|---|---|---|---|---|---|\n",
+        KL_F("%.0f", kl_json_num(p, "peer_copy.a")), KL_F("%.0f", kl_json_num(p, "peer_copy.b")), best, best);
     const cJSON *x;
     cJSON_ArrayForEach(x, floor)
     {
         const double bytes = kl_json_num(x, "bytes"), us = kl_json_num(x, "us");
         char size[32] = "", workload[48] = "";
-        if (bytes >= 1 << 20) snprintf(size, sizeof size, "%.0fMB", bytes / (1 << 20));
-        else if (bytes >= 1 << 10) snprintf(size, sizeof size, "%.0fKB", bytes / (1 << 10));
-        else snprintf(size, sizeof size, "%.0fB", bytes);
+        if (bytes >= 1 << 20)
+            snprintf(size, sizeof size, "%.0fMB", bytes / (1 << 20));
+        else if (bytes >= 1 << 10)
+            snprintf(size, sizeof size, "%.0fKB", bytes / (1 << 10));
+        else
+            snprintf(size, sizeof size, "%.0fB", bytes);
         snprintf(workload, sizeof workload, "%s-world2", size);
         const cJSON *r = gated ? kl_guide_row(md, best, workload) : NULL;
         const double ours = r ? kl_json_num(r, "time_us.median") : NAN;
@@ -553,8 +563,9 @@ static int write_guide(const struct kl_guide_room *room, struct kl_guide *md)
     char story_w[48] = "";
     const char *story_v[2] = {NULL, NULL};
     if (nw) snprintf(story_w, sizeof story_w, "64KB-world%d", worlds[0]);
-    static const char *kpref[2][4] = {{"v14_lamport_in_registers", "v11_lamport_unfenced", "v8_lamport_pdl", "v7_lamport_oneshot"},
-                                      {"v4_oneshot_one_barrier", "v6_switch", "v3_oneshot_vec16", "v1_oneshot"}};
+    static const char *kpref[2][4] = {
+        {"v14_lamport_in_registers", "v11_lamport_unfenced", "v8_lamport_pdl", "v7_lamport_oneshot"},
+        {"v4_oneshot_one_barrier", "v6_switch", "v3_oneshot_vec16", "v1_oneshot"}};
     for (int k = 0; k < 2; k++)
         for (size_t i = 0; i < 4 && kpref[k][i] && !story_v[k]; i++) {
             const cJSON *r = kl_guide_row(md, kpref[k][i], story_w);
@@ -582,7 +593,8 @@ static int write_guide(const struct kl_guide_room *room, struct kl_guide *md)
     fprintf(f,
             "## Reproduce\n\n```sh\n./lab.sh test                                  # build + every test (multigpu ones "
             "skip below 2 GPUs)\nbuild/kernlab verify golden/allreduce/\nbuild/kernlab check allreduce --seed 1\n"
-            "build/kernlab ceilings                         # with 2+ GPUs: the peer copy ceiling and exchange floor too\n");
+            "build/kernlab ceilings                         # with 2+ GPUs: the peer copy ceiling and exchange floor "
+            "too\n");
     for (int d = 0; d < md->n_devices; d++) {
         char folder[64];
         fprintf(f,

@@ -43,6 +43,7 @@
 #include "kernels/rmsnorm/rmsnorm.h"
 #include "lab/allreduce/allreduce_module.h"
 #include "lab/allreduce/gen.h"
+#include "lab/allreduce/timeline.h"
 #include "lab/allreduce/workloads.h"
 #include "perf/activity.h"
 #include "perf/bench.h"
@@ -58,15 +59,6 @@
 #define STORY_SIZE "64KB" /* the decode-size call the guide's execution story follows */
 #define SEED 20240601u
 
-/* The phases of one call inside a graph replay, from block 0's stamps of consecutive calls: the boundary
- * (the previous call's exit stamp to this call's release from griddepcontrol.wait, or to its entry
- * stamp where the variant does not stamp the release), the start (release to entry: x's first unit and
- * the call number), the send (entry to copied), the wait (copied to reduced), the exit (reduced to exit)
- * and the period (entry to the next call's entry). */
-enum { GRAPH_BOUNDARY, GRAPH_START, GRAPH_SEND, GRAPH_WAIT, GRAPH_EXIT, GRAPH_PERIOD, GRAPH_PHASES };
-static const char *const kgraph_names[GRAPH_PHASES] = {"boundary_ns", "start_ns", "send_ns", "wait_ns", "exit_ns",
-                                                       "period_ns"};
-
 struct cell {
     int ran, ok;
     struct kl_clocks before, after; /* this rank's GPU around the timing */
@@ -78,7 +70,7 @@ struct cell {
     char note[160];
     unsigned long long trace[KL_AR_TRACE_STAMPS]; /* the story's stamps (ns of %globaltimer), 0 when not traced */
     double trace_eager_us;
-    double graph_ns[GRAPH_PHASES]; /* the story's call inside a graph: median ns of each phase (NAN: not stamped) */
+    double graph_ns[KL_AR_GRAPH_PHASES]; /* the story's call inside a graph: median ns of each phase (NAN: not stamped) */
     int graph_calls;               /* how many calls those medians are over (0: not traced) */
     int profiled;
     char json[3072]; /* rank 0: {"launch":{...},"kernels_per_launch":k,...counters} */
@@ -246,13 +238,14 @@ static int graph_story(struct kl_rank *r, struct kl_allreduce_comm *c, struct ca
     enum { NT = KL_AR_TRACE_STAMPS };
     const size_t words = (size_t)per_graph * NT;
     unsigned long long *trace = NULL, *h = calloc(words, sizeof *h);
-    double *ph = calloc((size_t)per_graph, sizeof *ph);
     cudaGraph_t g = NULL;
     cudaGraphExec_t ge = NULL;
     int ret = -1;
-    for (int q = 0; q < GRAPH_PHASES; q++) out->graph_ns[q] = NAN;
+    for (int q = 0; q < KL_AR_GRAPH_PHASES; q++)
+        out->graph_ns[q] = NAN;
     out->graph_calls = 0;
-    if (!h || !ph || per_graph < 2) goto out;
+    if (per_graph < 2) return free(h), 0; /* no call has a previous one to be measured from */
+    if (!h) goto out;
     if (cudaMalloc((void **)&trace, words * sizeof *trace) != cudaSuccess ||
         cudaMemset(trace, 0, words * sizeof *trace) != cudaSuccess)
         goto out;
@@ -270,31 +263,17 @@ static int graph_story(struct kl_rank *r, struct kl_allreduce_comm *c, struct ca
         if (cudaGraphLaunch(ge, c->stream) != cudaSuccess) goto out;
     if (cudaStreamSynchronize(c->stream) != cudaSuccess) goto out;
     if (cudaMemcpy(h, trace, words * sizeof *h, cudaMemcpyDeviceToHost) != cudaSuccess) goto out;
-    for (int q = 0; q < GRAPH_PHASES; q++) {
-        int n = 0;
-        for (int i = 1; i < per_graph; i++) {
-            const unsigned long long *a = h + (size_t)(i - 1) * NT, *b = h + (size_t)i * NT;
-            const unsigned long long from[GRAPH_PHASES] = {a[KL_AR_T_EXIT], b[KL_AR_T_RELEASED], b[KL_AR_T_ENTRY],
-                                                           b[KL_AR_T_COPIED], b[KL_AR_T_REDUCED], a[KL_AR_T_ENTRY]};
-            const unsigned long long to[GRAPH_PHASES] = {b[KL_AR_T_RELEASED] ? b[KL_AR_T_RELEASED] : b[KL_AR_T_ENTRY],
-                                                         b[KL_AR_T_ENTRY], b[KL_AR_T_COPIED], b[KL_AR_T_REDUCED],
-                                                         b[KL_AR_T_EXIT], b[KL_AR_T_ENTRY]};
-            if (from[q] && to[q] && to[q] >= from[q]) ph[n++] = (double)(to[q] - from[q]);
-        }
-        if (n) {
-            qsort(ph, (size_t)n, sizeof *ph, cmp_double);
-            out->graph_ns[q] = ph[n / 2];
-        }
-        if (q == GRAPH_PERIOD) out->graph_calls = n;
-    }
+    out->graph_calls = kl_ar_graph_phases(h, per_graph, out->graph_ns);
     ret = 0;
 out:
     k->trace = NULL;
-    if (ret) fprintf(stderr, "rank %d: the story's traced graph failed: %s\n", r->rank, cudaGetErrorString(cudaGetLastError()));
+    if (ret)
+        fprintf(stderr, "rank %d: the story's traced graph failed: %s\n", r->rank,
+                cudaGetErrorString(cudaGetLastError()));
     if (ge) cudaGraphExecDestroy(ge);
     if (g) cudaGraphDestroy(g);
     cudaFree(trace);
-    free(h), free(ph);
+    free(h);
     return ret;
 }
 
@@ -592,8 +571,8 @@ static void story_json(cJSON *x, const struct cell *c0, const struct cell *slow)
     if (c0->graph_calls) { /* rank 0's call inside a graph, phase by phase (a phase not stamped is left out) */
         cJSON *g = cJSON_AddObjectToObject(st, "graph");
         cJSON_AddNumberToObject(g, "calls", c0->graph_calls);
-        for (int q = 0; q < GRAPH_PHASES; q++)
-            if (isfinite(c0->graph_ns[q])) cJSON_AddNumberToObject(g, kgraph_names[q], c0->graph_ns[q]);
+        for (int q = 0; q < KL_AR_GRAPH_PHASES; q++)
+            if (isfinite(c0->graph_ns[q])) cJSON_AddNumberToObject(g, kl_ar_graph_names[q], c0->graph_ns[q]);
     }
 }
 
@@ -763,7 +742,8 @@ int kl_ar_bench(const struct kl_bench_args *a)
     struct kl_ar_topology topo;
     char unknown[64];
     if (kl_ar_unknown_workload(a, unknown, sizeof unknown)) {
-        fprintf(stderr, "bench allreduce: no workload named '%s' (8KB .. 256MB, add-rmsnorm-tT-hH, or e.g. 8KB-world2)\n",
+        fprintf(stderr,
+                "bench allreduce: no workload named '%s' (8KB .. 256MB, add-rmsnorm-tT-hH, or e.g. 8KB-world2)\n",
                 unknown);
         return -2; /* a usage error */
     }
@@ -787,8 +767,10 @@ int kl_ar_bench(const struct kl_bench_args *a)
     int nv = 0;
     bool fused_asked = false;
     if (kl_variant_count("allreduce", false) + 1 > MAX_VARIANTS) { /* every variant and the composite */
-        fprintf(stderr, "bench allreduce: %d variants and the composite are more than the %d the bench holds "
-                        "(KL_AR_BENCH_MAX_VARIANTS)\n", kl_variant_count("allreduce", false), MAX_VARIANTS);
+        fprintf(stderr,
+                "bench allreduce: %d variants and the composite are more than the %d the bench holds "
+                "(KL_AR_BENCH_MAX_VARIANTS)\n",
+                kl_variant_count("allreduce", false), MAX_VARIANTS);
         return -1;
     }
     for (int i = 0; i < kl_variant_count("allreduce", false); i++) {
@@ -880,7 +862,8 @@ int kl_ar_bench(const struct kl_bench_args *a)
         *view = *B;
         memset(view->cell, 0, sizeof view->cell);
         view->n_sizes = N_SIZES;
-        for (int s = 0; s < N_SIZES; s++) view->bytes[s] = kl_ar_size_bytes(s), view->hidden[s] = kl_ar_size_hidden(s);
+        for (int s = 0; s < N_SIZES; s++)
+            view->bytes[s] = kl_ar_size_bytes(s), view->hidden[s] = kl_ar_size_hidden(s);
         for (int k = 0; k < B->n_sizes; k++)
             for (int v = 0; v < B->n_variants; v++) memcpy(view->cell[v][index[k]], B->cell[v][k], sizeof B->cell[v][k]);
         emit_world(&P, view, world, worlds == 1);

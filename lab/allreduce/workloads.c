@@ -10,8 +10,8 @@
 static const struct {
     const char *name;
     int64_t bytes;
-} ksizes[] = {{"8KB", 8 << 10},  {"64KB", 64 << 10}, {"256KB", 256 << 10}, {"512KB", 512 << 10},
-              {"1MB", 1 << 20},  {"8MB", 8 << 20},   {"64MB", 64 << 20},   {"256MB", 256 << 20}};
+} ksizes[] = {{"8KB", 8 << 10}, {"64KB", 64 << 10}, {"256KB", 256 << 10}, {"512KB", 512 << 10},
+              {"1MB", 1 << 20}, {"8MB", 8 << 20},   {"64MB", 64 << 20},   {"256MB", 256 << 20}};
 #define N_PLAIN_SIZES ((int)(sizeof ksizes / sizeof ksizes[0]))
 _Static_assert(N_PLAIN_SIZES == KL_AR_PLAIN_SIZES, "workloads.h counts the plain sizes");
 /* The fused workloads, after the plain sizes in a group's size index. */
@@ -27,18 +27,26 @@ const char *kl_ar_workload_name(char *buf, size_t len, int s, int world)
     if (s >= N_PLAIN_SIZES)
         snprintf(buf, len, "add-rmsnorm-t%lld-h%lld-world%d", (long long)kfused[s - N_PLAIN_SIZES].tokens,
                  (long long)kfused[s - N_PLAIN_SIZES].hidden, world);
-    else snprintf(buf, len, "%s-world%d", ksizes[s].name, world);
+    else
+        snprintf(buf, len, "%s-world%d", ksizes[s].name, world);
     return buf;
 }
 
 /* Bytes of one rank's x at size s of the catalogue, and the hidden of a fused one (0: plain). */
 int64_t kl_ar_size_bytes(int s)
 {
-    return s < N_PLAIN_SIZES ? ksizes[s].bytes : kfused[s - N_PLAIN_SIZES].tokens * kfused[s - N_PLAIN_SIZES].hidden * 2;
+    return s < N_PLAIN_SIZES ? ksizes[s].bytes
+                             : kfused[s - N_PLAIN_SIZES].tokens * kfused[s - N_PLAIN_SIZES].hidden * 2;
 }
-int64_t kl_ar_size_hidden(int s) { return s < N_PLAIN_SIZES ? 0 : kfused[s - N_PLAIN_SIZES].hidden; }
+int64_t kl_ar_size_hidden(int s)
+{
+    return s < N_PLAIN_SIZES ? 0 : kfused[s - N_PLAIN_SIZES].hidden;
+}
 
-const char *kl_ar_plain_size_name(int s) { return s >= 0 && s < N_PLAIN_SIZES ? ksizes[s].name : ""; }
+const char *kl_ar_plain_size_name(int s)
+{
+    return s >= 0 && s < N_PLAIN_SIZES ? ksizes[s].name : "";
+}
 
 /* Workload i of every size at every world 2 .. KL_AR_MAX_RANKS, for `kernlab bench`'s list and checks. */
 static const char *workload_at(int i)
@@ -80,7 +88,8 @@ const char *kl_ar_unknown_workload(const struct kl_bench_args *a, char *buf, siz
         one.workload = buf;
         bool known = false;
         for (int world = 2; world <= KL_AR_MAX_RANKS && !known; world++)
-            for (int s = 0; s < N_SIZES && !known; s++) known = kl_ar_wanted(&one, s, world);
+            for (int s = 0; s < N_SIZES && !known; s++)
+                known = kl_ar_wanted(&one, s, world);
         if (!known) return buf;
         name += n + (end ? 1 : 0);
     }

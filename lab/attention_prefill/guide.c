@@ -147,9 +147,11 @@ static void section_compute_story(FILE *f, const struct kl_guide *md, const cJSO
                    "by %s), so %s waves\n",
                 blocks, threads, KL_F("%.0f", sms), KL_F("%.0f", per_sm), KL_F("%.1f", occ), kl_json_str(k, "occupancy_limiter", "?"),
                 KL_F("%.1f", blocks / (sms * per_sm)));
-        fprintf(f, "├── Resources: %s registers/thread, %s B shared memory/CTA, %s B local/thread reserved for the "
-                   "launch (CUPTI; a stack frame may not show here, ptxas -v reports it)\n",
-                KL_F("%.0f", kl_json_num(k, "registers")), KL_F("%.0f", kl_json_num(k, "static_smem") + kl_json_num(k, "dynamic_smem")),
+        fprintf(f,
+                "├── Resources: %s registers/thread, %s B shared memory/CTA, %s B local/thread reserved for the "
+                "launch (CUPTI; a stack frame may not show here, ptxas -v reports it)\n",
+                KL_F("%.0f", kl_json_num(k, "registers")),
+                KL_F("%.0f", kl_json_num(k, "static_smem") + kl_json_num(k, "dynamic_smem")),
                 KL_F("%.0f", kl_json_num(k, "local_bytes")));
         int producer, consumer;
         if (setmaxnreg_split(variant, md->name, &producer, &consumer))

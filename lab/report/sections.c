@@ -152,15 +152,18 @@ void kl_rep_section_variants(FILE *f, const struct kl_guide *md, const char *wor
         const cJSON *k = r ? kl_json_get(r, "counters.launch") : NULL;
         if (k) {
             const struct kl_shape sh = kl_launch_shape(k);
-            fprintf(f, "Execution model on `%s`, as the %s recorded the launch: kernel `%s`, grid %s x block %d "
-                       "(%lld threads, %s blocks per SM across %s SMs), %s registers per thread, %s B static + %s B dynamic "
-                       "shared memory per block, %s B local memory per thread reserved at launch (CUPTI's figure, which can "
-                       "miss a stack frame: ptxas -v reports those), theoretical occupancy %s%% (limited by %s).\n\n",
-                    workload, kl_guide_multi(md) ? md->labels[0] : "device", kl_json_str(k, "kernel", "?"), sh.grid, sh.threads,
-                    sh.blocks * sh.threads, KL_F("%.1f", (double)sh.blocks / kl_json_num(r, "device.sms")),
-                    KL_F("%.0f", kl_json_num(r, "device.sms")), KL_F("%.0f", kl_json_num(k, "registers")), KL_F("%.0f", kl_json_num(k, "static_smem")),
-                    KL_F("%.0f", kl_json_num(k, "dynamic_smem")), KL_F("%.0f", kl_json_num(k, "local_bytes")),
-                    KL_F("%.1f", kl_json_num(k, "theoretical_occupancy_pct")), kl_json_str(k, "occupancy_limiter", "?"));
+            fprintf(
+                f,
+                "Execution model on `%s`, as the %s recorded the launch: kernel `%s`, grid %s x block %d "
+                "(%lld threads, %s blocks per SM across %s SMs), %s registers per thread, %s B static + %s B dynamic "
+                "shared memory per block, %s B local memory per thread reserved at launch (CUPTI's figure, which can "
+                "miss a stack frame: ptxas -v reports those), theoretical occupancy %s%% (limited by %s).\n\n",
+                workload, kl_guide_multi(md) ? md->labels[0] : "device", kl_json_str(k, "kernel", "?"), sh.grid,
+                sh.threads, sh.blocks * sh.threads, KL_F("%.1f", (double)sh.blocks / kl_json_num(r, "device.sms")),
+                KL_F("%.0f", kl_json_num(r, "device.sms")), KL_F("%.0f", kl_json_num(k, "registers")),
+                KL_F("%.0f", kl_json_num(k, "static_smem")), KL_F("%.0f", kl_json_num(k, "dynamic_smem")),
+                KL_F("%.0f", kl_json_num(k, "local_bytes")), KL_F("%.1f", kl_json_num(k, "theoretical_occupancy_pct")),
+                kl_json_str(k, "occupancy_limiter", "?"));
         }
     }
 }

@@ -1,0 +1,48 @@
+/* The bench's own bookkeeping, on the CPU: it holds every variant, and the story's call inside a graph is
+ * told phase by phase from the stamps of consecutive calls. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "lab/allreduce/allreduce_module.h"
+#include "lab/allreduce/timeline.h"
+
+/* Five calls of a graph, 1000 ns apart, each stamped at entry, copied, reduced, exit and (when released)
+ * the release from griddepcontrol.wait; call 3 lost its copied stamp. */
+static void graph_rows(unsigned long long rows[5][KL_AR_TRACE_STAMPS], bool released)
+{
+    memset(rows, 0, sizeof(unsigned long long) * 5 * KL_AR_TRACE_STAMPS);
+    for (int i = 0; i < 5; i++) {
+        const unsigned long long t = 1000ull * i + 100;
+        rows[i][KL_AR_T_ENTRY] = t, rows[i][KL_AR_T_COPIED] = t + 150, rows[i][KL_AR_T_REDUCED] = t + 500;
+        rows[i][KL_AR_T_EXIT] = t + 530;
+        if (released) rows[i][KL_AR_T_RELEASED] = t - 40;
+    }
+    rows[3][KL_AR_T_COPIED] = 0;
+}
+
+Test(allreduce, a_graph_call_is_told_phase_by_phase_from_consecutive_calls)
+{
+    unsigned long long rows[5][KL_AR_TRACE_STAMPS];
+    double ns[KL_AR_GRAPH_PHASES];
+    graph_rows(rows, true);
+    cr_assert_eq(kl_ar_graph_phases(&rows[0][0], 5, ns), 4, "four calls have a previous one");
+    const double want[KL_AR_GRAPH_PHASES] = {430, 40, 150, 350, 30, 1000}; /* boundary: exit 630 -> release 1060 */
+    for (int q = 0; q < KL_AR_GRAPH_PHASES; q++)
+        cr_expect_float_eq(ns[q], want[q], 1e-9, "%s: %g, not %g", kl_ar_graph_names[q], ns[q], want[q]);
+    graph_rows(rows, false); /* no release stamp: the boundary runs to the entry, no start is told */
+    kl_ar_graph_phases(&rows[0][0], 5, ns);
+    cr_expect_float_eq(ns[KL_AR_GRAPH_BOUNDARY], 470, 1e-9, "boundary without a release: %g", ns[KL_AR_GRAPH_BOUNDARY]);
+    cr_expect(isnan(ns[KL_AR_GRAPH_START]), "a start told without a release stamp: %g", ns[KL_AR_GRAPH_START]);
+    cr_expect_eq(kl_ar_graph_phases(&rows[0][0], 1, ns), 0, "one call has no previous one");
+}
+
+Test(allreduce, the_bench_holds_every_variant_and_the_composite)
+{
+    /* One bench process times every variant beside NCCL and, for the fused workloads, the composite; a
+     * registry past its room would drop the last variants from the results without a word. */
+    cr_assert_leq(kl_variant_count("allreduce", false) + 1, KL_AR_BENCH_MAX_VARIANTS,
+                  "%d variants and the composite: raise KL_AR_BENCH_MAX_VARIANTS",
+                  kl_variant_count("allreduce", false));
+}

@@ -1,0 +1,30 @@
+/* One call inside a graph replay, phase by phase (lab/allreduce/timeline.c): from the stamps block 0 of
+ * each of a graph's calls wrote (KL_AR_T_* of kernels/allreduce/allreduce.h, one row per call), the
+ * median of each phase over the calls that have a previous one. */
+#ifndef KL_ALLREDUCE_TIMELINE_H
+#define KL_ALLREDUCE_TIMELINE_H
+
+#include "kernels/allreduce/allreduce.h"
+
+/* The boundary (the previous call's exit stamp to this call's release from griddepcontrol.wait, or to
+ * its entry stamp where the variant does not stamp the release), the start (release to entry: x's first
+ * unit and the call number), the send (entry to copied), the wait (copied to reduced), the exit (reduced
+ * to exit) and the period (the previous call's entry to this one's). */
+enum {
+    KL_AR_GRAPH_BOUNDARY,
+    KL_AR_GRAPH_START,
+    KL_AR_GRAPH_SEND,
+    KL_AR_GRAPH_WAIT,
+    KL_AR_GRAPH_EXIT,
+    KL_AR_GRAPH_PERIOD,
+    KL_AR_GRAPH_PHASES
+};
+/* The phases' names in a results row's story.graph. */
+extern const char *const kl_ar_graph_names[KL_AR_GRAPH_PHASES];
+
+/* rows: calls x KL_AR_TRACE_STAMPS stamps (0: not stamped). ns[q]: phase q's median over calls 1 ..
+ * calls - 1 whose two stamps are there and in order, NAN where none is; returns how many calls the
+ * period is over (0: nothing to tell). */
+int kl_ar_graph_phases(const unsigned long long *rows, int calls, double ns[KL_AR_GRAPH_PHASES]);
+
+#endif
