@@ -294,14 +294,9 @@ extern "C" void kl_peer_bw_print(FILE *f, const struct kl_peer_bw *p)
     fprintf(f, "exchange floor  GPU %d <-> GPU %d, us a call in a CUDA graph:", p->a, p->b);
     for (int i = 0; i < KL_PEER_FLOOR_SIZES; i++) {
         const double b = p->floor_bytes[i];
-        fprintf(f, " %.0f %s %.2f%s",
-                b >= 1 << 20   ? b / (1 << 20)
-                : b >= 1 << 10 ? b / (1 << 10)
-                               : b,
-                b >= 1 << 20   ? "MB"
-                : b >= 1 << 10 ? "KB"
-                               : "B",
-                p->floor_us[i], i + 1 < KL_PEER_FLOOR_SIZES ? "," : "\n");
+        const int shift = b >= 1 << 20 ? 20 : b >= 1 << 10 ? 10 : 0;
+        fprintf(f, " %.0f %s %.2f%s", b / (1 << shift), shift == 20 ? "MB" : shift == 10 ? "KB" : "B", p->floor_us[i],
+                i + 1 < KL_PEER_FLOOR_SIZES ? "," : "\n");
     }
 }
 

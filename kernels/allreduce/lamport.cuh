@@ -173,7 +173,9 @@ __device__ __forceinline__ void empty_set(const lamport_bufs &L, const peers &P,
 
 /* The forms v14 and v15 use: this rank's own buffer passed as one pointer (own = L.base[P.rank]), and
  * a peer's reached only through a constant index into L. A run-time index into lamport_bufs, which a
- * kernel receives by value, makes the compiler copy the whole array into every thread's local memory. */
+ * kernel receives by value, makes the compiler copy the whole array into every thread's local memory.
+ * lamport_slot and empty_set stay as they are beside these: written over them, v7-v13 compile to
+ * other stack frames and registers than the code their results rows measured. */
 /* The address of rank `from`'s slot of `set` in a buffer whose base is b. */
 __device__ __forceinline__ char *slot_in(char *b, const peers &P, uint32_t set, int from)
 {

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "lab/allreduce/allreduce_module.h"
+#include "lab/allreduce/workloads.h"
 #include "lab/core/guide.h"
 #include "lab/core/json_path.h"
 #include "perf/bench.h"
@@ -426,14 +427,13 @@ static void ar_floor(FILE *f, const struct kl_guide *md, const struct kl_targets
     cJSON_ArrayForEach(x, floor)
     {
         const double bytes = kl_json_num(x, "bytes"), us = kl_json_num(x, "us");
-        char size[32] = "", workload[48] = "";
-        if (bytes >= 1 << 20)
-            snprintf(size, sizeof size, "%.0fMB", bytes / (1 << 20));
-        else if (bytes >= 1 << 10)
-            snprintf(size, sizeof size, "%.0fKB", bytes / (1 << 10));
-        else
-            snprintf(size, sizeof size, "%.0fB", bytes);
-        snprintf(workload, sizeof workload, "%s-world2", size);
+        char size[32], workload[48] = ""; /* the catalogue's name for a size the bench runs, else the bytes */
+        snprintf(size, sizeof size, "%.0fB", bytes);
+        for (int k = 0; k < KL_AR_PLAIN_SIZES; k++)
+            if (kl_ar_size_bytes(k) == (int64_t)bytes) {
+                snprintf(size, sizeof size, "%s", kl_ar_plain_size_name(k));
+                kl_ar_workload_name(workload, sizeof workload, k, 2);
+            }
         const cJSON *r = gated ? kl_guide_row(md, best, workload) : NULL;
         const double ours = r ? kl_json_num(r, "time_us.median") : NAN;
         const struct kl_target *rows[KL_MAX_TARGETS_PER_WORKLOAD];

@@ -735,7 +735,6 @@ static void run_peers(const struct kl_bench_args *a, const struct kl_ceilings *c
     remove(rows), remove(cpath), rmdir(dir);
 }
 
-/* Workload i of every one a machine of KL_AR_MAX_RANKS GPUs runs: size i / worlds, world 2 + i % worlds. */
 int kl_ar_bench(const struct kl_bench_args *a)
 {
     struct kl_err err = {{0}};

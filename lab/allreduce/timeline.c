@@ -7,7 +7,7 @@
 const char *const kl_ar_graph_names[KL_AR_GRAPH_PHASES] = {"boundary_ns", "start_ns", "send_ns",
                                                            "wait_ns",     "exit_ns",  "period_ns"};
 
-static int by_value(const void *a, const void *b)
+static int cmp_double(const void *a, const void *b)
 {
     const double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -35,7 +35,7 @@ int kl_ar_graph_phases(const unsigned long long *rows, int calls, double ns[KL_A
             if (from[q] && to[q] && to[q] >= from[q]) d[n++] = (double)(to[q] - from[q]);
         }
         if (n) {
-            qsort(d, (size_t)n, sizeof *d, by_value);
+            qsort(d, (size_t)n, sizeof *d, cmp_double);
             ns[q] = d[n / 2];
         }
         if (q == KL_AR_GRAPH_PERIOD) period_calls = n;

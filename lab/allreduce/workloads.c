@@ -48,7 +48,7 @@ const char *kl_ar_plain_size_name(int s)
     return s >= 0 && s < N_PLAIN_SIZES ? ksizes[s].name : "";
 }
 
-/* Workload i of every size at every world 2 .. KL_AR_MAX_RANKS, for `kernlab bench`'s list and checks. */
+/* Workload i of every one a machine of KL_AR_MAX_RANKS GPUs runs: size i / worlds, world 2 + i % worlds. */
 static const char *workload_at(int i)
 {
     enum { WORLDS = KL_AR_MAX_RANKS - 1 };
