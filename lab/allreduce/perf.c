@@ -57,6 +57,10 @@
 #define COMPOSITE_NAME COMPOSITE_ALLREDUCE "+rmsnorm." COMPOSITE_RMSNORM
 #define MAX_VARIANTS KL_AR_BENCH_MAX_VARIANTS
 #define STORY_SIZE "64KB" /* the decode-size call the guide's execution story follows */
+/* The fused call the guide's fused story follows: one token of hidden 4096 in bf16, and the plain
+ * all-reduce of the same bytes, traced so the two calls' phases can be set side by side. */
+#define FUSED_STORY_HIDDEN 4096
+#define FUSED_STORY_BYTES 8192
 #define SEED 20240601u
 
 struct cell {
@@ -77,8 +81,9 @@ struct cell {
 };
 
 struct bench_payload {
-    int n_variants, n_sizes, counters, story;
+    int n_variants, n_sizes, counters;
     char variants[MAX_VARIANTS][64];
+    bool traced[N_SIZES]; /* a size whose calls get a story: stamps and a traced graph */
     int64_t bytes[N_SIZES];
     int64_t hidden[N_SIZES]; /* a fused workload's hidden (tokens = bytes / 2 / hidden), 0 for a plain size */
     long long l2_bytes;
@@ -517,7 +522,9 @@ static int bench_main(struct kl_rank *r)
                                       r->world, pass ? "kernel records and counters" : "timing");
                 if (pass == 0)
                     ret = time_cell(r, c, &k, x, bytes, sets, per_graph,
-                                    s == B->story && (kl_ar_ops(vs[v])->needs & KL_AR_NEEDS_PEERS), cell);
+                                    B->traced[s] && !composite[v] && (fused || !hidden) &&
+                                        (kl_ar_ops(vs[v])->needs & KL_AR_NEEDS_PEERS),
+                                    cell);
                 else ret = profile_cell(r, &k, B->counters > 0, cell);
             }
             for (int w = 0; w < kinds; w++) kl_ar_buffer_free(c, &xs[w]), kl_ar_buffer_free(c, &outs[w]);
@@ -735,6 +742,15 @@ static void run_peers(const struct kl_bench_args *a, const struct kl_ceilings *c
     remove(rows), remove(cpath), rmdir(dir);
 }
 
+/* Whether catalogue size s gets a story: the plain STORY_SIZE, the fused story's workload and the
+ * plain size of its bytes. */
+static bool traced_size(int s)
+{
+    if (s < N_PLAIN_SIZES)
+        return strcmp(kl_ar_plain_size_name(s), STORY_SIZE) == 0 || kl_ar_size_bytes(s) == FUSED_STORY_BYTES;
+    return kl_ar_size_hidden(s) == FUSED_STORY_HIDDEN && kl_ar_size_bytes(s) == FUSED_STORY_BYTES;
+}
+
 int kl_ar_bench(const struct kl_bench_args *a)
 {
     struct kl_err err = {{0}};
@@ -833,12 +849,12 @@ int kl_ar_bench(const struct kl_bench_args *a)
         }
         struct bench_payload *B = g.payload;
         memcpy(B->variants, names, sizeof names);
-        B->n_variants = nv, B->counters = a->counters, B->story = -1;
+        B->n_variants = nv, B->counters = a->counters;
         B->l2_bytes = ceil.dev.l2_bytes, B->spin_timeout_s = 30;
         int index[N_SIZES]; /* the catalogue size of each of the group's sizes */
         for (int s = 0; s < N_SIZES; s++)
             if (kl_ar_wanted(a, s, world) && (s < N_PLAIN_SIZES || fused_asked)) {
-                if (s < N_PLAIN_SIZES && strcmp(kl_ar_plain_size_name(s), STORY_SIZE) == 0) B->story = B->n_sizes;
+                B->traced[B->n_sizes] = traced_size(s);
                 B->hidden[B->n_sizes] = kl_ar_size_hidden(s), index[B->n_sizes] = s;
                 B->bytes[B->n_sizes++] = kl_ar_size_bytes(s);
             }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The in-register Lamport variants (v14, v15) promise that no thread has a stack frame: no by-value
+# The in-register Lamport variants (v14, v15, v16) promise that no thread has a stack frame: no by-value
 # array indexed at run time, so nothing copied into per-thread local memory. ptxas says so for every
 # kernel it compiles (-Xptxas -v, sm_90a); this fails when any kernel or function of FILE reports a
 # stack frame or spills. Usage: stack_frames.sh NVCC FILE... (run from the repository root).

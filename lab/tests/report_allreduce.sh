@@ -49,36 +49,52 @@ grep -q '^| \[allreduce\](allreduce.md) | .* | v6_switch 8KB-world2: 6.52 us = 0
   || { echo "README.md lacks the allreduce figure"; exit 1; }
 # The gate judges the variant perf/targets names (v6_switch), never NCCL against itself; the sizes
 # without a target row are listed as ungated.
-grep -q '^| \[allreduce\](allreduce.md) | .* | `v6_switch` (`v15_lamport_add_rmsnorm_in_registers` on add-rmsnorm-\*): 5 of 8 targets met (8KB-world2 latency_us 6.520 <= 3.00: \*\*miss\*\*; 512KB-world2 latency_us 8.090 <= 5.00: \*\*miss\*\*; 1MB-world2 latency_us 9.680 <= 6.00: \*\*miss\*\*); ungated: 8MB-world2, 64MB-world2 |' "$tmp/a/README.md" \
+grep -q '^| \[allreduce\](allreduce.md) | .* | `v6_switch` (`v16_lamport_add_rmsnorm_unit_rows` on add-rmsnorm-\*): 5 of 8 targets met (8KB-world2 latency_us 6.520 <= 3.00: \*\*miss\*\*; 512KB-world2 latency_us 8.090 <= 5.00: \*\*miss\*\*; 1MB-world2 latency_us 9.680 <= 6.00: \*\*miss\*\*); ungated: 8MB-world2, 64MB-world2 |' "$tmp/a/README.md" \
   || { echo "README.md's allreduce gate is not v6_switch's, with the ungated sizes"; grep allreduce.md "$tmp/a/README.md"; exit 1; }
 grep -q '^Ungated (no target row): `8MB-world2`, `64MB-world2`.' "$g" || { echo "the guide does not list the ungated sizes"; exit 1; }
-# A fused workload is judged on the fused variant perf/targets names for add-rmsnorm-* (v15), not on
-# v6_switch (which cannot run it) nor on another fused variant: the fixture plus three fused rows.
+# A fused workload is judged on the fused variant perf/targets names for add-rmsnorm-* (v16), not on
+# v6_switch (which cannot run it) nor on another fused variant: the fixture plus three fused rows, two of
+# them traced (story.graph), and a traced plain row of the same bytes for the fused phase table.
 mkdir -p "$tmp/fused"
 python3 - "$fixture/allreduce.jsonl" "$tmp/fused/allreduce.jsonl" <<'PY'
 import copy, json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 base = next(r for r in rows if r["variant"] == "v8_lamport_pdl")
 out = open(sys.argv[2], "w")
+def graph(period):
+    return {"graph_us": period / 1000 + 0.1, "graph": {"calls": 19, "boundary_ns": 480, "start_ns": 352, "send_ns": 576,
+                                                      "wait_ns": period - 1440, "exit_ns": 32, "period_ns": period}}
 for r in rows:
+    if r["variant"] == "v6_switch" and r["workload"] == "8KB-world2":
+        r["story"] = graph(2688)
     out.write(json.dumps(r) + "\n")
-for variant, time, over in (("v12_lamport_add_rmsnorm_early", 4.2, 0.2), ("v15_lamport_add_rmsnorm_in_registers", 4.3, 0.3),
+for variant, time, over in (("v12_lamport_add_rmsnorm_early", 4.2, 0.2), ("v16_lamport_add_rmsnorm_unit_rows", 4.3, 0.3),
                             ("v10_lamport_add_rmsnorm", 4.9, 0.9)):
     f = copy.deepcopy(base)
     f["variant"], f["workload"] = variant, "add-rmsnorm-t1-h4096-world2"
     f["params"].update({"op": "add_rmsnorm", "tokens": 1, "hidden": 4096, "bytes": 8192, "n": 4096})
     f["time_us"] = {"min": time, "median": time, "max": time}
     f["plain_allreduce_us"], f["over_allreduce_us"] = time - over, over
-    for k in ("latency_vs_nccl", "busbw_frac", "nccl_time_us"):
+    for k in ("latency_vs_nccl", "busbw_frac", "nccl_time_us", "story"):
         f.pop(k, None)
+    if variant != "v12_lamport_add_rmsnorm_early":
+        f["story"] = graph(int(time * 1000) - 100)
     out.write(json.dumps(f) + "\n")
 PY
 "$kl" report --results "$tmp/fused" --out "$tmp/fused_out" > /dev/null
-grep -q '^| \[allreduce\](allreduce.md) | .* | `v6_switch` (`v15_lamport_add_rmsnorm_in_registers` on add-rmsnorm-\*): 6 of 9 targets met' "$tmp/fused_out/README.md" \
-  || { echo "README.md does not judge the fused row on v15"; grep allreduce.md "$tmp/fused_out/README.md"; exit 1; }
-grep -Eq '^\| add-rmsnorm-t1-h4096-world2 \| v15_lamport_add_rmsnorm_in_registers \| 4\.30 \| 4\.00 \| 0\.30 \| <= 0\.50 \| \*\*pass\*\* \|' "$tmp/fused_out/allreduce.md" \
+grep -q '^| \[allreduce\](allreduce.md) | .* | `v6_switch` (`v16_lamport_add_rmsnorm_unit_rows` on add-rmsnorm-\*): 6 of 9 targets met' "$tmp/fused_out/README.md" \
+  || { echo "README.md does not judge the fused row on v16"; grep allreduce.md "$tmp/fused_out/README.md"; exit 1; }
+grep -Eq '^\| add-rmsnorm-t1-h4096-world2 \| v16_lamport_add_rmsnorm_unit_rows \| 4\.30 \| 4\.00 \| 0\.30 \| <= 0\.50 \| \*\*pass\*\* \|' "$tmp/fused_out/allreduce.md" \
   && grep -Eq '^\| add-rmsnorm-t1-h4096-world2 \| v10_lamport_add_rmsnorm \| 4\.90 \| 4\.00 \| 0\.90 \| - \| - \|' "$tmp/fused_out/allreduce.md" \
-  || { echo "the fused table shows the target on another row than v15's"; grep add-rmsnorm "$tmp/fused_out/allreduce.md"; exit 1; }
+  || { echo "the fused table shows the target on another row than v16's"; grep add-rmsnorm "$tmp/fused_out/allreduce.md"; exit 1; }
+# The fused phase table: the plain 8 KB call first, then each traced fused variant (v12 was not traced).
+fg=$tmp/fused_out/allreduce.md
+grep -A4 '^| variant | workload | boundary | start | send | data wait | exit | period | timed replays, us |' "$fg" > "$tmp/phases" || true
+sed -n 3p "$tmp/phases" | grep -Eq '^\| v6_switch \| 8KB-world2 \| 0\.48 \| 0\.35 \| 0\.58 \| 1\.25 \| 0\.03 \| 2\.69 \| 2\.79 \|$' \
+  && sed -n 4p "$tmp/phases" | grep -Eq '^\| v10_lamport_add_rmsnorm \| add-rmsnorm-t1-h4096-world2 \| .* \| 4\.80 \| 4\.90 \|$' \
+  && sed -n 5p "$tmp/phases" | grep -Eq '^\| v16_lamport_add_rmsnorm_unit_rows \| add-rmsnorm-t1-h4096-world2 \| 0\.48 \| 0\.35 \| 0\.58 \| 2\.76 \| 0\.03 \| 4\.20 \| 4\.30 \|$' \
+  && ! grep -q '^| v12_lamport_add_rmsnorm_early | add-rmsnorm-t1-h4096-world2 | 0' "$fg" \
+  || { echo "the fused phase table is wrong"; cat "$tmp/phases"; exit 1; }
 # nvidia-smi underlines its header with terminal escapes: the guide keeps the text, not the escapes.
 mkdir -p "$tmp/esc"
 sed 's/"nvidia_smi_topo":"\\t/"nvidia_smi_topo":"\\t\\u001b[4m/; s/GPU1\\n/GPU1\\u001b[0m\\n/' "$fixture/allreduce.jsonl" > "$tmp/esc/allreduce.jsonl"
