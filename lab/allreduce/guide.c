@@ -535,8 +535,9 @@ static void ar_fused_story(FILE *f, const struct kl_guide *md, const struct kl_t
                     "of each phase over a traced replay, in us (the phases of the execution story above). For a fused "
                     "variant the data wait ends once block 0's row is normalized and written: the residual add, the "
                     "row's sum of squares across the block and both stores are in it, and a block barrier makes it "
-                    "wait for the block's slowest warp, where a plain call's block 0 stamps for its own thread. The "
-                    "period, one call's entry to the next, is the figure to compare.\n\n"
+                    "wait for the block's slowest warp, where a plain call's block 0 stamps for its own thread. A "
+                    "variant that stamps no release shows no start: its boundary runs to its entry. The period, one "
+                    "call's entry to the next, is the figure to compare.\n\n"
                     "| variant | workload | boundary | start | send | data wait | exit | period | timed replays, us |\n"
                     "|---|---|---|---|---|---|---|---|---|\n",
                     fused_w, plain ? plain : "-", plain_w);
