@@ -332,6 +332,20 @@ static void free_problem(void *p) { kl_ar_problem_free(p); }
  * this: every wait guards a real hang only, with minutes to spare on a loaded machine. */
 #define KL_AR_STEP_TIMEOUT_S 300
 
+bool kl_ar_test_wanted(const char *name)
+{
+    const char *only = getenv("KL_AR_TEST_ONLY");
+    if (!only || !*only) return true;
+    for (const char *t = only; *t; t += *t == ',') {
+        const size_t len = strcspn(t, ",");
+        char text[64];
+        snprintf(text, sizeof text, "%.*s", (int)len, t);
+        if (len && strstr(name, text)) return true;
+        t += len;
+    }
+    return false;
+}
+
 const char *kl_ar_skip_reason(const struct kl_variant *v, int world, char *buf, size_t len)
 {
     const struct kl_ar_topology *m = kl_ar_machine();
