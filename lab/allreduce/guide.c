@@ -511,8 +511,6 @@ static void ar_correctness(FILE *f, const struct kl_guide *md)
     kl_guide_golden_cases(f, md);
 }
 
-/* The fused all-reduce + add + RMSNorm: what it does (guide/fused.md), its bound, and each fused
- * workload's rows side by side: the fused variant, the composite, and the plain all-reduce's time. */
 /* The fused story: one token of hidden 4096 in world w, each fused variant's call inside a CUDA graph
  * phase by phase (story.graph), under the plain all-reduce of the same bytes the gate judges there,
  * traced in the same run. */
@@ -550,6 +548,9 @@ static void ar_fused_story(FILE *f, const struct kl_guide *md, const struct kl_t
     if (said) fprintf(f, "\n");
 }
 
+/* The fused all-reduce + add + RMSNorm: what it does (guide/fused.md), its bound, and each fused
+ * workload's rows side by side: the fused variant, the composite, and the plain all-reduce's time;
+ * then the fused story's phase table. */
 static void ar_fused(FILE *f, const struct kl_guide *md, const struct kl_targets *t90)
 {
     const char *text = kl_guide_text(md->name, "fused");

@@ -31,7 +31,8 @@
  * both carry the plain all-reduce's time (plain_allreduce_us) and over_allreduce_us, their time
  * minus it, which the gate judges for the fused variant's rows. Residual and weight are one set;
  * x rotates as above. Each rank re-checks its share of the tokens of the checked replay against
- * the float64 reference, under the fused bounds. */
+ * the float64 reference, under the fused bounds. The fused story's workload (FUSED_STORY_*) and the
+ * plain size of its bytes are traced as STORY_SIZE is, so the guide can set their phases side by side. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdlib.h>
