@@ -145,10 +145,6 @@ struct kl_ar_exchange {
  * slices between processes), so a wait for a peer ends when the peer's turn comes: correct, and
  * slow. NCCL refuses two ranks on one GPU: its variants skip. Never a measurement: bench refuses. */
 #define KL_AR_SHARED_WORLDS 4
-
-/* The most rows of names one `kernlab bench allreduce` times: every variant and the fused workloads'
- * composite. A test holds the registry to it, and the bench refuses rather than drop a variant. */
-#define KL_AR_BENCH_MAX_VARIANTS 24
 bool kl_ar_shared_device(void);
 
 /* Sets up c for rank r (device r, or 0 in shared-device mode): the registered buffers and signal areas of every rank
@@ -268,6 +264,10 @@ int kl_ar_dev_pdl_copy(const void *src, void *dst, enum kl_dtype t, int64_t n, c
 
 /* FNV-1a over bytes. */
 uint64_t kl_ar_hash(const void *p, size_t bytes);
+
+/* The most rows of names one `kernlab bench allreduce` times: every variant and the fused workloads'
+ * composite. A test holds the registry to it, and the bench refuses rather than drop a variant. */
+#define KL_AR_BENCH_MAX_VARIANTS 24
 
 int kl_ar_bench(const struct kl_bench_args *args);
 

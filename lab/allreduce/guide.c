@@ -511,14 +511,14 @@ static void ar_correctness(FILE *f, const struct kl_guide *md)
     kl_guide_golden_cases(f, md);
 }
 
-/* The fused story: one token of hidden 4096 in world w, each fused variant's call inside a CUDA graph
+/* The fused story (the catalogue's kl_ar_fused_story_size) in world w, each fused variant's call inside a CUDA graph
  * phase by phase (story.graph), under the plain all-reduce of the same bytes the gate judges there,
  * traced in the same run. */
 static void ar_fused_story(FILE *f, const struct kl_guide *md, const struct kl_targets *t90, int w)
 {
     char fused_w[64], plain_w[48];
-    snprintf(fused_w, sizeof fused_w, "add-rmsnorm-t1-h4096-world%d", w);
-    snprintf(plain_w, sizeof plain_w, "8KB-world%d", w);
+    kl_ar_workload_name(fused_w, sizeof fused_w, kl_ar_fused_story_size(), w);
+    kl_ar_workload_name(plain_w, sizeof plain_w, kl_ar_fused_story_plain_size(), w);
     const char *plain = kl_targets_gated_for(t90, md->name, plain_w);
     int said = 0;
     for (int i = -1; i < md->n_variants; i++) { /* -1: the plain all-reduce, first */
@@ -604,7 +604,7 @@ static int write_guide(const struct kl_guide_room *room, struct kl_guide *md)
      * newest rung) and by the best one with a barrier, where they were traced; else any traced one. */
     char story_w[48] = "";
     const char *story_v[2] = {NULL, NULL};
-    if (nw) snprintf(story_w, sizeof story_w, "64KB-world%d", worlds[0]);
+    if (nw) kl_ar_workload_name(story_w, sizeof story_w, kl_ar_story_size(), worlds[0]);
     static const char *kpref[2][4] = {
         {"v14_lamport_in_registers", "v11_lamport_unfenced", "v8_lamport_pdl", "v7_lamport_oneshot"},
         {"v4_oneshot_one_barrier", "v6_switch", "v3_oneshot_vec16", "v1_oneshot"}};

@@ -31,8 +31,9 @@
  * both carry the plain all-reduce's time (plain_allreduce_us) and over_allreduce_us, their time
  * minus it, which the gate judges for the fused variant's rows. Residual and weight are one set;
  * x rotates as above. Each rank re-checks its share of the tokens of the checked replay against
- * the float64 reference, under the fused bounds. The fused story's workload (FUSED_STORY_*) and the
- * plain size of its bytes are traced as STORY_SIZE is, so the guide can set their phases side by side. */
+ * the float64 reference, under the fused bounds. The sizes the catalogue names for the stories
+ * (kl_ar_size_traced: the plain story's, the fused story's and the plain size of its bytes) are traced:
+ * block 0's stamps and a traced graph. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdlib.h>
@@ -57,11 +58,6 @@
 #define COMPOSITE_RMSNORM "v3_pdl_residual_early" /* rmsnorm's fused add + RMSNorm (its gated variant) */
 #define COMPOSITE_NAME COMPOSITE_ALLREDUCE "+rmsnorm." COMPOSITE_RMSNORM
 #define MAX_VARIANTS KL_AR_BENCH_MAX_VARIANTS
-#define STORY_SIZE "64KB" /* the decode-size call the guide's execution story follows */
-/* The fused call the guide's fused story follows: one token of hidden 4096 in bf16, and the plain
- * all-reduce of the same bytes, traced so the two calls' phases can be set side by side. */
-#define FUSED_STORY_HIDDEN 4096
-#define FUSED_STORY_BYTES 8192
 #define SEED 20240601u
 
 struct cell {
@@ -743,15 +739,6 @@ static void run_peers(const struct kl_bench_args *a, const struct kl_ceilings *c
     remove(rows), remove(cpath), rmdir(dir);
 }
 
-/* Whether catalogue size s gets a story: the plain STORY_SIZE, the fused story's workload and the
- * plain size of its bytes. */
-static bool traced_size(int s)
-{
-    if (s < N_PLAIN_SIZES)
-        return strcmp(kl_ar_plain_size_name(s), STORY_SIZE) == 0 || kl_ar_size_bytes(s) == FUSED_STORY_BYTES;
-    return kl_ar_size_hidden(s) == FUSED_STORY_HIDDEN && kl_ar_size_bytes(s) == FUSED_STORY_BYTES;
-}
-
 int kl_ar_bench(const struct kl_bench_args *a)
 {
     struct kl_err err = {{0}};
@@ -855,7 +842,7 @@ int kl_ar_bench(const struct kl_bench_args *a)
         int index[N_SIZES]; /* the catalogue size of each of the group's sizes */
         for (int s = 0; s < N_SIZES; s++)
             if (kl_ar_wanted(a, s, world) && (s < N_PLAIN_SIZES || fused_asked)) {
-                B->traced[B->n_sizes] = traced_size(s);
+                B->traced[B->n_sizes] = kl_ar_size_traced(s);
                 B->hidden[B->n_sizes] = kl_ar_size_hidden(s), index[B->n_sizes] = s;
                 B->bytes[B->n_sizes++] = kl_ar_size_bytes(s);
             }
@@ -887,7 +874,9 @@ int kl_ar_bench(const struct kl_bench_args *a)
         kl_ranks_destroy(&g);
     }
     if (!worlds) {
-        fprintf(stderr, "bench allreduce: no workload named '%s' (8KB .. 256MB, or e.g. 8KB-world2)\n", a->workload);
+        /* Every name is known (checked above): the worlds asked for are past this machine's GPUs. */
+        fprintf(stderr, "bench allreduce: --workload %s: no world of it runs on %d GPUs\n",
+                a->workload ? a->workload : "", topo.count);
         kl_targets_free(&targets);
         return -1;
     }

@@ -1,5 +1,5 @@
-/* The bench's own bookkeeping, on the CPU: it holds every variant, and the story's call inside a graph is
- * told phase by phase from the stamps of consecutive calls. */
+/* The bench's own bookkeeping, on the CPU: it holds every variant, traces the stories' sizes, and the
+ * story's call inside a graph is told phase by phase from the stamps of consecutive calls. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdbool.h>
@@ -7,6 +7,7 @@
 
 #include "lab/allreduce/allreduce_module.h"
 #include "lab/allreduce/timeline.h"
+#include "lab/allreduce/workloads.h"
 
 /* Five calls of a graph, 1000 ns apart, each stamped at entry, copied, reduced, exit and (when released)
  * the release from griddepcontrol.wait; call 3 lost its copied stamp. */
@@ -45,4 +46,19 @@ Test(allreduce, the_bench_holds_every_variant_and_the_composite)
     cr_assert_leq(kl_variant_count("allreduce", false) + 1, KL_AR_BENCH_MAX_VARIANTS,
                   "%d variants and the composite: raise KL_AR_BENCH_MAX_VARIANTS",
                   kl_variant_count("allreduce", false));
+}
+
+Test(allreduce, the_traced_sizes_are_the_stories_and_the_fused_storys_plain_twin)
+{
+    /* The guide sets the fused story's phases under the plain call of the same bytes: both must be traced,
+     * and the twin must be that size, or the table compares calls of different bytes. */
+    char a[48], b[48], c[48];
+    cr_assert_str_eq(kl_ar_workload_name(a, sizeof a, kl_ar_story_size(), 2), "64KB-world2");
+    cr_assert_str_eq(kl_ar_workload_name(b, sizeof b, kl_ar_fused_story_size(), 2), "add-rmsnorm-t1-h4096-world2");
+    cr_assert_str_eq(kl_ar_workload_name(c, sizeof c, kl_ar_fused_story_plain_size(), 2), "8KB-world2");
+    cr_assert_eq(kl_ar_size_bytes(kl_ar_fused_story_plain_size()), kl_ar_size_bytes(kl_ar_fused_story_size()));
+    int traced = 0;
+    for (int s = 0; s < KL_AR_SIZES; s++)
+        traced += kl_ar_size_traced(s);
+    cr_assert_eq(traced, 3, "%d sizes traced, expected the three stories' sizes", traced);
 }

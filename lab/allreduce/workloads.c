@@ -48,6 +48,30 @@ const char *kl_ar_plain_size_name(int s)
     return s >= 0 && s < N_PLAIN_SIZES ? ksizes[s].name : "";
 }
 
+/* The plain size of these bytes, or -1. */
+static int plain_size_of(int64_t bytes)
+{
+    for (int k = 0; k < N_PLAIN_SIZES; k++)
+        if (ksizes[k].bytes == bytes) return k;
+    return -1;
+}
+
+int kl_ar_story_size(void) { return plain_size_of(64 << 10); }
+
+int kl_ar_fused_story_size(void)
+{
+    for (int k = 0; k < N_FUSED_SIZES; k++)
+        if (kfused[k].tokens == 1 && kfused[k].hidden == 4096) return N_PLAIN_SIZES + k;
+    return -1;
+}
+
+int kl_ar_fused_story_plain_size(void) { return plain_size_of(kl_ar_size_bytes(kl_ar_fused_story_size())); }
+
+bool kl_ar_size_traced(int s)
+{
+    return s >= 0 && (s == kl_ar_story_size() || s == kl_ar_fused_story_size() || s == kl_ar_fused_story_plain_size());
+}
+
 /* Workload i of every one a machine of KL_AR_MAX_RANKS GPUs runs: size i / worlds, world 2 + i % worlds. */
 static const char *workload_at(int i)
 {

@@ -20,6 +20,13 @@ int64_t kl_ar_size_bytes(int s);
 int64_t kl_ar_size_hidden(int s);
 /* A plain size's name without its world ("64KB"); "" past the plain sizes. */
 const char *kl_ar_plain_size_name(int s);
+/* The sizes whose calls the bench traces for the guide's stories (catalogue indices): the plain
+ * decode-size call of the execution story (64KB), the fused call of one token of hidden 4096, and the
+ * plain size of that fused call's bytes (8KB), traced so the guide can set their phases side by side. */
+int kl_ar_story_size(void);
+int kl_ar_fused_story_size(void);
+int kl_ar_fused_story_plain_size(void);
+bool kl_ar_size_traced(int s);
 /* Whether size s at this world is one --workload asks for: a comma-separated list of names, each a full
  * workload name or one without its world (8KB: every world); true without --workload. */
 bool kl_ar_wanted(const struct kl_bench_args *a, int s, int world);
