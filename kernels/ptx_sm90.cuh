@@ -343,6 +343,11 @@ __device__ __forceinline__ uint64_t l2_evict_first_policy()
     asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
     return policy;
 }
+/* cp_async_16 (16 bytes, every one valid) whose lines enter L2 under `policy` (l2_evict_first_policy). */
+__device__ __forceinline__ void cp_async_16_hint(uint32_t dst, const void *src, uint64_t policy)
+{
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "l"(policy));
+}
 /* tma_load_3d whose lines enter L2 under `policy` (l2_evict_first_policy). */
 __device__ __forceinline__ void tma_load_3d_hint(uint32_t dst, const CUtensorMap *map, int c0, int c1, int c2,
                                                  uint64_t *bar, uint64_t policy)

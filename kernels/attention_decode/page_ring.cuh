@@ -1,7 +1,8 @@
 /* The TMA side of the decode variants that feed a ring of shared-memory stages from the paged cache
  * with bulk tensor copies (v8_tma_pages, v12_cp_async_gather and v13_cluster_merge: 16-bit K/V;
  * v9_fp8_tma_pages, v10_fp8_page_heads and v14_fp8_early_release: e4m3 codes): the cache's tensor maps
- * on the host; on the device the ring's barrier setup before the PDL wait, and the producer warp's loop.
+ * on the host; on the device the ring's barrier setup before the PDL wait, and the producer warp's loop
+ * (v17_two_gather_warps: two producer warps sharing it).
  *
  * A stage holds one tile of 16 tokens of HEADS consecutive kv heads (1 for v8 and v9): its K half,
  * then its V half; a half is HEADS head tiles, each BLOCKS blocks of 16 rows x 128 bytes (64 16-bit
@@ -78,17 +79,21 @@ __device__ __forceinline__ void init_ring_then_wait(uint64_t *full, uint64_t *em
  * `slots` the slot of its group's token j, and the tile is the group's half `half` (tokens 16 half ..
  * 16 half + 15). The tile's 2 x HEADS x 16 rows (K
  * then V, head, row) of BLOCKS x 128 bytes go in order, 32 16-byte chunks a warp instruction: chunk c
- * of a row to block c / 8, chunk c % 8 ^ r % 8, as the boxes' swizzle places it. */
-template <int BLOCKS, int HEADS>
+ * of a row to block c / 8, chunk c % 8 ^ r % 8, as the boxes' swizzle places it. GATHERERS warps share
+ * the tile (v17): gatherer G issues instructions G, G + GATHERERS, ...; EVICT_FIRST copies under
+ * `policy`. */
+template <int BLOCKS, int HEADS, int GATHERERS = 1, int G = 0, bool EVICT_FIRST = false>
 __device__ __forceinline__ void gather_rows_cp_async(const kl_attention_decode_params &p, int g0, int slots, int half,
-                                                     uint32_t stage)
+                                                     uint32_t stage, uint64_t policy = 0)
 {
     constexpr int CHUNKS = 8 * BLOCKS, ROW_BYTES = 128 * BLOCKS; /* of one head's row */
     constexpr int STEPS = 2 * HEADS * 16 * CHUNKS / 32;
     constexpr uint32_t HEAD_TILE = 16 * ROW_BYTES, TILE_HALF = HEADS * HEAD_TILE;
+    static_assert(STEPS % GATHERERS == 0 && G < GATHERERS, "the gatherers share a tile's instructions evenly");
     const int lane = threadIdx.x % 32;
 #pragma unroll
-    for (int step = 0; step < STEPS; step++) {
+    for (int k = 0; k < STEPS / GATHERERS; k++) {
+        const int step = GATHERERS * k + G; /* a constant: the unrolled loop's addressing folds */
         const int f = 32 * step + lane, row = f / CHUNKS, c = f % CHUNKS; /* row: (K or V, head, r) */
         const int kv = row / (16 * HEADS), head = row / 16 % HEADS, r = row % 16;
         const int slot = __shfl_sync(0xffffffffu, slots, 16 * half + r);
@@ -96,7 +101,8 @@ __device__ __forceinline__ void gather_rows_cp_async(const kl_attention_decode_p
         const unsigned char *src = cache + ((int64_t)slot * p.num_kv_heads + g0 + head) * ROW_BYTES + 16 * c;
         const uint32_t dst = stage + kv * TILE_HALF + head * HEAD_TILE + (c / 8) * 16 * 128 + r * 128 +
                              ((c % 8) ^ (r % 8)) * 16;
-        kl::ptx::cp_async_16(dst, src, true);
+        if constexpr (EVICT_FIRST) kl::ptx::cp_async_16_hint(dst, src, policy);
+        else kl::ptx::cp_async_16(dst, src, true);
     }
 }
 
@@ -110,10 +116,15 @@ __device__ __forceinline__ void gather_rows_cp_async(const kl_attention_decode_p
  * warp instruction covering 512 contiguous bytes of the cache (whole rows, so each 32-byte sector is
  * asked for once), each lane's copies counted by its cp.async.mbarrier.arrive; the full barriers then
  * count 32 arrivals, a box tile's too (lane 0 announcing the bytes, the others plain arrivals).
- * EVICT_FIRST (v14): every bulk tensor copy brings its lines into L2 under an evict-first policy
- * (K and V are read once). ring_pos (v15, which runs this loop once for each piece of its slice): the
- * tiles the ring has already taken, so tile i goes to stage (ring_pos + i) % STAGES in that round. */
-template <int STAGES, int BLOCKS, int COLS, int HEADS = 1, bool CP_ASYNC_ROWS = false, bool EVICT_FIRST = false>
+ * EVICT_FIRST (v14): every bulk tensor copy (and cp.async) brings its lines into L2 under an evict-first
+ * policy (K and V are read once). ring_pos (v15, which runs this loop once for each piece of its slice):
+ * the tiles the ring has already taken, so tile i goes to stage (ring_pos + i) % STAGES in that round.
+ * GATHERERS (v17): that many producer warps run this loop side by side, this one being gatherer G; each
+ * waits for every stage, issues its share of each gathered tile and arrives with all its lanes, so the
+ * full barriers count 32 x GATHERERS arrivals. Whole 16-slot tiles come as boxes from gatherer 0 alone,
+ * the others arriving plainly. */
+template <int STAGES, int BLOCKS, int COLS, int HEADS = 1, bool CP_ASYNC_ROWS = false, bool EVICT_FIRST = false,
+          int GATHERERS = 1, int G = 0>
 __device__ __forceinline__ void produce_page_tiles(const CUtensorMap *k_box, const CUtensorMap *v_box,
                                                    const CUtensorMap *k_row, const CUtensorMap *v_row, bool boxes,
                                                    const kl_attention_decode_params &p, int b, int g0, int t0, int t1,
@@ -168,12 +179,13 @@ __device__ __forceinline__ void produce_page_tiles(const CUtensorMap *k_box, con
                 const bool whole = boxes && 16 * i + 16 <= t1 - t0;
                 const uint32_t stage = ring_at + st * STAGE_BYTES;
                 if (CP_ASYNC_ROWS && !whole) {
-                    gather_rows_cp_async<BLOCKS, HEADS>(p, g0, slots, half, stage);
+                    gather_rows_cp_async<BLOCKS, HEADS, GATHERERS, G, EVICT_FIRST>(p, g0, slots, half, stage, policy);
                     kl::ptx::cp_async_mbar_arrive(&full[st]);
                     continue;
                 }
-                if (lane == 0) kl::ptx::mbar_arrive_expect(&full[st], STAGE_BYTES);
+                if (G == 0 && lane == 0) kl::ptx::mbar_arrive_expect(&full[st], STAGE_BYTES);
                 else if (CP_ASYNC_ROWS) kl::ptx::mbar_arrive(&full[st]);
+                if (G > 0) continue; /* the boxes are gatherer 0's */
                 __syncwarp();
                 if (whole) {
                     /* 16 whole slots of one page (t0 + 16 i is a multiple of 16, and so is the page

@@ -87,6 +87,12 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap *map
 }
 /* A cache policy decides only where lines live in L2: the emulated copy lands the same. */
 __device__ __forceinline__ uint64_t l2_evict_first_policy() { return 0; }
+__device__ __forceinline__ void cp_async_16_hint(uint32_t dst, const void *src, uint64_t policy,
+                                                 ::emu::site emu_at = EMU_HERE)
+{
+    (void)policy;
+    ::emu::cp_async(dst, src, 16, true, emu_at);
+}
 __device__ __forceinline__ void tma_load_3d_hint(uint32_t dst, const CUtensorMap *map, int c0, int c1, int c2,
                                                  uint64_t *bar, uint64_t policy, ::emu::site emu_at = EMU_HERE)
 {

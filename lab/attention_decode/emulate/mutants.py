@@ -212,4 +212,18 @@ MUTANTS = [
         "edits": [("for (int i = warp; i < tiles; i += CW) {", "for (int i = warp; i < tiles; i += 4) {")],
         "expect": "outside the attention policy's bound",
     },
+    {   # v17: both producer warps take gatherer 0's part: a whole 16-slot tile's boxes are issued twice into
+        # the same stage (and a gathered tile's odd instructions, half its rows, would never be copied)
+        "name": "mutant_v17_both_warps_gatherer_0",
+        "variant": "v17_two_gather_warps",
+        "edits": [("kGatherers, 1>(", "kGatherers, 0>(")],
+        "expect": "while another copy into it is in flight",
+    },
+    {   # v17: the full barriers count one gatherer's lanes: a stage would be announced full after the first 32
+        # of its 64 arrivals, before the other gatherer's copies landed
+        "name": "mutant_v17_full_counts_one_gatherer",
+        "variant": "v17_two_gather_warps",
+        "edits": [("(full, empty, 32 * kGatherers, 32)", "(full, empty, 32, 32)")],
+        "expect": "more arrivals on the mbarrier",
+    },
 ]
