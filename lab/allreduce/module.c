@@ -9,6 +9,7 @@
 #include <cjson/cJSON.h>
 
 #include "lab/allreduce/allreduce_module.h"
+#include "lab/core/testing.h"
 #include "reference/allreduce.h"
 
 /* ---- the tolerance: lab/core/compare.c holds the bound and writes its rationale ---- */
@@ -334,16 +335,7 @@ static void free_problem(void *p) { kl_ar_problem_free(p); }
 
 bool kl_ar_test_wanted(const char *name)
 {
-    const char *only = getenv("KL_AR_TEST_ONLY");
-    if (!only || !*only) return true;
-    for (const char *t = only; *t; t += *t == ',') {
-        const size_t len = strcspn(t, ",");
-        char text[64];
-        snprintf(text, sizeof text, "%.*s", (int)len, t);
-        if (len && strstr(name, text)) return true;
-        t += len;
-    }
-    return false;
+    return kl_test_wanted(name) && kl_test_listed(getenv("KL_AR_TEST_ONLY"), name);
 }
 
 const char *kl_ar_skip_reason(const struct kl_variant *v, int world, char *buf, size_t len)

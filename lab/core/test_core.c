@@ -11,6 +11,7 @@
 #include "lab/core/compare.h"
 #include "lab/core/golden.h"
 #include "lab/core/registry.h"
+#include "lab/core/testing.h"
 #include "perf/bench.h"
 
 /* bf16: round to nearest even on the edge values. */
@@ -719,4 +720,24 @@ Test(core, a_verdicts_message_never_overflows_whatever_the_names)
     cr_assert_lt(strlen(s.v.why), sizeof s.v.why);
     cr_assert(strstr(s.v.why, "aaaa"), "the first wrong output is named");
     for (size_t i = 0; i < sizeof s.canary; i++) cr_assert_eq((unsigned char)s.canary[i], 0x5a, "byte %zu past the verdict written", i);
+}
+
+/* KL_TEST_ONLY runs a suite in parts: a listed text anywhere in a name keeps it, the rest are skips
+ * with the reason (kl_test_skip_reason, which every variant test asks first), and an unset or empty
+ * list keeps everything. A CPU variant (min_cc 0) is left out the same way. */
+Test(core, kl_test_only_keeps_the_named_variants_and_skips_the_rest)
+{
+    const struct kl_variant v17 = {.name = "v17_two_gather_warps"}, v16 = {.name = "v16_head_clusters"},
+                            m6 = {.name = "mutant_v6_no_k_scale"};
+    cr_assert(setenv("KL_TEST_ONLY", "v17_,mutant_v6_", 1) == 0);
+    cr_assert(kl_test_wanted(v17.name) && kl_test_wanted(m6.name));
+    cr_assert_not(kl_test_wanted(v16.name), "a name no text of the list is part of was kept");
+    cr_assert_null(kl_test_skip_reason(&v17));
+    const char *why = kl_test_skip_reason(&v16);
+    cr_assert(why && strstr(why, "KL_TEST_ONLY"), "v16 left out without saying why: %s", why ? why : "(none)");
+    cr_assert(setenv("KL_TEST_ONLY", "", 1) == 0);
+    cr_assert(kl_test_wanted(v16.name) && kl_test_skip_reason(&v16) == NULL);
+    cr_assert(unsetenv("KL_TEST_ONLY") == 0);
+    cr_assert(kl_test_wanted(v16.name));
+    cr_assert(kl_test_listed(",v16_", v16.name), "an empty text before a comma hid the next one");
 }

@@ -8,9 +8,28 @@
 
 #include "device.h"
 
+bool kl_test_listed(const char *list, const char *name)
+{
+    if (!list || !*list) return true;
+    for (const char *t = list; *t; t += *t == ',') {
+        const size_t len = strcspn(t, ",");
+        char text[64];
+        snprintf(text, sizeof text, "%.*s", (int)len, t);
+        if (len && strstr(name, text)) return true;
+        t += len;
+    }
+    return false;
+}
+
+bool kl_test_wanted(const char *name) { return kl_test_listed(getenv("KL_TEST_ONLY"), name); }
+
 const char *kl_test_skip_reason(const struct kl_variant *v)
 {
     static char why[256];
+    if (v && !kl_test_wanted(v->name)) {
+        snprintf(why, sizeof why, "not named in KL_TEST_ONLY=%s", getenv("KL_TEST_ONLY"));
+        return why;
+    }
     if (!v || v->min_cc == 0) return NULL;
     int cc = kl_device_cc(why, sizeof why);
     if (!cc) return why;
