@@ -319,8 +319,10 @@ struct kl_attention_decode_problem *kl_attention_decode_problem_random_multi(
         FOR_EACH_TOKEN(p, b, page, r, {
             for (int64_t j = 0; j < row; j++) {
                 const size_t at = (size_t)((page * page_size + r) * row + j);
-                kl_store_elem(dtype, p->k_cache.data, at, kl_rng_normal(&rng));
-                kl_store_elem(dtype, p->v_cache.data, at, kl_rng_normal(&rng));
+                double kv[2]; /* this element of K, of V */
+                kl_rng_normal_pair(&rng, &kv[0], &kv[1]);
+                kl_store_elem(dtype, p->k_cache.data, at, kv[0]);
+                kl_store_elem(dtype, p->v_cache.data, at, kv[1]);
             }
         })
     kl_attention_decode_bounds(p);

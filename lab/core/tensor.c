@@ -160,10 +160,22 @@ double kl_rng_normal(struct kl_rng *r)
     return sqrt(-2.0 * log(u)) * cos(2.0 * M_PI * v);
 }
 
+void kl_rng_normal_pair(struct kl_rng *r, double *a, double *b)
+{
+    const double u = 1.0 - kl_rng_uniform(r), v = kl_rng_uniform(r);
+    const double radius = sqrt(-2.0 * log(u)), angle = 2.0 * M_PI * v;
+    *a = radius * cos(angle), *b = radius * sin(angle);
+}
+
 int64_t kl_rng_range(struct kl_rng *r, int64_t n) { return n > 0 ? (int64_t)(kl_rng_u64(r) % (uint64_t)n) : 0; }
 
 void kl_rng_fill_normal(struct kl_rng *r, struct kl_tensor *t, double scale)
 {
-    int64_t n = kl_numel(t);
-    for (int64_t i = 0; i < n; i++) kl_store_elem(t->dtype, t->data, (size_t)i, scale * kl_rng_normal(r));
+    const int64_t n = kl_numel(t);
+    for (int64_t i = 0; i < n; i += 2) {
+        double a, b;
+        kl_rng_normal_pair(r, &a, &b);
+        kl_store_elem(t->dtype, t->data, (size_t)i, scale * a);
+        if (i + 1 < n) kl_store_elem(t->dtype, t->data, (size_t)i + 1, scale * b);
+    }
 }

@@ -68,6 +68,9 @@ void kl_rng_seed(struct kl_rng *r, uint64_t seed);
 uint64_t kl_rng_u64(struct kl_rng *r);
 double kl_rng_uniform(struct kl_rng *r);          /* [0, 1) */
 double kl_rng_normal(struct kl_rng *r);           /* N(0, 1) */
+/* Two independent N(0, 1) values from one Box-Muller draw (its cosine and sine halves): half the
+ * logarithms and trigonometry of two kl_rng_normal calls, for the bulk fills. */
+void kl_rng_normal_pair(struct kl_rng *r, double *a, double *b);
 int64_t kl_rng_range(struct kl_rng *r, int64_t n); /* [0, n) */
 /* Fills a float tensor (f32/f16/bf16/f64) with N(0, scale^2) values rounded to its dtype. */
 void kl_rng_fill_normal(struct kl_rng *r, struct kl_tensor *t, double scale);

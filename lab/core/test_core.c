@@ -741,3 +741,28 @@ Test(core, kl_test_only_keeps_the_named_variants_and_skips_the_rest)
     cr_assert(kl_test_wanted(v16.name));
     cr_assert(kl_test_listed(",v16_", v16.name), "an empty text before a comma hid the next one");
 }
+
+/* kl_rng_normal_pair's two halves are two independent N(0, 1) values: each has mean 0, variance 1 and
+ * the normal's fourth moment 3, and the two are uncorrelated, also in their squares (E[a^2 b^2] = 1;
+ * halves sharing their angle give 1/2, sharing their radius 2). 2^18 pairs: each statistic's standard
+ * error is under 0.01. */
+Test(core, a_normal_pair_is_two_independent_standard_normals)
+{
+    enum { N = 1 << 18 };
+    struct kl_rng rng;
+    kl_rng_seed(&rng, 11);
+    double sum[2] = {0}, sq[2] = {0}, quart[2] = {0}, cross = 0, cross_sq = 0;
+    for (int i = 0; i < N; i++) {
+        double x[2];
+        kl_rng_normal_pair(&rng, &x[0], &x[1]);
+        for (int h = 0; h < 2; h++) sum[h] += x[h], sq[h] += x[h] * x[h], quart[h] += x[h] * x[h] * x[h] * x[h];
+        cross += x[0] * x[1], cross_sq += x[0] * x[0] * x[1] * x[1];
+    }
+    for (int h = 0; h < 2; h++) {
+        cr_assert(fabs(sum[h] / N) < 0.01, "half %d: mean %.4f", h, sum[h] / N);
+        cr_assert(fabs(sq[h] / N - 1) < 0.02, "half %d: variance %.4f", h, sq[h] / N);
+        cr_assert(fabs(quart[h] / N - 3) < 0.1, "half %d: fourth moment %.4f", h, quart[h] / N);
+    }
+    cr_assert(fabs(cross / N) < 0.01, "the halves correlate: E[ab] = %.4f", cross / N);
+    cr_assert(fabs(cross_sq / N - 1) < 0.05, "the halves' squares correlate: E[a^2 b^2] = %.4f", cross_sq / N);
+}
