@@ -322,7 +322,7 @@ void kl_rep_section_hardware(FILE *f, const struct kl_guide *md, const char *mai
         "| variant | workload |%s median us "
         "(min-max) | timed | events us | GB/s | of copy | DRAM bytes / model | DRAM %% | SM %% | occupancy | L2 hit %% "
         "| "
-        "top stall | re-check of the timed launches |\n|---|---|%s---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "top stalls | re-check of the timed launches |\n|---|---|%s---|---|---|---|---|---|---|---|---|---|---|---|\n",
         kl_guide_multi(md) ? " device |" : "", kl_guide_multi(md) ? "---|" : "");
     for (int i = 0; i < md->n_variants; i++)
         for (int w = 0; w < md->n_workloads; w++)
@@ -336,8 +336,9 @@ void kl_rep_section_hardware(FILE *f, const struct kl_guide *md, const char *mai
                 const char *names[32];
                 double pct[32];
                 int n = kl_row_stalls(r, names, pct, 32);
-                char stall[96] = "-";
-                if (n) snprintf(stall, sizeof stall, "%s %.0f%%", names[0], pct[0]);
+                char stall[96] = "-"; /* the two largest: a second stall can be the one a change moved */
+                if (n == 1) snprintf(stall, sizeof stall, "%s %.0f%%", names[0], pct[0]);
+                if (n > 1) snprintf(stall, sizeof stall, "%s %.0f%%, %s %.0f%%", names[0], pct[0], names[1], pct[1]);
                 fprintf(f, "| %s%s | %s |%s %s (%s-%s)%s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
                         md->variants[i], kl_row_is_peer(r) ? " (peer)" : "", md->workloads[w], dev_cell,
                         KL_F("%.2f", kl_json_num(r, "time_us.median")), KL_F("%.2f", kl_json_num(r, "time_us.min")),
