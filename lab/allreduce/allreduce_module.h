@@ -79,10 +79,6 @@ const char *kl_ar_skip_reason(const struct kl_variant *v, int world, char *buf, 
  * output of problem k (a golden's), or want NULL: the float64 sums. Ranks that disagree fail. */
 void kl_ar_run_problems(const struct kl_variant *v, struct kl_ar_problem *const *probs, const double *const *want,
                         int count, struct kl_verdict *vd);
-/* Whether the test suite runs the variant called name: always, or with KL_AR_TEST_ONLY=TEXT[,TEXT...]
- * (a short run while variants are brought up) when one TEXT is part of the name; and only if the
- * lab-wide KL_TEST_ONLY names it too (kl_test_wanted, lab/core/testing.h). */
-bool kl_ar_test_wanted(const char *name);
 /* ---- the fused all-reduce + add + RMSNorm (lab/allreduce/fused.c) ---- */
 
 /* Whether v is a fused add + RMSNorm variant (KL_AR_FUSED_OPS). */

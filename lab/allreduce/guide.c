@@ -525,7 +525,7 @@ static void ar_fused_story(FILE *f, const struct kl_guide *md, const struct kl_t
         const char *v = i < 0 ? plain : md->variants[i];
         const cJSON *r = v ? kl_guide_row(md, v, i < 0 ? plain_w : fused_w) : NULL;
         const cJSON *s = r ? kl_json_get(r, "story") : NULL, *g = s ? kl_json_get(s, "graph") : NULL;
-        if (!g || (i >= 0 && strcmp(v, plain) == 0)) continue;
+        if (!g || (i >= 0 && plain && strcmp(v, plain) == 0)) continue;
         if (!said++)
             fprintf(f,
                     "One call of `%s` inside a CUDA graph, call after call, for each fused variant, under the plain "

@@ -9,7 +9,6 @@
 #include <cjson/cJSON.h>
 
 #include "lab/allreduce/allreduce_module.h"
-#include "lab/core/testing.h"
 #include "reference/allreduce.h"
 
 /* ---- the tolerance: lab/core/compare.c holds the bound and writes its rationale ---- */
@@ -332,11 +331,6 @@ static void free_problem(void *p) { kl_ar_problem_free(p); }
  * kernels' own barrier waits give up sooner (run.c: 120 s) and the ranks' host barriers at 0.8 of
  * this: every wait guards a real hang only, with minutes to spare on a loaded machine. */
 #define KL_AR_STEP_TIMEOUT_S 300
-
-bool kl_ar_test_wanted(const char *name)
-{
-    return kl_test_wanted(name) && kl_test_listed(getenv("KL_AR_TEST_ONLY"), name);
-}
 
 const char *kl_ar_skip_reason(const struct kl_variant *v, int world, char *buf, size_t len)
 {

@@ -537,14 +537,14 @@ static int gpus(void)
 
 static int indices[64];
 
-/* The plain variants (or mutants) the suite runs: all, or with KL_AR_TEST_ONLY=TEXT[,TEXT...] those whose name
- * holds TEXT (a short run while one variant is brought up). Fused ones: test_allreduce_fused.c. */
+/* The plain variants (or mutants) the suite runs: all, or with KL_TEST_ONLY=TEXT[,TEXT...] those whose name
+ * holds a TEXT (kl_test_wanted: a suite in parts). Fused ones: test_allreduce_fused.c. */
 static struct criterion_test_params variants(bool mutants)
 {
     int n = kl_variant_count("allreduce", mutants), m = 0;
     for (int i = 0; i < n; i++) {
         const struct kl_variant *v = kl_variant_at("allreduce", i, mutants);
-        if (v->mutant == (int)mutants && !kl_ar_is_fused(v) && kl_ar_test_wanted(v->name)) indices[m++] = i;
+        if (v->mutant == (int)mutants && !kl_ar_is_fused(v) && kl_test_wanted(v->name)) indices[m++] = i;
     }
     return cr_make_param_array(int, indices, (size_t)m);
 }

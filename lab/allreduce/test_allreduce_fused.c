@@ -185,24 +185,6 @@ Test(allreduce, the_fused_target_judges_the_time_over_the_plain_allreduce_and_sm
     kl_targets_free(&t);
 }
 
-/* KL_AR_TEST_ONLY narrows the suite to the variants whose names hold one of its comma-separated texts. */
-Test(allreduce, the_test_filter_takes_a_list_of_names)
-{
-    const char *saved = getenv("KL_AR_TEST_ONLY");
-    char *keep = saved ? strdup(saved) : NULL;
-    unsetenv("KL_AR_TEST_ONLY");
-    cr_assert(kl_ar_test_wanted("v14_lamport_in_registers"));
-    setenv("KL_AR_TEST_ONLY", "v16", 1);
-    cr_assert(kl_ar_test_wanted("v16_lamport_add_rmsnorm_unit_rows"));
-    cr_assert_not(kl_ar_test_wanted("v14_lamport_in_registers"));
-    setenv("KL_AR_TEST_ONLY", "v1_,,v16", 1);
-    cr_assert(kl_ar_test_wanted("v1_oneshot") && kl_ar_test_wanted("v16_lamport_add_rmsnorm_unit_rows"));
-    cr_assert_not(kl_ar_test_wanted("v11_lamport_unfenced"));
-    cr_assert_not(kl_ar_test_wanted("v14_lamport_in_registers"));
-    if (keep) setenv("KL_AR_TEST_ONLY", keep, 1), free(keep);
-    else unsetenv("KL_AR_TEST_ONLY");
-}
-
 Test(allreduce, there_are_at_least_two_fused_mutants)
 {
     int mutants = 0;
@@ -217,13 +199,13 @@ Test(allreduce, there_are_at_least_two_fused_mutants)
 
 static int findices[32];
 
-/* The fused variants (mutants: the fused mutants); KL_AR_TEST_ONLY=TEXT[,TEXT...] narrows them by name. */
+/* The fused variants (mutants: the fused mutants); KL_TEST_ONLY=TEXT[,TEXT...] narrows them by name. */
 static struct criterion_test_params fused_variants(bool mutants)
 {
     int m = 0;
     for (int i = 0; i < kl_variant_count("allreduce", mutants) && m < 32; i++) {
         const struct kl_variant *v = kl_variant_at("allreduce", i, mutants);
-        if (v->mutant == (int)mutants && kl_ar_is_fused(v) && kl_ar_test_wanted(v->name)) findices[m++] = i;
+        if (v->mutant == (int)mutants && kl_ar_is_fused(v) && kl_test_wanted(v->name)) findices[m++] = i;
     }
     return cr_make_param_array(int, findices, (size_t)m);
 }

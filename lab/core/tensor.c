@@ -155,13 +155,14 @@ double kl_rng_uniform(struct kl_rng *r) { return (double)(kl_rng_u64(r) >> 11) *
 
 double kl_rng_normal(struct kl_rng *r)
 {
-    /* Box-Muller; 1 - u keeps the log argument in (0, 1]. */
-    double u = 1.0 - kl_rng_uniform(r), v = kl_rng_uniform(r);
-    return sqrt(-2.0 * log(u)) * cos(2.0 * M_PI * v);
+    double a, b;
+    kl_rng_normal_pair(r, &a, &b);
+    return a;
 }
 
 void kl_rng_normal_pair(struct kl_rng *r, double *a, double *b)
 {
+    /* Box-Muller; 1 - u keeps the log argument in (0, 1]. */
     const double u = 1.0 - kl_rng_uniform(r), v = kl_rng_uniform(r);
     const double radius = sqrt(-2.0 * log(u)), angle = 2.0 * M_PI * v;
     *a = radius * cos(angle), *b = radius * sin(angle);

@@ -8,7 +8,9 @@
 
 #include "device.h"
 
-bool kl_test_listed(const char *list, const char *name)
+/* Whether `list`, texts separated by commas, names `name`: one of its texts occurs in name. A NULL
+ * or empty list names every name. */
+static bool listed(const char *list, const char *name)
 {
     if (!list || !*list) return true;
     for (const char *t = list; *t; t += *t == ',') {
@@ -21,7 +23,7 @@ bool kl_test_listed(const char *list, const char *name)
     return false;
 }
 
-bool kl_test_wanted(const char *name) { return kl_test_listed(getenv("KL_TEST_ONLY"), name); }
+bool kl_test_wanted(const char *name) { return listed(getenv("KL_TEST_ONLY"), name); }
 
 const char *kl_test_skip_reason(const struct kl_variant *v)
 {

@@ -12,12 +12,10 @@
 /* Why v cannot run on this machine ("no CUDA device: ...", "needs sm_90"), or is left out of this
  * run (not named in KL_TEST_ONLY, below), or NULL. */
 const char *kl_test_skip_reason(const struct kl_variant *v);
-/* Whether `list`, texts separated by commas, names `name`: one of its texts occurs in name. A NULL
- * or empty list names every name. */
-bool kl_test_listed(const char *list, const char *name);
-/* Whether the tests run the variant or mutant `name`: KL_TEST_ONLY in the environment, a list as
- * above ("v17_,mutant_v6_": v17 and v6's mutants), or every one when it is unset. A long GPU suite
- * then runs in parts; what a part leaves out is a skip with the reason, never a pass. */
+/* Whether the tests run the variant or mutant `name`: every one, or with KL_TEST_ONLY=TEXT[,TEXT...]
+ * in the environment those whose names contain one of the texts ("v17_,mutant_v6_": v17 and v6's
+ * mutants). A long GPU suite then runs in parts; what a part leaves out is a skip with the reason
+ * (kl_test_skip_reason), never a pass. */
 bool kl_test_wanted(const char *name);
 /* Runs every case under golden/<module>/ through v (NULL: the reference), a line per case to
  * log; returns the number of failing cases, or -1 when there are no cases at all. */
