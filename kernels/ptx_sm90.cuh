@@ -121,6 +121,14 @@ template <class L> __device__ __forceinline__ uint64_t mnmajor_desc(uint32_t til
 {
     return smem_desc(tile + kk * 2048, L::kBlockBytes, 1024);
 }
+/* A descriptor moved `bytes` further into shared memory (a multiple of 16): the start address field
+ * alone changes, and it cannot carry into the next field, as shared addresses stay below 2^18. So a
+ * tile's descriptor is built once and each k-step's is one add of a constant, not a fresh mask and
+ * shift of its address. */
+__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes)
+{
+    return (desc & ~0xFFFFFFFFull) | (uint32_t)((uint32_t)desc + (bytes >> 4));
+}
 
 /* ---- wgmma ---- */
 

@@ -20,9 +20,10 @@ using namespace ::kl::ptx; /* the sm_80 PTX wrappers (kernels/ptx_sm80.cuh) */
 /* ---- warp-level steps of one key tile ---- */
 
 /* s = Q K^T for this warp's rows warp_row0 .. warp_row0 + 16 MT - 1 of the query tile and the
- * tile's NT * 8 keys. Per 16-wide slice kd of head_dim: MT ldmatrix.x4 for the A fragments of Q,
- * then per pair of key n-tiles one ldmatrix.x4 of K giving both B fragments, each used by MT MMAs. */
-template <typename T, class L, int D, int MT, int NT>
+ * tile's NT * 8 keys (L the layout of the query tile, LK that of the key tile where it differs). Per
+ * 16-wide slice kd of head_dim: MT ldmatrix.x4 for the A fragments of Q, then per pair of key n-tiles
+ * one ldmatrix.x4 of K giving both B fragments, each used by MT MMAs. */
+template <typename T, class L, int D, int MT, int NT, class LK = L>
 __device__ __forceinline__ void qk_tile(float (&s)[MT][NT][4], uint32_t q_tile, uint32_t k_tile, int warp_row0,
                                         int lane)
 {
@@ -50,7 +51,7 @@ __device__ __forceinline__ void qk_tile(float (&s)[MT][NT][4], uint32_t q_tile, 
 #pragma unroll
         for (int np = 0; np < NT / 2; np++) {
             uint32_t b[4];
-            ldmatrix_x4(b, k_tile + 2 * L::offset(16 * np + k_row, 2 * kd + k_half));
+            ldmatrix_x4(b, k_tile + 2 * LK::offset(16 * np + k_row, 2 * kd + k_half));
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
                 mma_16816<T>(s[mt][2 * np], a[mt], b[0], b[1]);

@@ -64,6 +64,28 @@ __device__ __forceinline__ void issue_pv(float (&o)[DT][4], const uint32_t (&a)[
     wgmma_commit();
 }
 
+/* issue_qk and issue_pv with each operand's descriptor built once and advanced by constants for its
+ * k-steps (desc_advance): one uniform add a product where the others rebuild the address each time.
+ * The products, their order and their operands are the same. */
+template <typename T, int D, class QL, class KL, int NT>
+__device__ __forceinline__ void issue_qk_advanced(float (&s)[NT][4], uint32_t q_rows, uint32_t k_tile)
+{
+    const uint64_t q = kmajor_desc<QL>(q_rows, 0), k = kmajor_desc<KL>(k_tile, 0);
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++)
+        wgmma_ss<T, 8 * NT>(s, desc_advance(q, (kk / 4) * QL::kBlockBytes + (kk % 4) * 32),
+                            desc_advance(k, (kk / 4) * KL::kBlockBytes + (kk % 4) * 32), kk > 0);
+    wgmma_commit();
+}
+template <typename T, class KL, int DT, int KS>
+__device__ __forceinline__ void issue_pv_advanced(float (&o)[DT][4], const uint32_t (&a)[KS][4], uint32_t v_tile)
+{
+    const uint64_t v = mnmajor_desc<KL>(v_tile, 0);
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++) wgmma_rs<T, 8 * DT>(o, a[kk], desc_advance(v, kk * 2048), 1);
+    wgmma_commit();
+}
+
 #endif /* KL_SM90A */
 
 } // namespace hopper

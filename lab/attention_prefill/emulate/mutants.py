@@ -172,4 +172,32 @@ MUTANTS = [
                    "        const bool keep = m[0][h] != -INFINITY;\n")],
         "expect": "accumulator o of the wgmma || (out rel_l2 inf",
     },
+    {   # v14: the speculative exponentials always kept, the check ignored: on the growing keys a row's P is
+        # formed against a stale max (fp16 P overflows; see mutant_lazy_keeps_always for the two ways it shows)
+        "name": "mutant_spec_never_checked",
+        "variant": "v14_speculative_softmax",
+        "edits": [("    if (!__all_sync(0xffffffffu, keep)) return false;\n",
+                   "    if (!__all_sync(0xffffffffu, true)) return false;\n")],
+        "expect": "accumulator o of the wgmma || (out rel_l2 inf",
+    },
+    {   # v14: O not rescaled after a recomputation moved some row's max
+        "name": "mutant_spec_rescale_dropped",
+        "variant": "v14_speculative_softmax",
+        "edits": [("            if (rescale) rescale_rows(o, alpha); /* O holds tiles < j */\n", "")],
+        "expect": "elements of out",
+    },
+    {   # v14: the recomputed S of a tile the diagonal crosses left unmasked
+        "name": "mutant_spec_recompute_unmasked",
+        "variant": "v14_speculative_softmax",
+        "edits": [("                    if (masked) mask_tile(s, j * BN, lane, limit);\n", "")],
+        "expect": "elements of out",
+    },
+    {   # v14: K handed back when S is done (v13's place), before the warp may read it again to recompute S
+        "name": "mutant_spec_k_released_early",
+        "variant": "v14_speculative_softmax",
+        "edits": [("            pin(s[0]);\n            mark(at(kSDone, j));\n            constexpr bool kWhole",
+                   "            pin(s[0]);\n            mark(at(kSDone, j));\n            if (lane == 0) mbar_arrive(&sm.empty_k[stage(j)]);\n            constexpr bool kWhole"),
+                  ("            __syncwarp();\n            if (lane == 0) mbar_arrive(&sm.empty_k[stage(j)]);\n", "")],
+        "expect": "after its stage was handed back",
+    },
 ]
