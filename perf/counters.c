@@ -132,7 +132,7 @@ cuptiProfilerHostEvaluateToGpuValues(CUpti_Profiler_Host_EvaluateToGpuValues_Par
 /* The scalar metrics, in struct kl_counters order. All exist on GA100 and GH100 (checked with
  * cuptiProfilerHostGetMetricProperties, which needs no GPU). */
 enum { KL_DRAM_READ, KL_DRAM_WRITE, KL_DRAM_PCT, KL_SM_PCT, KL_OCCUPANCY, KL_TENSOR, KL_L2_HIT,
-       KL_SMEM_CONFLICTS, KL_SMEM_WAVEFRONTS, KL_CYCLES, KL_N_SCALAR };
+       KL_SMEM_CONFLICTS, KL_SMEM_WAVEFRONTS, KL_ACTIVE_CYCLES, KL_N_SCALAR };
 static const char *const kl_scalar_metric[KL_N_SCALAR] = {
     "dram__bytes_read.sum",
     "dram__bytes_write.sum",
@@ -150,9 +150,10 @@ static const char *const kl_scalar_metric[KL_N_SCALAR] = {
      * shared-memory pipe's work that conflicts added. Checked on GA100 and GH100 as above. */
     "l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum",
     "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum",
-    /* the range's length in SM-domain clock cycles (the busiest GPC's count, Nsight Compute's "Elapsed
-     * Cycles"): the same work takes the same cycles whatever clock the power limit leaves the SMs */
-    "gpc__cycles_elapsed.max",
+    /* the busiest SM's cycles with work resident: the launch's length in SM clock cycles, which a lower
+     * clock does not stretch where the SMs set the pace. Not gpc__cycles_elapsed: that counts the whole
+     * range, the host side of the launch included */
+    "sm__cycles_active.max",
 };
 
 /* Nsight Compute's warp states. "selected" is left out: that is the warp that issued, not a
@@ -430,7 +431,7 @@ static void fill(struct kl_counters *out, const double *value)
                                    &out->dram_throughput_pct,    &out->sm_throughput_pct,
                                    &out->achieved_occupancy_pct, &out->tensor_pipe_pct,
                                    &out->l2_hit_rate_pct,        &out->smem_bank_conflicts,
-                                   &out->smem_wavefronts,        &out->elapsed_cycles};
+                                   &out->smem_wavefronts,        &out->active_cycles};
     for (int i = 0; i < KL_N_SCALAR; i++)
         *scalar[i] = kl_prof.slot[i] >= 0 ? value[kl_prof.slot[i]] : NAN;
 
@@ -553,7 +554,7 @@ int kl_counters_collect(void (*launch)(void *ctx), void *ctx, struct kl_counters
     memset(out, 0, sizeof *out);
     out->dram_read_bytes = out->dram_write_bytes = out->dram_throughput_pct = NAN;
     out->sm_throughput_pct = out->achieved_occupancy_pct = out->tensor_pipe_pct = NAN;
-    out->l2_hit_rate_pct = out->smem_bank_conflicts = out->smem_wavefronts = out->elapsed_cycles = NAN;
+    out->l2_hit_rate_pct = out->smem_bank_conflicts = out->smem_wavefronts = out->active_cycles = NAN;
 
     struct kl_err why;
     CUcontext cu_ctx;
@@ -611,7 +612,7 @@ cJSON *kl_counters_json(const struct kl_counters *c)
     add_number(o, "l2_hit_rate_pct", c->l2_hit_rate_pct);
     add_number(o, "smem_bank_conflicts", c->smem_bank_conflicts);
     add_number(o, "smem_wavefronts", c->smem_wavefronts);
-    add_number(o, "elapsed_cycles", c->elapsed_cycles);
+    add_number(o, "active_cycles", c->active_cycles);
     for (int i = 0; i < c->n_stalls; i++) add_number(stalls, c->stalls[i].name, c->stalls[i].pct);
     cJSON_AddItemToObject(o, "stalls", stalls);
     cJSON_AddNumberToObject(o, "passes", c->n_passes);

@@ -42,7 +42,7 @@ struct kl_counters {
     double l2_hit_rate_pct;        /* L2 sector lookups that hit, % */
     double smem_bank_conflicts;    /* shared-memory wavefronts added by bank conflicts (count) */
     double smem_wavefronts;        /* all shared-memory wavefronts (count): conflicts / this = share lost */
-    double elapsed_cycles;         /* the range's length in SM clock cycles: a clock-free measure of its time */
+    double active_cycles;          /* the busiest SM's cycles with work resident: the launch in SM clock cycles */
     int n_stalls;
     struct kl_stall stalls[6]; /* top warp-stall reasons, largest first */
     int n_passes;              /* how many times `launch` ran */
@@ -59,7 +59,7 @@ int kl_counters_collect(void (*launch)(void *ctx), void *ctx, struct kl_counters
 #ifndef KL_COUNTERS_NO_JSON
 /* {"dram_read_bytes","dram_write_bytes","dram_throughput_pct","sm_throughput_pct",
  *  "achieved_occupancy_pct","tensor_pipe_pct","l2_hit_rate_pct","smem_bank_conflicts","smem_wavefronts",
- *  "elapsed_cycles","stalls":{name: pct,...},"passes"}
+ *  "active_cycles","stalls":{name: pct,...},"passes"}
  * NaN becomes null; an invalid collection adds "why". NULL only when out of memory. */
 struct cJSON *kl_counters_json(const struct kl_counters *c);
 #endif

@@ -321,9 +321,14 @@ void kl_rep_section_ladder(FILE *f, const struct kl_guide *md)
             "*Over the fastest peer* is this median over the fastest peer's (the row's `time_vs_peer`; that peer "
             "named beside it); \"-\" where the workload has no peer row. *SM clock* is the clock read right after the "
             "timing; (throttled) marks a row whose clock fell or whose clock-event reasons named a power or thermal "
-            "limit while it was timed, so a slower step may be a slower clock.\n\n"
+            "limit while it was timed, so a slower step may be a slower clock. *Mcycles* is the launch's length in "
+            "millions of SM clock cycles, the busiest SM's cycles with work resident as the counters measured them "
+            "(`--counters`: one launch after an L2 flush, `counters.active_cycles`), and *cycle speed-up* the "
+            "previous step's cycles over this one's: where the SMs set the pace, a lower clock does not change the "
+            "cycles, so on a throttling card this is the step's own effect. \"-\" where a row has no counters.\n\n"
             "| workload | step |%s median us | speed-up (previous / this) | over the fastest peer (this / peer) | SM "
-            "clock after the timing |\n|---|---|%s---|---|---|---|\n",
+            "clock after the timing | Mcycles | cycle speed-up (previous / this) |\n"
+            "|---|---|%s---|---|---|---|---|---|\n",
             kl_guide_multi(md) ? " device |" : "", kl_guide_multi(md) ? "---|" : "");
     for (int w = 0; w < md->n_workloads; w++)
         for (int d = 0; d < md->n_devices; d++) {
@@ -338,9 +343,12 @@ void kl_rep_section_ladder(FILE *f, const struct kl_guide *md)
                 if (kl_guide_multi(md)) snprintf(dev_cell, sizeof dev_cell, " %s |", md->labels[d]);
                 if (isfinite(vs)) snprintf(peer, sizeof peer, "%s (%s)", KL_F("%.3f", vs), kl_json_str(r, "peer_fastest", "?"));
                 const double mhz = kl_json_num(r, "sm_clock_mhz_after");
-                fprintf(f, "| %s | %s |%s %s | %s | %s | %s%s%s |\n", md->workloads[w], rungs[i], dev_cell, KL_F("%.2f", t),
-                        prev ? KL_F("%.2f", kl_json_num(prev, "time_us.median") / t) : "-", peer, KL_F("%.0f", mhz),
-                        isfinite(mhz) ? " MHz" : "", kl_row_throttled(r));
+                const double cyc = kl_json_num(r, "counters.active_cycles");
+                const double prev_cyc = prev ? kl_json_num(prev, "counters.active_cycles") : NAN;
+                fprintf(f, "| %s | %s |%s %s | %s | %s | %s%s%s | %s | %s |\n", md->workloads[w], rungs[i], dev_cell,
+                        KL_F("%.2f", t), prev ? KL_F("%.2f", kl_json_num(prev, "time_us.median") / t) : "-", peer,
+                        KL_F("%.0f", mhz), isfinite(mhz) ? " MHz" : "", kl_row_throttled(r), KL_F("%.3f", cyc / 1e6),
+                        KL_F("%.3f", prev_cyc / cyc));
                 prev = r;
             }
         }

@@ -245,7 +245,8 @@ def rung(variant):
 def check_ladder(name, text, rows, module, labels):
     """The ladder, step by step: each numbered variant's median, the previous measured step's median
     over it, its time over the fastest peer's of the same workload and device (recomputed from the
-    peer rows), and its SM clock after the timing; every numbered row of the module once."""
+    peer rows), its SM clock after the timing, and its counters' active cycles (millions) with the previous
+    step's over them; every numbered row of the module once."""
     section = text.split("## The ladder, step by step", 1)[1].split("\n## ", 1)[0] if "## The ladder, step by step" in text else ""
     devices = set(labels.values())
     numbered = {k: r for k, r in rows.items() if k[0] == module and k[3] in devices and rung(k[1]) is not None
@@ -268,6 +269,8 @@ def check_ladder(name, text, rows, module, labels):
                        and math.isfinite(num(v, "time_us.median")))
         stored = metric_value(r, "time_vs_peer", rows)  # fails where the stored figure disagrees with the peer rows
         mhz = num(r, "sm_clock_mhz_after")
+        cyc = num(r, "counters.active_cycles")
+        prev_cyc = num(prev, "counters.active_cycles") if prev else float("nan")
         want = {
             "median us": c_round("%.2f", med),
             "speed-up (previous / this)": c_round("%.2f", num(prev, "time_us.median") / med) if prev else "-",
@@ -275,6 +278,8 @@ def check_ladder(name, text, rows, module, labels):
             if peers and math.isfinite(stored) else "-",
             "SM clock after the timing": c_round("%.0f", mhz) + (" MHz" if math.isfinite(mhz) else "")
             + (" (throttled)" if r.get("throttled") is True else ""),
+            "Mcycles": c_round("%.3f", cyc / 1e6),
+            "cycle speed-up (previous / this)": c_round("%.3f", prev_cyc / cyc),
         }
         expect(where, t, want)
         checked += 1
