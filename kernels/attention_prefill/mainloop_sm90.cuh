@@ -72,9 +72,11 @@ __device__ __forceinline__ void issue_qk_advanced(float (&s)[NT][4], uint32_t q_
 {
     const uint64_t q = kmajor_desc<QL>(q_rows, 0), k = kmajor_desc<KL>(k_tile, 0);
 #pragma unroll
-    for (int kk = 0; kk < D / 16; kk++)
-        wgmma_ss<T, 8 * NT>(s, desc_advance(q, (kk / 4) * QL::kBlockBytes + (kk % 4) * 32),
-                            desc_advance(k, (kk / 4) * KL::kBlockBytes + (kk % 4) * 32), kk > 0);
+    for (int kk = 0; kk < D / 16; kk++) {
+        const uint64_t q_kk = desc_advance(q, (kk / 4) * QL::kBlockBytes + (kk % 4) * 32);
+        const uint64_t k_kk = desc_advance(k, (kk / 4) * KL::kBlockBytes + (kk % 4) * 32);
+        wgmma_ss<T, 8 * NT>(s, q_kk, k_kk, kk > 0);
+    }
     wgmma_commit();
 }
 template <typename T, class KL, int DT, int KS>

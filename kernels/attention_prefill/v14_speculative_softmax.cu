@@ -4,10 +4,11 @@
  *   most 2^8, so on most tiles the exponentials are formed against the m the row already has. v14 forms
  *   them against that m at once, taking the tile's max in the same pass, and checks afterwards that
  *   every row of the warp could keep m: then p, l and O are exactly v13's (alpha 1, no rescale). Where
- *   some row could not (its first tiles, a jump past 2^8), the warp recomputes its 16 rows of S from Q
- *   and K in shared memory with mma.sync (K is handed back only after that check) and runs v13's
- *   softmax on them. The max reduction (a dependent chain of FMNMX and two shuffles per row) no longer
- *   stands between S and the first exponential.
+ *   some row could not (a jump past 2^8, a row with no key seen yet), the warp recomputes its 16 rows of
+ *   S from Q and K in shared memory with mma.sync (K is handed back only after that check) and runs
+ *   v13's softmax on them. A work tile's first key tile, where no row has a max, runs v13's softmax.
+ *   The max reduction (a dependent chain of FMNMX and two shuffles per row) no longer stands between S
+ *   and the first exponential.
  * - The issue window (between taking the turn and handing it over) holds the two products alone: O's
  *   rescale, needed only after a recomputation, runs once P_{j-1} V_{j-1} is waited for, before the
  *   turn; the descriptors are built once per tile and advanced by constants (issue_qk_advanced); the
