@@ -279,7 +279,7 @@ def check_ladder(name, text, rows, module, labels):
             "SM clock after the timing": c_round("%.0f", mhz) + (" MHz" if math.isfinite(mhz) else "")
             + (" (throttled)" if r.get("throttled") is True else ""),
             "Mcycles": c_round("%.3f", cyc / 1e6),
-            "cycle speed-up (previous / this)": c_round("%.3f", prev_cyc / cyc),
+            "cycle speed-up (previous / this)": c_round("%.3f", prev_cyc / cyc if cyc > 0 else float("nan")),
         }
         expect(where, t, want)
         checked += 1
