@@ -129,8 +129,9 @@ CUptiResult CUPTIAPI
 cuptiProfilerHostEvaluateToGpuValues(CUpti_Profiler_Host_EvaluateToGpuValues_Params *p);
 /* ---- end of the cupti_profiler_host.h part ------------------------------------------------ */
 
-/* The scalar metrics, in struct kl_counters order. All exist on GA100 and GH100 (checked with
- * cuptiProfilerHostGetMetricProperties, which needs no GPU). */
+/* The scalar metrics, in struct kl_counters order. All but the last exist on GA100 and GH100 (checked
+ * with cuptiProfilerHostGetMetricProperties, which needs no GPU); sm__cycles_active.max was read on an
+ * H100 only. A metric the chip lacks reads NaN (prepare keeps only those it knows). */
 enum { KL_DRAM_READ, KL_DRAM_WRITE, KL_DRAM_PCT, KL_SM_PCT, KL_OCCUPANCY, KL_TENSOR, KL_L2_HIT,
        KL_SMEM_CONFLICTS, KL_SMEM_WAVEFRONTS, KL_ACTIVE_CYCLES, KL_N_SCALAR };
 static const char *const kl_scalar_metric[KL_N_SCALAR] = {
@@ -151,8 +152,8 @@ static const char *const kl_scalar_metric[KL_N_SCALAR] = {
     "l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum",
     "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum",
     /* the busiest SM's cycles with work resident: the launch's length in SM clock cycles, which a lower
-     * clock does not stretch where the SMs set the pace. Not gpc__cycles_elapsed: that counts the whole
-     * range, the host side of the launch included */
+     * clock does not stretch where the SMs set the pace. Not gpc__cycles_elapsed: it counts the range
+     * around the kernel as well, and moved between repeats of one launch where this did not */
     "sm__cycles_active.max",
 };
 
