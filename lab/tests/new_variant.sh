@@ -106,17 +106,21 @@ if [ $rc -eq 0 ] && [ -s "$f" ]; then
   else bad "radix copy does not compile: $(head -20 "$tmp/cc_err")"; fi
 else bad "radix: rc=$rc $(cat "$tmp/err")"; fi
 
-# ---- attention_prefill: the exercises start from the tensor-core kernels (v10_pingpong).
+# ---- attention_prefill: the exercises start from the gated variant (perf/targets names it), the
+# tensor-core kernel `new-variant` copies when no --from is given.
 # The copy takes the number after the module's highest (v11 and up exist beside v10).
+pg=$(awk -F, '$1 == "attention_prefill" && $2 == "*" && $3 == "gated_variant" {print $4}' perf/targets/sm_90.csv)
+pgn=${pg#v}; pgn=${pgn%%_*}
 pn=$(($(ls kernels/attention_prefill | sed -n 's/^v\([0-9]*\)_.*\.cu$/\1/p' | sort -n | tail -1) + 1))
-nv attention_prefill --from v10_pingpong; rc=$?
+nv attention_prefill; rc=$?
 f=$src/kernels/attention_prefill/v${pn}_my_idea.cu
-[ $rc -eq 0 ] && [ -s "$f" ] && ok "attention_prefill --from v10_pingpong: v${pn}_my_idea.cu" || bad "prefill: rc=$rc $(cat "$tmp/err")"
+[ -n "$pg" ] && [ $rc -eq 0 ] && [ -s "$f" ] && grep -q "a copy of $pg\b" "$f" \
+  && ok "attention_prefill (no --from): v${pn}_my_idea.cu, a copy of the gated $pg" || bad "prefill: gated '$pg' rc=$rc $(cat "$tmp/err")"
 body "$f"
-old=$(grep -nE 'prefill_v10\b|"[^"]*v10_pingpong' "$tmp/body")
+old=$(grep -nE "prefill_v${pgn}\b|\"[^\"]*$pg" "$tmp/body")
 [ -z "$old" ] && grep -q "prefill_v${pn}<T, D>" "$tmp/body" && grep -qE "KL_VARIANT\(attention_prefill, v${pn}_my_idea, launch, \.min_cc = 90" "$f" \
-  && ok "no old kernel name or message left (prefill_v10 -> prefill_v${pn})" || bad "prefill: old names left: $old"
-diff <(grep '^#include' kernels/attention_prefill/v10_pingpong.cu) <(grep '^#include' "$f") > /dev/null \
+  && ok "no old kernel name or message left (prefill_v${pgn} -> prefill_v${pn})" || bad "prefill: old names left: $old"
+diff <(grep '^#include' kernels/attention_prefill/$pg.cu) <(grep '^#include' "$f") > /dev/null \
   && grep -q '^namespace {' "$f" && grep -q '^} // namespace' "$f" \
   && ok "the same includes and anonymous namespace (what the emulator takes a variant file by)" || bad "prefill structure"
 if [ -x "$nvcc" ]; then
