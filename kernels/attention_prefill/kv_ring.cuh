@@ -195,30 +195,16 @@ __device__ __forceinline__ void produce_kv(const kv_ring<T, D> &sm, const CUtens
 
 /* A consumer warpgroup's 64 packed rows of Q into its part of the Q tile (row_src(i): row i's source,
  * nullptr for zeros), once every warp of the warpgroup is past the products that read the previous Q
- * (a persistent CTA's next work tile): the copies issued, not waited for. */
+ * (a persistent CTA's next work tile), then published to the tensor cores and the whole warpgroup. */
 template <typename T, int D, class RowSrc>
-__device__ __forceinline__ void issue_q_rows(T *q_tile, int wg_row0, int bar_id, const T *base, RowSrc row_src)
+__device__ __forceinline__ void load_q_rows(T *q_tile, int wg_row0, int bar_id, const T *base, RowSrc row_src)
 {
     named_sync(bar_id, 128);
     copy_rows<swizzled_tile<ws_shape<D>::kBM, D>, 64, D, 128>(q_tile + wg_row0 * 64, threadIdx.x % 128, base, row_src);
     mma::cp_async_commit();
-}
-
-/* The rows issue_q_rows copied, landed and published to the tensor cores and the whole warpgroup (the
- * calling threads have no other cp.async group open). */
-__device__ __forceinline__ void await_q_rows(int bar_id)
-{
     mma::cp_async_wait<0>();
     fence_async_smem();
     named_sync(bar_id, 128);
-}
-
-/* Both at once: the Q of a work tile loaded before its first product. */
-template <typename T, int D, class RowSrc>
-__device__ __forceinline__ void load_q_rows(T *q_tile, int wg_row0, int bar_id, const T *base, RowSrc row_src)
-{
-    issue_q_rows<T, D>(q_tile, wg_row0, bar_id, base, row_src);
-    await_q_rows(bar_id);
 }
 
 #endif /* KL_SM90A */

@@ -200,33 +200,4 @@ MUTANTS = [
                   ("            __syncwarp();\n            if (lane == 0) mbar_arrive(&sm.empty_k[stage(j)]);\n", "")],
         "expect": "after its stage was handed back",
     },
-    {   # v15: the next work tile's Q copied at the start of this one, over the Q its products still read
-        "name": "mutant_q_prefetched_at_start",
-        "variant": "v15_tile_handoff",
-        "edits": [("        await_q_rows(kQBarrier + c); /* issued under the previous work tile's last P V, or above */\n",
-                   "        await_q_rows(kQBarrier + c); /* issued under the previous work tile's last P V, or above */\n"
-                   "        if (next >= 0) issue_q(next);\n"),
-                  ("            if (next >= 0) issue_q(next);\n            wait_v(n - 1);", "            wait_v(n - 1);")],
-        "expect": "reads A operand bytes +0x0 while a copy into them is in flight",
-    },
-    {   # v15: a work tile's first product issued without waiting for its Q copies to land
-        "name": "mutant_q_not_awaited",
-        "variant": "v15_tile_handoff",
-        "edits": [("        await_q_rows(kQBarrier + c); /* issued under the previous work tile's last P V, or above */\n",
-                   "        named_sync(kQBarrier + c, 128);\n")],
-        "expect": "reads A operand bytes +0x0 while a copy into them is in flight",
-    },
-    {   # v15: warpgroup 1 keeps v14's last turn (no hand-over) without v14's hand-over at the next tile's start
-        "name": "mutant_handoff_dropped",
-        "variant": "v15_tile_handoff",
-        "edits": [("            if (hand_over_last) their_turn();\n", "            if (c == 0) their_turn();\n")],
-        "expect": "deadlock: every live thread of the cluster is blocked",
-    },
-    {   # v15: warpgroup 1 hands over a work tile's first turn twice, early and again at the tile's start (v14's)
-        "name": "mutant_handoff_doubled",
-        "variant": "v15_tile_handoff",
-        "edits": [("             * first P V: tile 0's factors need no rescale. */\n            wait_k(0);\n",
-                   "             * first P V: tile 0's factors need no rescale. */\n            if (c == 1) their_turn();\n            wait_k(0);\n")],
-        "expect": "deadlock: every live thread of the cluster is blocked",
-    },
 ]
