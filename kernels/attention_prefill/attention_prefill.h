@@ -35,7 +35,10 @@ extern "C" {
 /* The life of one CTA of a warp-specialized variant (v8 and up), for the guide's execution story:
  * SM clock cycles (clock64) when each event happened, per key tile j < KL_PREFILL_TRACE_TILES of the
  * CTA's first work tile, for the producer and for each of the two consumer warpgroups (its first
- * thread). Recorded by CTA 0 only, when params.trace is set (a separate launch from the timed ones). */
+ * thread). Recorded by CTA 0 only, when params.trace is set (a separate launch from the timed ones).
+ * Variants that also trace the CTA's second work tile put its key tiles' events in the slots after the
+ * first's (slot tiles + j), as far as the slots go, and set next_tiles: the guide then shows the boundary
+ * between the two. */
 #define KL_PREFILL_TRACE_TILES 32
 struct kl_prefill_trace {
     unsigned long long start;                             /* the CTA began */
@@ -46,6 +49,9 @@ struct kl_prefill_trace {
     unsigned long long pv_done[2][KL_PREFILL_TRACE_TILES]; /* O += P_j V_j complete */
     unsigned long long end[2];                             /* the warpgroup's rows stored */
     int tiles;                                             /* key tiles of the work tile (0: not traced) */
+    int next_tiles;                                        /* key tiles of the second work tile (0: not traced) */
+    unsigned long long next_begin[2];                      /* consumer c took the second work tile up (before its Q) */
+    unsigned long long next_end[2];                        /* and stored its rows of it */
 };
 
 struct kl_attention_prefill_params {

@@ -239,7 +239,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     };
     auto key_tiles = [&](const packed_tile &t) { return (t.keys_of(p, t.row0 + BM - 1) + BN - 1) / BN; };
 
-    /* The trace (when asked for) follows CTA 0's first work tile with rows. */
+    /* The trace (when asked for) follows CTA 0's first two work tiles with rows, the second in the slots
+     * after the first's while they last. */
     kl_prefill_trace *const trace = traced_cta(p);
     if (threadIdx.x == 0) {
         if (trace) mark(&trace->start);
@@ -253,13 +254,18 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (box_rows > 0 && threadIdx.x >= 64) return; /* TMA: warps 0 and 1 issue the copies */
         int32_t *const lists = reinterpret_cast<int32_t *>(sm.tail + 1); /* gather only */
         uint32_t produced = 0, tails = 0;
+        int nth_work = 0; /* work tiles with rows so far */
         for (int round = 0; round * (int)gridDim.x < n_works; round++) {
             const int w = work_at(round);
             if (w >= n_works) continue;
             const packed_tile t = tile_of(w);
             if (t.row0 >= t.rows) continue; /* past a shorter request's rows */
             const int n = key_tiles(t);
-            unsigned long long *const issued = trace && produced == 0 ? trace->issued : nullptr;
+            /* the trace's slots: the first work tile's from 0, the second's after them if all of its fit */
+            unsigned long long *issued = nullptr;
+            if (trace && nth_work == 0) issued = trace->issued;
+            if (trace && nth_work == 1 && produced + n <= KL_PREFILL_TRACE_TILES) issued = trace->issued + produced;
+            nth_work++;
             if (box_rows > 0)
                 produce_kv(sm, &k_map, &v_map, p, t.r, page, t.kv_head, box_rows, n, /*v_lag=*/1, produced, tails,
                            issued);
@@ -278,6 +284,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     auto my_turn = [&] { named_sync(kTurnBarrier + c, 256); };
     auto their_turn = [&] { named_arrive(kTurnBarrier + (1 - c), 256); };
     uint32_t consumed = 0;
+    int nth_work = 0; /* work tiles with rows so far */
     for (int round = 0; round * (int)gridDim.x < n_works; round++) {
         const int w = work_at(round);
         if (w >= n_works) continue;
@@ -290,9 +297,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         /* Tiles 0 .. whole - 1 are seen whole by every row of this warpgroup (mask_from is the fewest
          * keys any of them sees, the kv_len tail included); the rest need the mask. */
         const int whole = min(n, mask_from / BN);
-        kl_prefill_trace *const traced = consumed == 0 && threadIdx.x % 128 == 0 ? trace : nullptr;
-        auto at = [&](trace_event e, int j) { return trace_slot(traced, e, c, j); };
-        if (traced && c == 0) traced->tiles = n;
+        kl_prefill_trace *const traced = nth_work < 2 && threadIdx.x % 128 == 0 ? trace : nullptr;
+        if (traced && nth_work == 1) mark(&traced->next_begin[c]);
+        auto at = [&](trace_event e, int j) { return trace_slot(traced, e, c, (int)consumed + j); };
+        if (traced && c == 0) (nth_work == 0 ? traced->tiles : traced->next_tiles) = n;
         load_q_rows<T, D>(sm.q, 64 * c, kQBarrier + c, (const T *)p.q, [&](int i) -> const T * {
             return wg_row0 + i < t.rows ? (const T *)p.q + t.row_offset(p, wg_row0 + i) : nullptr;
         });
@@ -390,8 +398,9 @@ __global__ void __launch_bounds__(kThreads, 1)
             pv_done(n - 1);
         }
         store_packed_rows<T, DT>(o, m, l, scale_log2, lane, p, t, row);
-        if (traced) mark(&traced->end[c]);
+        if (traced) mark(nth_work == 0 ? &traced->end[c] : &traced->next_end[c]);
         consumed += n;
+        nth_work++;
     }
 #else
     __trap(); /* built without sm_90a: the launcher is only reached on sm_90 (min_cc) */

@@ -73,23 +73,39 @@ static double at_index(const cJSON *r, const char *path, int j)
 
 /* The warp-specialized variants' trace of one CTA (lab/attention_prefill/perf.c's "timeline"): when the
  * producer issued each key tile and when each consumer warpgroup had K, S, the softmax and P V, then
- * the average phase lengths and what they say. */
+ * the average phase lengths and what they say. Where the trace goes on into the CTA's second work tile
+ * (next_tiles), its rows follow a line for the boundary, and a sentence says what the boundary cost. */
 static void section_cta_timeline(FILE *f, const cJSON *r)
 {
     const cJSON *tl = kl_json_get(r, "timeline");
     if (!tl) return;
     const int tiles = (int)kl_json_num(tl, "tiles"), n = cJSON_GetArraySize(kl_json_get(tl, "issued"));
+    const int next = cJSON_IsNumber(kl_json_get(tl, "next_tiles")) ? (int)kl_json_num(tl, "next_tiles") : 0;
+    const int first = tiles < n ? tiles : n;             /* the first work tile's rows */
+    const int boundary = next > 0 && tiles < n ? tiles : 0; /* the second's first row, 0: none */
     const double mhz = kl_json_num(r, "sm_clock_mhz_before");
-    fprintf(f, "One CTA's producer and consumers, key tile by key tile (CTA 0: the longest work tile, %d key tiles; "
-               "a separate, untimed launch with params.trace set; SM clock cycles from the CTA's start%s%s%s):\n\n"
+    fprintf(f, "One CTA's producer and consumers, key tile by key tile (CTA 0: the longest work tile, %d key tiles",
+            tiles);
+    if (boundary) fprintf(f, ", then its second work tile, %d key tiles, after the line", next);
+    fprintf(f, "; a separate, untimed launch with params.trace set; SM clock cycles from the CTA's start%s%s%s):\n\n"
                "```text\n      producer |        consumer warpgroup 0         |        consumer warpgroup 1\n"
                " tile   issued |  K ready   S done  softmax P V done |  K ready   S done  softmax P V done\n",
-            tiles, isfinite(mhz) ? ", 1 us = " : "", isfinite(mhz) ? KL_F("%.0f", mhz) : "", isfinite(mhz) ? " cycles" : "");
+            isfinite(mhz) ? ", 1 us = " : "", isfinite(mhz) ? KL_F("%.0f", mhz) : "", isfinite(mhz) ? " cycles" : "");
     const char *ev[4] = {"k_ready", "s_done", "softmax_done", "pv_done"};
     char path[64];
+    bool skipped = false;
     for (int j = 0; j < n; j++) {
-        if (n > 10 && j == 6) fprintf(f, "  ...\n");
-        if (n > 10 && j >= 6 && j < n - 3) continue;
+        const bool shown = n <= 10 || j < 6 || j >= n - 3 || (boundary && j >= boundary - 3 && j < boundary + 3);
+        if (!shown) {
+            if (!skipped) fprintf(f, "  ...\n");
+            skipped = true;
+            continue;
+        }
+        skipped = false;
+        if (boundary && j == boundary)
+            fprintf(f, "  -- rows stored at %.0f | %.0f; the second work tile taken up at %.0f | %.0f --\n",
+                    kl_json_num(tl, "consumers.0.end"), kl_json_num(tl, "consumers.1.end"),
+                    kl_json_num(tl, "consumers.0.next_begin"), kl_json_num(tl, "consumers.1.next_begin"));
         fprintf(f, "%5d %8.0f |", j, at_index(tl, "issued", j));
         for (int c = 0; c < 2; c++) {
             for (int e = 0; e < 4; e++) {
@@ -99,26 +115,41 @@ static void section_cta_timeline(FILE *f, const cJSON *r)
             fprintf(f, "%s", c == 0 ? " |" : "\n");
         }
     }
-    /* Average phases of warpgroup 0: S (K ready -> S done), softmax, P V finishing after the softmax, and
-     * the period between K tiles; the producer's lead is how long before a consumer took a tile it was issued. */
+    /* Average phases of warpgroup 0 over the first work tile: S (K ready -> S done), softmax, P V finishing
+     * after the softmax, and the period between K tiles; the producer's lead is how long before a consumer
+     * took a tile it was issued. */
     double s_len = 0, sm_len = 0, pv_len = 0, period = 0, lead = 0;
-    for (int j = 0; j < n; j++) {
+    for (int j = 0; j < first; j++) {
         s_len += at_index(tl, "consumers.0.s_done", j) - at_index(tl, "consumers.0.k_ready", j);
         sm_len += at_index(tl, "consumers.0.softmax_done", j) - at_index(tl, "consumers.0.s_done", j);
         pv_len += at_index(tl, "consumers.0.pv_done", j) - at_index(tl, "consumers.0.softmax_done", j);
         lead += at_index(tl, "consumers.0.k_ready", j) - at_index(tl, "issued", j);
         if (j > 0) period += at_index(tl, "consumers.0.k_ready", j) - at_index(tl, "consumers.0.k_ready", j - 1);
     }
+    const double tile_period = first > 1 ? period / (first - 1) : NAN;
     fprintf(f, "```\n\nPer key tile, warpgroup 0 on average: %s cycles from K ready to S done, %s in the softmax, %s "
                "from the softmax's end to its P V done, one tile every %s cycles; K was taken %s cycles after the "
                "producer had issued the tile's V",
-            KL_F("%.0f", s_len / n), KL_F("%.0f", sm_len / n), KL_F("%.0f", pv_len / n), KL_F("%.0f", n > 1 ? period / (n - 1) : NAN),
-            KL_F("%.0f", lead / n));
-    if (n > 0 && sm_len >= s_len) fprintf(f, ". The softmax takes as long as the product it follows: hiding it (v10's "
-                                             "overlap and ping-pong) is worth more than faster copies");
-    else if (n > 0 && lead / n < s_len / n) fprintf(f, ". The consumers take tiles soon after they were issued: the copies, "
-                                                       "not the math, set the pace");
+            KL_F("%.0f", s_len / first), KL_F("%.0f", sm_len / first), KL_F("%.0f", pv_len / first),
+            KL_F("%.0f", tile_period), KL_F("%.0f", lead / first));
+    if (first > 0 && sm_len >= s_len)
+        fprintf(f, ". The softmax takes as long as the product it follows: hiding it (v10's overlap and ping-pong) is "
+                   "worth more than faster copies");
+    else if (first > 0 && lead / first < s_len / first)
+        fprintf(f, ". The consumers take tiles soon after they were issued: the copies, not the math, set the pace");
     fprintf(f, ".\n\n");
+    if (boundary) {
+        /* Warpgroup 0 from its last P V of the first work tile to its first S of the second, against the period. */
+        const double last_pv = at_index(tl, "consumers.0.pv_done", boundary - 1);
+        const double end = kl_json_num(tl, "consumers.0.end"), begin = kl_json_num(tl, "consumers.0.next_begin");
+        const double k0 = at_index(tl, "consumers.0.k_ready", boundary);
+        const double s0 = at_index(tl, "consumers.0.s_done", boundary);
+        fprintf(f, "Between the two work tiles, warpgroup 0 took %s cycles from its last P V done to the next tile's "
+                   "first S done, %s key-tile periods: %s to store its rows, %s to take the next tile up, %s to its Q "
+                   "and first K, %s to its first S.\n\n",
+                KL_F("%.0f", s0 - last_pv), KL_F("%.1f", (s0 - last_pv) / tile_period), KL_F("%.0f", end - last_pv),
+                KL_F("%.0f", begin - end), KL_F("%.0f", k0 - begin), KL_F("%.0f", s0 - k0));
+    }
 }
 
 static void section_compute_story(FILE *f, const struct kl_guide *md, const cJSON *r, const char *workload,

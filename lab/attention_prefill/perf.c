@@ -180,14 +180,17 @@ static int check(const struct kl_variant *v, void *p, struct kl_cmp *out, struct
 }
 
 /* The trace as "timeline": SM clock cycles from the CTA's start, per key tile (at most
- * KL_PREFILL_TRACE_TILES), for the producer and each consumer warpgroup; -1 for an event not recorded. */
+ * KL_PREFILL_TRACE_TILES), for the producer and each consumer warpgroup; -1 for an event not recorded.
+ * Where the variant traced the CTA's second work tile too: its key tiles after the first's, next_tiles,
+ * and when each warpgroup took it up and stored its rows. */
 static double since(unsigned long long t, unsigned long long t0) { return t >= t0 && t ? (double)(t - t0) : -1; }
 static void add_timeline(cJSON *o, const struct kl_prefill_trace *t)
 {
-    const int n = t->tiles < KL_PREFILL_TRACE_TILES ? t->tiles : KL_PREFILL_TRACE_TILES;
+    const int all = t->tiles + t->next_tiles, n = all < KL_PREFILL_TRACE_TILES ? all : KL_PREFILL_TRACE_TILES;
     cJSON *tl = cJSON_AddObjectToObject(o, "timeline");
     cJSON_AddStringToObject(tl, "unit", "SM clock cycles from CTA 0's start");
     cJSON_AddNumberToObject(tl, "tiles", t->tiles);
+    if (t->next_tiles > 0) cJSON_AddNumberToObject(tl, "next_tiles", t->next_tiles);
     const unsigned long long t0 = t->start;
     cJSON *issued = cJSON_AddArrayToObject(tl, "issued");
     for (int j = 0; j < n; j++) cJSON_AddItemToArray(issued, cJSON_CreateNumber(since(t->issued[j], t0)));
@@ -201,6 +204,10 @@ static void add_timeline(cJSON *o, const struct kl_prefill_trace *t)
             for (int j = 0; j < n; j++) cJSON_AddItemToArray(a, cJSON_CreateNumber(since(ev[e][c][j], t0)));
         }
         cJSON_AddNumberToObject(wg, "end", since(t->end[c], t0));
+        if (t->next_tiles > 0) {
+            cJSON_AddNumberToObject(wg, "next_begin", since(t->next_begin[c], t0));
+            cJSON_AddNumberToObject(wg, "next_end", since(t->next_end[c], t0));
+        }
         cJSON_AddItemToArray(wgs, wg);
     }
 }

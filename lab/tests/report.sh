@@ -92,6 +92,14 @@ grep -q '^    1     1100 |     1200     1400     1700     1900 |     1500     17
   || { echo "timeline: tile 1's row is wrong"; grep -A5 "^ tile" "$g"; exit 1; }
 grep -q '200 cycles from K ready to S done, 300 in the softmax, 200 from the softmax.s end to its P V done, one tile every 1000 cycles; K was taken 100 cycles after the producer had issued the tile.s V. The softmax takes as long as the product' "$g" \
   || { echo "timeline: the averages or their reading are wrong"; grep "Per key tile" "$g"; exit 1; }
+# The trace goes on into CTA 0's second work tile (next_tiles 2): its rows follow a line for the boundary,
+# the averages above stay the first work tile's, and the boundary is read from warpgroup 0's marks (its last
+# P V done 2900, rows stored 3000, next tile taken up 3400, first K 3900, first S 4100; one tile every 1000).
+grep -q '^  -- rows stored at 3000 | 3300; the second work tile taken up at 3400 | 3700 --$' "$g" \
+  && grep -A1 '^  -- rows stored' "$g" | grep -q '^    3     3050 |     3900     4100     4400     4600 |     4200' \
+  || { echo "timeline: the second work tile's rows do not follow the boundary line"; grep -A8 "^ tile" "$g"; exit 1; }
+grep -q "^Between the two work tiles, warpgroup 0 took 1200 cycles from its last P V done to the next tile's first S done, 1.2 key-tile periods: 100 to store its rows, 400 to take the next tile up, 500 to its Q and first K, 200 to its first S.$" "$g" \
+  || { echo "timeline: the boundary's cost is misread"; grep "^Between" "$g"; exit 1; }
 grep -q 'after setmaxnreg: the producer warpgroup 72 registers/thread, each consumer warpgroup 216' "$g" \
   || { echo "timeline: the story does not give v10's register split after setmaxnreg"; exit 1; }
 grep -q 'barrier .*<- waiting at a barrier, not a per-tile __syncthreads (this kernel has none in its loop)' "$g" \

@@ -91,20 +91,34 @@ std::string trim(const std::string &s) { return s.substr(0, s.find_last_not_of('
 
 /* The trace of CTA 0: every key tile's events present and in the order the kernel passes them (K
  * ready, S done, softmax done, P V done; an overlapping variant finishes P_j V_j only after the
- * softmax of tile j + 1). tiles 0: CTA 0 had no rows. */
+ * softmax of tile j + 1). tiles 0: CTA 0 had no rows. A second work tile (next_tiles) is taken up
+ * after the first's rows are stored, and its key tiles follow in the slots left. */
 bool trace_in_order(const kl_prefill_trace &t, bool overlapped, std::string &why)
 {
-    const int n = std::min(t.tiles, KL_PREFILL_TRACE_TILES);
     if (t.tiles == 0) return true;
     bool ok = t.start > 0;
-    for (int c = 0; c < 2; c++)
-        for (int j = 0; j < n; j++) {
-            ok &= t.issued[j] >= t.start && t.k_ready[c][j] >= t.start;
-            ok &= t.k_ready[c][j] <= t.s_done[c][j] && t.s_done[c][j] <= t.softmax_done[c][j];
-            ok &= t.softmax_done[c][j] <= t.pv_done[c][j] && t.pv_done[c][j] <= t.end[c];
-            if (overlapped && j + 1 < n) ok &= t.softmax_done[c][j + 1] <= t.pv_done[c][j];
-        }
-    if (!ok) why = "the trace of CTA 0 is missing events or out of order (" + std::to_string(t.tiles) + " tiles)";
+    /* key tiles [from, to) of one work tile, whose rows were stored at end[c] */
+    auto work = [&](int from, int to, const unsigned long long *end) {
+        for (int c = 0; c < 2; c++)
+            for (int j = from; j < to; j++) {
+                ok &= t.issued[j] >= t.start && t.k_ready[c][j] >= t.start;
+                ok &= t.k_ready[c][j] <= t.s_done[c][j] && t.s_done[c][j] <= t.softmax_done[c][j];
+                ok &= t.softmax_done[c][j] <= t.pv_done[c][j] && t.pv_done[c][j] <= end[c];
+                if (overlapped && j + 1 < to) ok &= t.softmax_done[c][j + 1] <= t.pv_done[c][j];
+            }
+    };
+    const int first = std::min(t.tiles, KL_PREFILL_TRACE_TILES);
+    work(0, first, t.end);
+    if (t.next_tiles > 0) {
+        for (int c = 0; c < 2; c++)
+            ok &= t.end[c] > 0 && t.end[c] <= t.next_begin[c] && t.next_begin[c] <= t.next_end[c];
+        const int to = std::min(t.tiles + t.next_tiles, KL_PREFILL_TRACE_TILES);
+        for (int c = 0; c < 2; c++)
+            if (first < to) ok &= t.next_begin[c] <= t.k_ready[c][first];
+        work(first, to, t.next_end);
+    }
+    if (!ok) why = "the trace of CTA 0 is missing events or out of order (" + std::to_string(t.tiles) + " tiles" +
+                   (t.next_tiles > 0 ? ", then " + std::to_string(t.next_tiles) : "") + ")";
     return ok;
 }
 

@@ -200,4 +200,11 @@ MUTANTS = [
                   ("            __syncwarp();\n            if (lane == 0) mbar_arrive(&sm.empty_k[stage(j)]);\n", "")],
         "expect": "after its stage was handed back",
     },
+    {   # v14's trace: the second work tile's events written over the first's slots (the guide would read a
+        # boundary that never happened)
+        "name": "mutant_trace_second_work_tile_over_the_first",
+        "variant": "v14_speculative_softmax",
+        "edits": [("return trace_slot(traced, e, c, (int)consumed + j); };", "return trace_slot(traced, e, c, j); };")],
+        "expect": "the trace of CTA 0 is missing events or out of order",
+    },
 ]
