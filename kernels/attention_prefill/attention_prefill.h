@@ -39,7 +39,7 @@ extern "C" {
  * Variants that also trace the CTA's second work tile put its key tiles' events in the slots after the
  * first's (slot tiles + j), as far as the slots go, and set next_tiles: the guide then shows the boundary
  * between the two. */
-#define KL_PREFILL_TRACE_TILES 32
+#define KL_PREFILL_TRACE_TILES 128 /* a long causal work tile and the next one */
 struct kl_prefill_trace {
     unsigned long long start;                             /* the CTA began */
     unsigned long long issued[KL_PREFILL_TRACE_TILES];    /* producer: tile j's K and V copies issued */
