@@ -15,8 +15,9 @@ about the machines the lab was developed on, Reproduce writing per-device result
 
     report_numbers.py [--guides DIR] [--results DIR] [--targets DIR] [--self-test]
 --self-test plants the old DRAM % formula (the counter's range-averaged throughput) into a copy of
-one guide, and the inverse step ratio (this / previous) into the ladder of another, and checks that
-the comparison catches each. Exit 0 when every figure matches.
+one guide, the inverse step ratio (this / previous) into the ladder of another, and a CTA timeline
+period one cycle off into attention_prefill.md's execution story, and checks that the comparison
+catches each. Exit 0 when every figure matches.
 """
 import argparse
 import csv
@@ -188,6 +189,47 @@ def check_story_lines(name, text, rows, module, labels):
             fail(f"{name}: execution story", f"last block retires at {last.groups()}, the results give "
                                              f"{(c_round('%.0f', g), c_round('%.3f', g / num(r, 'device.copy_gbs')))}")
         checked += 1
+    if module == "attention_prefill":
+        checked += check_cta_timeline(name, text, r)
+    return checked
+
+
+def check_cta_timeline(name, text, r):
+    """attention_prefill's CTA timeline under the execution story: warpgroup 0's average phases over
+    the first work tile's key tiles, and, where the trace reached a second work tile, the boundary's
+    pieces, recomputed from the row's timeline (-1 marks an event not recorded, counted as it is)."""
+    tl = get(r, "timeline")
+    m = re.search(r"^Per key tile, warpgroup 0 on average: (\S+) cycles from K ready to S done, (\S+) in the "
+                  r"softmax, (\S+) from the softmax's end to its P V done, one tile every (\S+) cycles; K was taken "
+                  r"(\S+) cycles after", text, re.M)
+    if not tl or not m:
+        return 0
+    wg = tl["consumers"][0]
+    first = min(int(tl["tiles"]), len(tl["issued"]))
+    js = range(first)
+    period = (wg["k_ready"][first - 1] - wg["k_ready"][0]) / (first - 1) if first > 1 else float("nan")
+    want = [sum(wg["s_done"][j] - wg["k_ready"][j] for j in js) / first,
+            sum(wg["softmax_done"][j] - wg["s_done"][j] for j in js) / first,
+            sum(wg["pv_done"][j] - wg["softmax_done"][j] for j in js) / first, period,
+            sum(wg["k_ready"][j] - tl["issued"][j] for j in js) / first]
+    want = [c_round("%.0f", v) for v in want]
+    if list(m.groups()) != want:
+        fail(f"{name}: CTA timeline", f"the per-tile averages read {list(m.groups())}, the timeline gives {want}")
+    checked = 1
+    b = re.search(r"^Between the two work tiles, warpgroup 0 took (\S+) cycles from its last P V done to the next "
+                  r"tile's first S done, (\S+) key-tile periods: (\S+) to store its rows, (\S+) to take the next "
+                  r"tile up, (\S+) to its Q and first K, (\S+) to its first S\.$", text, re.M)
+    t = int(tl["tiles"])
+    if tl.get("next_tiles", 0) > 0 and t < len(tl["issued"]):
+        last_pv, s0, k0 = wg["pv_done"][t - 1], wg["s_done"][t], wg["k_ready"][t]
+        want = [c_round("%.0f", s0 - last_pv), c_round("%.1f", (s0 - last_pv) / period),
+                c_round("%.0f", wg["end"] - last_pv), c_round("%.0f", wg["next_begin"] - wg["end"]),
+                c_round("%.0f", k0 - wg["next_begin"]), c_round("%.0f", s0 - k0)]
+        if not b or list(b.groups()) != want:
+            fail(f"{name}: CTA timeline", f"the boundary reads {list(b.groups()) if b else None}, the timeline gives {want}")
+        checked += 1
+    elif b:
+        fail(f"{name}: CTA timeline", "a boundary is told, but the timeline has no second work tile")
     return checked
 
 
@@ -646,8 +688,9 @@ def plant_inverse_steps(path):
 
 
 def self_test(guides, results, targets_dir):
-    """The old DRAM % (the counter's range-averaged throughput) planted into rmsnorm.md, and each
-    step's ratio turned upside down in attention_prefill.md's ladder, must fail."""
+    """The old DRAM % (the counter's range-averaged throughput) planted into rmsnorm.md, each step's
+    ratio turned upside down in attention_prefill.md's ladder, and its CTA timeline's period one cycle
+    off, must fail."""
     tmp = tempfile.mkdtemp()
     try:
         planted = os.path.join(tmp, "guides")
@@ -672,12 +715,20 @@ def self_test(guides, results, targets_dir):
                 changed += 1
         open(path, "w").write("\n".join(lines))
         steps = plant_inverse_steps(os.path.join(planted, "attention_prefill.md"))
+        # the CTA timeline's period taken over every key tile slot plus one (an off-by-one in the average)
+        pf = os.path.join(planted, "attention_prefill.md")
+        text = open(pf).read()
+        off = re.sub(r"one tile every (\d+) cycles", lambda m: f"one tile every {int(m.group(1)) + 1} cycles", text, count=1)
+        open(pf, "w").write(off)
         global FAILS
         FAILS = []
         check_all(planted, results, targets_dir)
         caught = [f for f in FAILS if "DRAM % reads" in f]
         caught_steps = [f for f in FAILS if "speed-up (previous / this) reads" in f]
+        caught_period = [f for f in FAILS if "CTA timeline: the per-tile averages read" in f]
         FAILS = []
+        if off != text and not caught_period:
+            fail("self-test", "planted a CTA timeline period one cycle off, not caught")
         if not changed or len(caught) != changed:
             fail("self-test", f"planted the old DRAM % in {changed} rows, caught {len(caught)}")
         if not steps or len(caught_steps) != steps:
