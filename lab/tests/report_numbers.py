@@ -226,7 +226,8 @@ def check_cta_timeline(name, text, r):
                 c_round("%.0f", wg["end"] - last_pv), c_round("%.0f", wg["next_begin"] - wg["end"]),
                 c_round("%.0f", k0 - wg["next_begin"]), c_round("%.0f", s0 - k0)]
         if not b or list(b.groups()) != want:
-            fail(f"{name}: CTA timeline", f"the boundary reads {list(b.groups()) if b else None}, the timeline gives {want}")
+            got = list(b.groups()) if b else None
+            fail(f"{name}: CTA timeline", f"the boundary reads {got}, the timeline gives {want}")
         checked += 1
     elif b:
         fail(f"{name}: CTA timeline", "a boundary is told, but the timeline has no second work tile")
@@ -718,7 +719,8 @@ def self_test(guides, results, targets_dir):
         # the CTA timeline's period taken over every key tile slot plus one (an off-by-one in the average)
         pf = os.path.join(planted, "attention_prefill.md")
         text = open(pf).read()
-        off = re.sub(r"one tile every (\d+) cycles", lambda m: f"one tile every {int(m.group(1)) + 1} cycles", text, count=1)
+        off = re.sub(r"one tile every (\d+) cycles", lambda m: f"one tile every {int(m.group(1)) + 1} cycles", text,
+                     count=1)
         open(pf, "w").write(off)
         global FAILS
         FAILS = []
