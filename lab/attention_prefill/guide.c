@@ -208,8 +208,9 @@ static void section_compute_story(FILE *f, const struct kl_guide *md, const cJSO
         fprintf(f, "│   ├── softmax:  per key tile, each row's max (a shuffle over the 4 threads holding it), one exp2 per "
                    "pair (%s per CTA, on the 16-per-clock special-function unit) and the row sum\n",
                 KL_F("%.3g", pairs / blocks));
-        fprintf(f, "│   ├── rescale:  when a row's max grows, its running sum and its %s output columns are multiplied by "
-                   "2^(m_old - m_new): once per key tile, on the FMA pipe\n",
+        fprintf(f, "│   ├── rescale:  when a row's max grows (from v13 on, only by more than 2^8 in the exponent), its "
+                   "running sum and its %s output columns are multiplied by 2^(m_old - m_new): at most once per key "
+                   "tile, on the FMA pipe\n",
                 KL_F("%.0f", d));
         fprintf(f, "│   ├── GEMM 2:   O += P V with P rounded to 16 bits in registers, another %s FLOPs per CTA\n",
                 KL_F("%.3g", flops / blocks / 2));
