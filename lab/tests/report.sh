@@ -101,7 +101,7 @@ grep -q '^  -- rows stored at 3000 | 3300; the second work tile taken up at 3400
 grep -q "^Between the two work tiles, warpgroup 0 took 1200 cycles from its last P V done to the next tile's first S done, 1.2 key-tile periods: 100 to store its rows, 400 to take the next tile up, 500 to its Q and first K, 200 to its first S.$" "$g" \
   || { echo "timeline: the boundary's cost is misread"; grep "^Between" "$g"; exit 1; }
 grep -q 'after setmaxnreg: the producer warpgroup 72 registers/thread, each consumer warpgroup 216' "$g" \
-  || { echo "timeline: the story does not give v10's register split after setmaxnreg"; exit 1; }
+  || { echo "timeline: the story does not give the traced variant's register split after setmaxnreg"; exit 1; }
 grep -q 'barrier .*<- waiting at a barrier, not a per-tile __syncthreads (this kernel has none in its loop)' "$g" \
   || { echo "timeline: a warp-specialized variant's barrier stall is read as a per-tile __syncthreads"; exit 1; }
 # The way in judges the gated variant (v14_speculative_softmax) and names its miss, marked as throttled (the row is).
