@@ -22,6 +22,13 @@ __device__ __forceinline__ unsigned long long *trace_slot(kl_prefill_trace *t, t
     return e == kKReady ? &t->k_ready[c][j] : e == kSDone ? &t->s_done[c][j]
                       : e == kSoftmaxDone ? &t->softmax_done[c][j] : &t->pv_done[c][j];
 }
+/* The trace for the CTA's nth_work-th work tile with rows (n key tiles, its first in slot `slot`): the
+ * first always, the second where all of its key tiles fit the slots left (so the producer's and the
+ * consumers' events of a traced tile are all there), none after; nullptr where t is. */
+__device__ __forceinline__ kl_prefill_trace *traced_work(kl_prefill_trace *t, int nth_work, uint32_t slot, int n)
+{
+    return nth_work == 0 || (nth_work == 1 && slot + n <= KL_PREFILL_TRACE_TILES) ? t : nullptr;
+}
 /* The trace of this CTA: block 0 of a launch that asked for one. */
 __device__ __forceinline__ kl_prefill_trace *traced_cta(const kl_attention_prefill_params &p)
 {
