@@ -230,8 +230,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     };
     auto key_tiles = [&](const packed_tile &t) { return (t.keys_of(p, t.row0 + BM - 1) + BN - 1) / BN; };
 
-    /* The trace (when asked for) follows CTA 0's first two work tiles with rows, the second in the slots
-     * after the first's while they last. */
+    /* The trace (when asked for) follows CTA 0's first work tile with rows and, in the slots after it,
+     * its second where all of that one's key tiles fit (traced_work). */
     kl_prefill_trace *const trace = traced_cta(p);
     if (threadIdx.x == 0) {
         if (trace) mark(&trace->start);
@@ -252,11 +252,8 @@ __global__ void __launch_bounds__(kThreads, 1)
             const packed_tile t = tile_of(w);
             if (t.row0 >= t.rows) continue; /* past a shorter request's rows */
             const int n = key_tiles(t);
-            /* the trace's slots: the first work tile's from 0, the second's after them if all of its fit */
-            unsigned long long *issued = nullptr;
-            if (trace && nth_work == 0) issued = trace->issued;
-            if (trace && nth_work == 1 && produced + n <= KL_PREFILL_TRACE_TILES) issued = trace->issued + produced;
-            nth_work++;
+            kl_prefill_trace *const traced = traced_work(trace, nth_work++, produced, n);
+            unsigned long long *const issued = traced ? traced->issued + produced : nullptr;
             if (box_rows > 0)
                 produce_kv(sm, &k_map, &v_map, p, t.r, page, t.kv_head, box_rows, n, /*v_lag=*/1, produced, tails,
                            issued);
@@ -288,7 +285,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         /* Tiles 0 .. whole - 1 are seen whole by every row of this warpgroup (mask_from is the fewest
          * keys any of them sees, the kv_len tail included); the rest need the mask. */
         const int whole = min(n, mask_from / BN);
-        kl_prefill_trace *const traced = nth_work < 2 && threadIdx.x % 128 == 0 ? trace : nullptr;
+        kl_prefill_trace *const traced = traced_work(threadIdx.x % 128 == 0 ? trace : nullptr, nth_work, consumed, n);
         if (traced && nth_work == 1) mark(&traced->next_begin[c]);
         auto at = [&](trace_event e, int j) { return trace_slot(traced, e, c, (int)consumed + j); };
         if (traced && c == 0) (nth_work == 0 ? traced->tiles : traced->next_tiles) = n;
