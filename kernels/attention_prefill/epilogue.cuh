@@ -63,48 +63,5 @@ __device__ __forceinline__ void store_packed_rows(const float (&o)[1][DT][4], co
     });
 }
 
-/* The same epilogue through shared memory, for a warp whose rows of the Q tile are free (every product
- * and recomputation that read them waited for): the warp's 16 rows of out, normalized and rounded as
- * store_rows does, are written into its own rows of the Q tile (laid out by QL: the swizzle puts the 8
- * rows of one 4-byte store in different banks), then copied out 16 bytes a lane, whole rows a warp
- * instruction (2 rows at head_dim 128), so each row is written in full 128-byte lines instead of 4-byte
- * pieces. tile_row0: the warp's first row in the Q tile; row: this thread's first packed row, as for
- * store_packed_rows. lse as store_rows. The caller's next write of the Q tile must wait for the whole
- * warpgroup (load_q_rows' barrier does). */
-template <typename T, int DT, class QL>
-__device__ __forceinline__ void store_packed_rows_wide(const float (&o)[1][DT][4], const float (&m)[1][2],
-                                                       const float (&l)[1][2], float scale_log2, int lane,
-                                                       const kl_attention_prefill_params &p, const packed_tile &t,
-                                                       int row, T *q_tile, int tile_row0)
-{
-    static_assert(DT <= 32 && 32 % DT == 0, "whole rows a warp instruction");
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        float sum = l[0][h];
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        const int pr = row + 8 * h;
-        if (lane % 4 == 0 && pr < t.rows)
-            p.lse[t.row_offset(p, pr) / p.head_dim] =
-                sum > 0.f ? (m[0][h] * scale_log2 + log2f(sum)) * prefill::kLn2 : -INFINITY;
-        const float inv = sum > 0.f ? 1.f / sum : 0.f; /* a row that saw no key: out 0 */
-        const int tr = tile_row0 + lane / 4 + 8 * h;
-#pragma unroll
-        for (int dt = 0; dt < DT; dt++)
-            *reinterpret_cast<uint32_t *>(q_tile + QL::offset(tr, dt) + 2 * (lane % 4)) =
-                mma::pack2<T>(o[0][dt][2 * h] * inv, o[0][dt][2 * h + 1] * inv);
-    }
-    __syncwarp();
-    constexpr int kRowsPerStore = 32 / DT; /* DT 16-byte chunks a row */
-    const int row0 = row - lane / 4;      /* the warp's first packed row */
-#pragma unroll
-    for (int i = 0; i < 16 / kRowsPerStore; i++) {
-        const int r = i * kRowsPerStore + lane / DT, chunk = lane % DT;
-        if (row0 + r >= t.rows) continue;
-        const uint4 v = *reinterpret_cast<const uint4 *>(q_tile + QL::offset(tile_row0 + r, chunk));
-        *reinterpret_cast<uint4 *>((T *)p.out + t.row_offset(p, row0 + r) + 8 * chunk) = v;
-    }
-}
-
 } // namespace hopper
 } // namespace kl
