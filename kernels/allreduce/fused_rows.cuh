@@ -295,4 +295,25 @@ inline cudaError_t launch_fused(void (*kernel)(const T *, const T *, const T *, 
                           sh.aligned, make_peers(&p->ar), make_lamport(&p->ar));
 }
 
+/* Clusters (sm_90) for rows cut over several blocks. An arrival says nothing of what this thread
+ * wrote (relaxed): made at a kernel's start and waited for before the first access to another block's
+ * shared memory, it ensures every block of the cluster has started, which that access needs, without
+ * holding anyone up. */
+__device__ __forceinline__ void cluster_arrive_relaxed()
+{
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait()
+{
+    asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+/* Stores v at shared address addr of block `rank` of the cluster (distributed shared memory): that
+ * block must have started and not exited; it sees v after a cluster barrier both passed. */
+__device__ __forceinline__ void st_cluster_f32(uint32_t addr, uint32_t rank, float v)
+{
+    uint32_t remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(addr), "r"(rank));
+    asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(remote), "f"(v) : "memory");
+}
+
 } // namespace kl_ar

@@ -162,12 +162,13 @@ __device__ __forceinline__ uint32_t begin_call_unfenced(const peers &P)
     return e;
 }
 
-__device__ __forceinline__ void end_call_unfenced(const peers &P, uint32_t e)
+/* The block's count of begin_call_unfenced's call: the last block of a grid of several to count
+ * itself publishes e. Thread 0 read the number with acquire, so the count may come any time after
+ * begin_call_unfenced: end_call_unfenced counts last thing, the variants from v17 on as soon as their
+ * sends are out, so that the count's round trip to L2 (a returning atomic) overlaps the peers' flight
+ * instead of ending the call. */
+__device__ __forceinline__ void count_call_done(const peers &P, uint32_t e)
 {
-    if (P.trace) { /* the exit stamp means every thread of block 0 is done */
-        __syncthreads();
-        stamp(P, KL_AR_T_EXIT);
-    }
     if (gridDim.x > 1 && threadIdx.x == 0) {
         kl_ar_signal *me = P.signal[P.rank];
         if (atomicAdd(&me->done, 1u) == gridDim.x - 1) {
@@ -175,6 +176,21 @@ __device__ __forceinline__ void end_call_unfenced(const peers &P, uint32_t e)
             *(volatile uint32_t *)&me->epoch = e;
         }
     }
+}
+
+/* Traced calls only: the exit stamp, once every thread of block 0 is done. */
+__device__ __forceinline__ void stamp_exit(const peers &P)
+{
+    if (P.trace) {
+        __syncthreads();
+        stamp(P, KL_AR_T_EXIT);
+    }
+}
+
+__device__ __forceinline__ void end_call_unfenced(const peers &P, uint32_t e)
+{
+    stamp_exit(P);
+    count_call_done(P, e);
 }
 
 static __device__ __noinline__ void barrier_timed_out(const peers &P, int phase, int s, uint32_t e, uint32_t seen)

@@ -1,5 +1,5 @@
-/* v6_switch: the best of the ladder by size: the barrier-free one-shot (v14, v11 with every address
- * in registers) for small messages, the barrier-free two-shot (v9) for medium ones, NCCL (v0) beyond.
+/* v6_switch: the best of the ladder by size: the barrier-free one-shot (v17, v11 with every address
+ * in registers and each block counted done as soon as its sends are out) for small messages, the barrier-free two-shot (v9) for medium ones, NCCL (v0) beyond.
  *
  * What changed: nothing in the kernels; a serving engine picks per call the way vLLM and SGLang
  * do (custom all-reduce up to a size, NCCL above). Only the Lamport variants and NCCL are in the
@@ -35,7 +35,7 @@ static const char *choose(int64_t bytes, int world)
     if (oneshot_env == -2) oneshot_env = limit("KL_AR_ONESHOT_MAX", -1), twoshot_env = limit("KL_AR_TWOSHOT_MAX", -1);
     const int64_t oneshot = oneshot_env >= 0 ? oneshot_env : world <= 2 ? 1ll << 20 : world <= 4 ? 512ll << 10 : 256ll << 10;
     const int64_t twoshot = twoshot_env >= 0 ? twoshot_env : world <= 2 ? 64ll << 20 : 16ll << 20;
-    if (bytes <= oneshot) return "v14_lamport_in_registers";
+    if (bytes <= oneshot) return "v17_lamport_early_done";
     if (bytes <= twoshot) return "v9_lamport_twoshot";
     return "v0_nccl";
 }
@@ -53,4 +53,4 @@ static cudaError_t launch(const struct kl_allreduce_params *p, cudaStream_t stre
 KL_AR_OPS(ops, launch, KL_AR_NEEDS_PEERS | KL_AR_NEEDS_LAMPORT | KL_AR_NEEDS_NCCL)
 
 KL_VARIANT(allreduce, v6_switch, ops, .min_cc = 70,
-           .summary = "by size: Lamport one-shot (v14), Lamport two-shot (v9) or NCCL (v0), as serving engines switch");
+           .summary = "by size: Lamport one-shot (v17), Lamport two-shot (v9) or NCCL (v0), as serving engines switch");

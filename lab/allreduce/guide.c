@@ -61,6 +61,13 @@ static const cJSON *ar_any_row_with(const struct kl_guide *md, const char *key)
     return NULL;
 }
 
+static bool ar_any_row_of(const struct kl_guide *md, const char *variant)
+{
+    for (int j = 0; j < md->rows.n; j++)
+        if (strcmp(kl_json_str(md->rows.r[j], "variant", ""), variant) == 0) return true;
+    return false;
+}
+
 /* What the switch launched, from the kernel the activity record saw. */
 static const char *ar_picked(const cJSON *r)
 {
@@ -68,6 +75,7 @@ static const char *ar_picked(const cJSON *r)
     if (strstr(k, "lamport_v8")) return "Lamport one-shot (v8)";
     if (strstr(k, "lamport_v11")) return "Lamport one-shot (v11)";
     if (strstr(k, "lamport_v14")) return "Lamport one-shot (v14)";
+    if (strstr(k, "lamport_v17")) return "Lamport one-shot (v17)";
     if (strstr(k, "lamport_v9")) return "Lamport two-shot (v9)";
     if (strstr(k, "oneshot_v4")) return "one-shot (v4)";
     if (strstr(k, "twoshot_v5")) return "two-shot (v5)";
@@ -336,8 +344,10 @@ static void ar_curves(FILE *f, const struct kl_guide *md)
 static void ar_switch(FILE *f, const struct kl_guide *md)
 {
     int worlds[8], nw = ar_worlds(md, worlds, 8);
-    static const char *kcand[] = {"v0_nccl", "v14_lamport_in_registers", "v9_lamport_twoshot"};
-    static const char *klabel[] = {"NCCL", "Lamport one-shot (v14)", "Lamport two-shot (v9)"};
+    /* The one-shot: v6's (v17), or in results from before it, the one v6 ran then (v14). */
+    const bool v17 = ar_any_row_of(md, "v17_lamport_early_done");
+    const char *kcand[] = {"v0_nccl", v17 ? "v17_lamport_early_done" : "v14_lamport_in_registers", "v9_lamport_twoshot"};
+    const char *klabel[] = {"NCCL", v17 ? "Lamport one-shot (v17)" : "Lamport one-shot (v14)", "Lamport two-shot (v9)"};
     enum { NC = sizeof kcand / sizeof *kcand };
     fprintf(f, "## The size switch\n\n`v6_switch` picks the Lamport one-shot, the Lamport two-shot or NCCL by size and "
                "world with thresholds fixed in kernels/allreduce/v6_switch.cu (only barrier-free variants and NCCL may "
@@ -581,7 +591,7 @@ static void ar_fused(FILE *f, const struct kl_guide *md, const struct kl_targets
     }
     fprintf(f, "%s\n",
             said ? ""
-                 : "Not measured yet: `build/kernlab bench allreduce --variant v16_lamport_add_rmsnorm_unit_rows` "
+                 : "Not measured yet: `build/kernlab bench allreduce --variant v18_lamport_add_rmsnorm_early_done` "
                    "on two GPUs writes these rows.\n");
     for (int wi = 0; wi < nw; wi++)
         ar_fused_story(f, md, t90, worlds[wi]);
@@ -605,11 +615,12 @@ static int write_guide(const struct kl_guide_room *room, struct kl_guide *md)
     char story_w[48] = "";
     const char *story_v[2] = {NULL, NULL};
     if (nw) kl_ar_workload_name(story_w, sizeof story_w, kl_ar_story_size(), worlds[0]);
-    static const char *kpref[2][4] = {
-        {"v14_lamport_in_registers", "v11_lamport_unfenced", "v8_lamport_pdl", "v7_lamport_oneshot"},
+    static const char *kpref[2][5] = {
+        {"v17_lamport_early_done", "v14_lamport_in_registers", "v11_lamport_unfenced", "v8_lamport_pdl",
+         "v7_lamport_oneshot"},
         {"v4_oneshot_one_barrier", "v6_switch", "v3_oneshot_vec16", "v1_oneshot"}};
     for (int k = 0; k < 2; k++)
-        for (size_t i = 0; i < 4 && kpref[k][i] && !story_v[k]; i++) {
+        for (size_t i = 0; i < 5 && kpref[k][i] && !story_v[k]; i++) {
             const cJSON *r = kl_guide_row(md, kpref[k][i], story_w);
             if (r && kl_json_get(r, "story")) story_v[k] = kpref[k][i];
         }

@@ -20,13 +20,19 @@
  *                        the call's (a block of a peer that read in time waits for it in vain; on
  *                        every rank alike, it empties the wrong set and reads data three calls
  *                        old). Blocks past the first read the number 20 us late (as a block the
- *                        scheduler starts late would), so the tests see the race every time */
+ *                        scheduler starts late would), so the tests see the race every time
+ *   lamport_counted_before_read
+ *                        v17's early count made too early: each block counts itself done with the call
+ *                        before it reads the call number, so the last count can publish the number
+ *                        before a block has read it, and that block takes the next call's (the race
+ *                        of lamport_publish_at_once, reached through the count). Blocks past the first
+ *                        read the number 20 us after counting, so the tests see the race every time */
 #include "kernels/allreduce/lamport.cuh"
 #include "lab/core/registry.h"
 
 using namespace kl_ar;
 
-enum bug { TWO_SETS, NEVER_EMPTY, NO_POLL, RAW_SENTINEL, PUBLISH_AT_ONCE };
+enum bug { TWO_SETS, NEVER_EMPTY, NO_POLL, RAW_SENTINEL, PUBLISH_AT_ONCE, COUNTED_BEFORE_READ };
 
 /* begin_call_unfenced (peer.cuh) publishing the call number at once in any grid: the bug of
  * lamport_publish_at_once. */
@@ -47,11 +53,36 @@ __device__ __forceinline__ uint32_t begin_call_publish_at_once(const peers &P)
     return e;
 }
 
+/* begin_call_unfenced with the block's count (count_call_done) before its read of the call number: the
+ * bug of lamport_counted_before_read. The last block to count publishes the number it reads then. */
+__device__ __forceinline__ uint32_t begin_call_counted_before_read(const peers &P)
+{
+    __shared__ uint32_t e;
+    if (threadIdx.x == 0) {
+        kl_ar_signal *me = P.signal[P.rank];
+        if (atomicAdd(&me->done, 1u) == gridDim.x - 1) {
+            me->done = 0;
+            *(volatile uint32_t *)&me->epoch = kl::ptx::ld_acquire_gpu(&me->epoch) + 1;
+        }
+        if (blockIdx.x > 0) {
+            const unsigned long long t0 = globaltimer();
+            while (globaltimer() - t0 < 20000) {
+            }
+        }
+        e = kl::ptx::ld_acquire_gpu(&me->epoch) + 1;
+        if (gridDim.x == 1) *(volatile uint32_t *)&me->epoch = e;
+    }
+    __syncthreads();
+    return e;
+}
+
 template <typename T, int BUG>
 static __global__ void __launch_bounds__(kThreads) mutant(const T *x, T *out, int64_t n, peers P, lamport_bufs L)
 {
     const uint32_t sets = BUG == TWO_SETS ? 2 : KL_AR_LAMPORT_SETS;
-    const uint32_t e = BUG == PUBLISH_AT_ONCE ? begin_call_publish_at_once(P) : begin_call(P);
+    const uint32_t e = BUG == PUBLISH_AT_ONCE       ? begin_call_publish_at_once(P)
+                       : BUG == COUNTED_BEFORE_READ ? begin_call_counted_before_read(P)
+                                                    : begin_call(P);
     const uint32_t set = e % sets, previous = (e + sets - 1) % sets;
     const int64_t first = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
     kl_ar_signal *me = P.signal[P.rank];
@@ -80,7 +111,7 @@ static __global__ void __launch_bounds__(kThreads) mutant(const T *x, T *out, in
         out[i] = kl::from_f32<T>(acc);
     }
     if (BUG == PUBLISH_AT_ONCE) end_call_unfenced(P, e);
-    else end_call(P, e);
+    else if (BUG != COUNTED_BEFORE_READ) end_call(P, e); /* that one counted at the start */
 }
 
 template <int BUG>
@@ -107,3 +138,6 @@ KL_VARIANT(allreduce, mutant_lamport_raw_sentinel, ops<RAW_SENTINEL>, .min_cc = 
            .summary = "an input equal to the sentinel is sent as it is and never arrives", .mutant = 1);
 KL_VARIANT(allreduce, mutant_lamport_publish_at_once, ops<PUBLISH_AT_ONCE>, .min_cc = 70,
            .summary = "the call number published as soon as read in a grid of several blocks", .mutant = 1);
+KL_VARIANT(allreduce, mutant_lamport_counted_before_read, ops<COUNTED_BEFORE_READ>, .min_cc = 70,
+           .summary = "each block counted done before it reads the call number: the last count publishes it early",
+           .mutant = 1);

@@ -49,10 +49,10 @@ grep -q '^| \[allreduce\](allreduce.md) | .* | v6_switch 8KB-world2: 6.52 us = 0
   || { echo "README.md lacks the allreduce figure"; exit 1; }
 # The gate judges the variant perf/targets names (v6_switch), never NCCL against itself; the sizes
 # without a target row are listed as ungated.
-grep -q '^| \[allreduce\](allreduce.md) | .* | `v6_switch` (`v16_lamport_add_rmsnorm_unit_rows` on add-rmsnorm-\*): 5 of 8 targets met (8KB-world2 latency_us 6.520 <= 3.00: \*\*miss\*\*; 512KB-world2 latency_us 8.090 <= 5.00: \*\*miss\*\*; 1MB-world2 latency_us 9.680 <= 6.00: \*\*miss\*\*); ungated: 8MB-world2, 64MB-world2 |' "$tmp/a/README.md" \
+grep -q '^| \[allreduce\](allreduce.md) | .* | `v6_switch` (`v18_lamport_add_rmsnorm_early_done` on add-rmsnorm-\*): 5 of 8 targets met (8KB-world2 latency_us 6.520 <= 3.00: \*\*miss\*\*; 512KB-world2 latency_us 8.090 <= 5.00: \*\*miss\*\*; 1MB-world2 latency_us 9.680 <= 6.00: \*\*miss\*\*); ungated: 8MB-world2, 64MB-world2 |' "$tmp/a/README.md" \
   || { echo "README.md's allreduce gate is not v6_switch's, with the ungated sizes"; grep allreduce.md "$tmp/a/README.md"; exit 1; }
 grep -q '^Ungated (no target row): `8MB-world2`, `64MB-world2`.' "$g" || { echo "the guide does not list the ungated sizes"; exit 1; }
-# A fused workload is judged on the fused variant perf/targets names for add-rmsnorm-* (v16), not on
+# A fused workload is judged on the fused variant perf/targets names for add-rmsnorm-* (v18), not on
 # v6_switch (which cannot run it) nor on another fused variant: the fixture plus three fused rows, two of
 # them traced (story.graph), and a traced plain row of the same bytes for the fused phase table.
 mkdir -p "$tmp/fused"
@@ -68,7 +68,7 @@ for r in rows:
     if r["variant"] == "v6_switch" and r["workload"] == "8KB-world2":
         r["story"] = graph(2688)
     out.write(json.dumps(r) + "\n")
-for variant, time, over in (("v12_lamport_add_rmsnorm_early", 4.2, 0.2), ("v16_lamport_add_rmsnorm_unit_rows", 4.3, 0.3),
+for variant, time, over in (("v12_lamport_add_rmsnorm_early", 4.2, 0.2), ("v18_lamport_add_rmsnorm_early_done", 4.3, 0.3),
                             ("v10_lamport_add_rmsnorm", 4.9, 0.9)):
     f = copy.deepcopy(base)
     f["variant"], f["workload"] = variant, "add-rmsnorm-t1-h4096-world2"
@@ -82,17 +82,17 @@ for variant, time, over in (("v12_lamport_add_rmsnorm_early", 4.2, 0.2), ("v16_l
     out.write(json.dumps(f) + "\n")
 PY
 "$kl" report --results "$tmp/fused" --out "$tmp/fused_out" > /dev/null
-grep -q '^| \[allreduce\](allreduce.md) | .* | `v6_switch` (`v16_lamport_add_rmsnorm_unit_rows` on add-rmsnorm-\*): 6 of 9 targets met' "$tmp/fused_out/README.md" \
-  || { echo "README.md does not judge the fused row on v16"; grep allreduce.md "$tmp/fused_out/README.md"; exit 1; }
-grep -Eq '^\| add-rmsnorm-t1-h4096-world2 \| v16_lamport_add_rmsnorm_unit_rows \| 4\.30 \| 4\.00 \| 0\.30 \| <= 0\.50 \| \*\*pass\*\* \|' "$tmp/fused_out/allreduce.md" \
+grep -q '^| \[allreduce\](allreduce.md) | .* | `v6_switch` (`v18_lamport_add_rmsnorm_early_done` on add-rmsnorm-\*): 6 of 9 targets met' "$tmp/fused_out/README.md" \
+  || { echo "README.md does not judge the fused row on v18"; grep allreduce.md "$tmp/fused_out/README.md"; exit 1; }
+grep -Eq '^\| add-rmsnorm-t1-h4096-world2 \| v18_lamport_add_rmsnorm_early_done \| 4\.30 \| 4\.00 \| 0\.30 \| <= 0\.50 \| \*\*pass\*\* \|' "$tmp/fused_out/allreduce.md" \
   && grep -Eq '^\| add-rmsnorm-t1-h4096-world2 \| v10_lamport_add_rmsnorm \| 4\.90 \| 4\.00 \| 0\.90 \| - \| - \|' "$tmp/fused_out/allreduce.md" \
-  || { echo "the fused table shows the target on another row than v16's"; grep add-rmsnorm "$tmp/fused_out/allreduce.md"; exit 1; }
+  || { echo "the fused table shows the target on another row than v18's"; grep add-rmsnorm "$tmp/fused_out/allreduce.md"; exit 1; }
 # The fused phase table: the plain 8 KB call first, then each traced fused variant (v12 was not traced).
 fg=$tmp/fused_out/allreduce.md
 grep -A4 '^| variant | workload | boundary | start | send | data wait | exit | period | timed replays, us |' "$fg" > "$tmp/phases" || true
 sed -n 3p "$tmp/phases" | grep -Eq '^\| v6_switch \| 8KB-world2 \| 0\.48 \| 0\.35 \| 0\.58 \| 1\.25 \| 0\.03 \| 2\.69 \| 2\.79 \|$' \
   && sed -n 4p "$tmp/phases" | grep -Eq '^\| v10_lamport_add_rmsnorm \| add-rmsnorm-t1-h4096-world2 \| .* \| 4\.80 \| 4\.90 \|$' \
-  && sed -n 5p "$tmp/phases" | grep -Eq '^\| v16_lamport_add_rmsnorm_unit_rows \| add-rmsnorm-t1-h4096-world2 \| 0\.48 \| 0\.35 \| 0\.58 \| 2\.76 \| 0\.03 \| 4\.20 \| 4\.30 \|$' \
+  && sed -n 5p "$tmp/phases" | grep -Eq '^\| v18_lamport_add_rmsnorm_early_done \| add-rmsnorm-t1-h4096-world2 \| 0\.48 \| 0\.35 \| 0\.58 \| 2\.76 \| 0\.03 \| 4\.20 \| 4\.30 \|$' \
   && ! grep -q '^| v12_lamport_add_rmsnorm_early | add-rmsnorm-t1-h4096-world2 | 0' "$fg" \
   || { echo "the fused phase table is wrong"; cat "$tmp/phases"; exit 1; }
 # nvidia-smi underlines its header with terminal escapes: the guide keeps the text, not the escapes.

@@ -1,0 +1,231 @@
+/* v18_lamport_add_rmsnorm_early_done: v16 counted done with the call as soon as its sends are out, and
+ * its rows wider than a block spread over a cluster of blocks.
+ *
+ * What changed from v16, and why.
+ * - The count (v17's change to the plain one-shot): a grid of several blocks publishes the next call
+ *   number when its last block counts itself done, a returning atomic to L2. v16 counts after its
+ *   row's RMSNorm, behind the block barrier that waits for the row's last unit, so at 16 tokens and
+ *   more every call ends with that round trip. Here each block counts right after its sends, while the
+ *   peers' data is in flight (peer.cuh, count_call_done).
+ * - Wide rows: v16 takes rows of at most kThreads units and hands wider ones to v15, which still moves
+ *   every unit through chunk descriptors. Here a row of more units is cut over a cluster of K blocks,
+ *   slice k of the row to the cluster's block k, a unit a thread as in v16. Each block reduces its
+ *   slice's sum of squares as v16 does; its thread k writes that sum into block k's shared memory;
+ *   one cluster barrier a row later, every thread adds the K sums from its own shared memory in slice
+ *   order (the same bits in every block). The sums' slots alternate by row: a block writes row t + 2's
+ *   into another only after passing row t + 1's barrier, which that block reaches only after reading
+ *   row t's. A write into another block's shared memory needs that block started (every block arrives
+ *   at a cluster barrier as it starts and waits for it before its first write) and not exited (it
+ *   waits at the row's barrier for the write). K is v15's choice: the most blocks, up to 8, that keep
+ *   128 threads a block and fit the communicator's blocks.
+ * Other rows (an odd hidden) go to v15, with the same slots, sets and call number; the shape alone
+ * decides, so every rank decides alike.
+ * Grid: a block (or a cluster of K) per token up to the communicator's co-resident blocks, then rows by
+ * the grid's stride; a block of one thread a unit of its slice, in whole warps.
+ * Precision and bound: v16's sums; with K > 1 the row's sum of squares adds the slices' sums in slice
+ * order, which the fused bound admits. Every rank computes the same bits.
+ * Expect: v16 less one L2 round trip at 16 tokens and more (one token runs one block, which counts
+ * nothing); at hidden 8192, v16 (which ran v15) less v15's chunk branches, plus a cluster barrier.
+ * Run alone: build/kernlab bench allreduce --variant v18_lamport_add_rmsnorm_early_done */
+#include "kernels/allreduce/fused_rows.cuh"
+#include "kernels/variant.h"
+
+using namespace kl_ar;
+
+constexpr int kMaxSlices = 8;   /* blocks a row may span (a portable cluster) */
+constexpr int kMinThreads = 128; /* the fewest threads a block gets while a row has blocks to spare */
+
+/* The block's sum of v, the same bits in every thread: each warp's sum into parts[parity], one
+ * barrier, then every warp sums the parts across its lanes. */
+__device__ __forceinline__ float block_sum_by_lanes(float v, float (*parts)[32], int parity)
+{
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = (int)(blockDim.x / 32);
+    v = kl::warp_sum(v);
+    if (lane == 0) parts[parity][warp] = v;
+    __syncthreads();
+    return kl::warp_sum(lane < warps ? parts[parity][lane] : 0.f);
+}
+
+template <typename T, bool ALIGNED, int K>
+static __global__ void __launch_bounds__(kThreads)
+    fused_v18(const T *x, const T *residual, const T *weight, T *out, T *residual_out, int64_t tokens, int64_t hidden,
+              float eps, peers P, lamport_bufs L, char *own)
+{
+#if KL_SM90A
+    constexpr int V = 16 / sizeof(T); /* elements per unit */
+    __shared__ float parts[2][32];
+    __shared__ float slice_sums[2][kMaxSlices];
+    if constexpr (K > 1) cluster_arrive_relaxed(); /* this block has started (waited for below) */
+    const int slice = K > 1 ? (int)kl::ptx::cluster_rank() : 0;
+    const int64_t row_units = hidden / V, first = blockIdx.x / K, step = gridDim.x / K;
+    const int64_t u = (int64_t)slice * blockDim.x + threadIdx.x; /* this thread's unit of every row */
+    const bool mine = u < row_units;
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    kl::pdl_release(); /* the next call may launch now; it waits for this grid in its pdl_wait */
+    const uint4 wt = mine ? chunk_bits(weight + u * V, V, ALIGNED) : zero; /* no kernel writes it */
+    kl::pdl_wait(); /* the previous kernel has ended: x, residual, the epoch and the bookkeeping are final */
+    stamp(P, KL_AR_T_RELEASED);
+    /* This block's first row, asked for before the call number (it does not depend on it). */
+    int64_t j = first * row_units + u; /* the unit of the row in the flat [tokens, hidden] buffer */
+    uint4 xb = mine ? chunk_bits(x + j * V, V, ALIGNED) : zero;
+    uint4 res = mine ? chunk_bits(residual + j * V, V, ALIGNED) : zero;
+    const uint32_t e = begin_call_unfenced(P);
+    const uint32_t set = e % KL_AR_LAMPORT_SETS, previous = (e + KL_AR_LAMPORT_SETS - 1) % KL_AR_LAMPORT_SETS;
+    kl_ar_signal *me = P.signal[P.rank];
+    const uint64_t previous_bytes = me->lamport_dirty[previous]; /* read before block 0 records this call's */
+
+    /* Send: our rows into our slot of this call's set in every peer's buffer. */
+    if (mine)
+        for (int64_t t = first; t < tokens; t += step) {
+            const int64_t jt = t * row_units + u;
+            send_to_peers<uint4>(L, P, set, jt, unit_sendable<T>(t == first ? xb : chunk_bits(x + jt * V, V, ALIGNED)));
+        }
+    stamp(P, KL_AR_T_COPIED);
+    count_call_done(P, e); /* this block has read the call number: count it done now, not at the end */
+
+    /* Off the critical path, while the peers' data travels: empty the set the previous call used. */
+    empty_own_set(own, P, previous, previous_bytes);
+    if (blockIdx.x == 0 && threadIdx.x == 0) me->lamport_dirty[set] = (uint64_t)(tokens * hidden) * sizeof(T);
+    if constexpr (K > 1) cluster_wait(); /* every block of the cluster has started: it may be written */
+
+    /* Receive, add, normalize, a row at a time. Every thread runs every row (the barriers need them
+     * all); a thread past the row's end adds nothing. */
+    int parity = 0;
+    for (int64_t t = first; t < tokens; t += step, parity ^= 1) {
+        float r[V], sum_sq = 0.f;
+        if (mine) {
+            if (t != first) {
+                j = t * row_units + u;
+                xb = chunk_bits(x + j * V, V, ALIGNED), res = chunk_bits(residual + j * V, V, ALIGNED);
+            }
+            uint4 w[KL_AR_MAX_RANKS];
+#pragma unroll
+            for (int s = 0; s < KL_AR_MAX_RANKS; s++)
+                if (s < P.world && s != P.rank) w[s] = ld_volatile_v4(own_slot<uint4>(own, P, set, s) + j);
+            float acc[V];
+#pragma unroll
+            for (int s = 0; s < KL_AR_MAX_RANKS; s++) { /* in rank order, from rank 0's value */
+                if (s >= P.world) break;
+                if (s != P.rank && unit_empty<T>(w[s]))
+                    w[s] = wait_unit<T>(P, own_slot<uint4>(own, P, set, s) + j, e, s);
+                const uint4 v = s == P.rank ? unit_sendable<T>(xb) : w[s];
+#pragma unroll
+                for (int k = 0; k < V; k++)
+                    acc[k] = s == 0 ? kl::elem_f32<T>(v, k) : acc[k] + kl::elem_f32<T>(v, k);
+            }
+#pragma unroll
+            for (int k = 0; k < V; k++) {
+                r[k] = acc[k] + kl::elem_f32<T>(res, k);
+                sum_sq += r[k] * r[k];
+            }
+            store_chunk<T>(residual_out + j * V, r, V, ALIGNED);
+        }
+        float total = block_sum_by_lanes(sum_sq, parts, parity);
+        if constexpr (K > 1) { /* this slice's sum into every block of the cluster, then theirs, in slice order */
+            if (threadIdx.x < K)
+                st_cluster_f32((uint32_t)__cvta_generic_to_shared(&slice_sums[parity][slice]), threadIdx.x,
+                                        total);
+            kl::ptx::cluster_sync();
+            total = 0.f;
+#pragma unroll
+            for (int k = 0; k < K; k++)
+                total += slice_sums[parity][k];
+        }
+        const float inv_rms = rsqrtf(total / (float)hidden + eps);
+        if (mine) store_normed<T>(out + j * V, r, inv_rms, wt, V, ALIGNED);
+    }
+    stamp(P, KL_AR_T_REDUCED);
+    stamp_exit(P);
+#endif
+}
+
+/* How many clusters of fused_v18<T, ALIGNED, K> of `threads` threads the device holds at once (asked
+ * once per device and block size). */
+template <typename T, bool ALIGNED, int K> static int max_clusters(unsigned threads)
+{
+    static int seen[16][kThreads / 32 + 1]; /* by device ordinal and warps a block; a benign race */
+    int dev = 0;
+    cudaGetDevice(&dev);
+    int *n = dev >= 0 && dev < 16 ? &seen[dev][threads / 32] : NULL;
+    if (n && *n) return *n;
+    cudaLaunchAttribute cluster = {};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = K, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg = {dim3(K), dim3(threads), 0, 0, &cluster, 1};
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, fused_v18<T, ALIGNED, K>, &cfg) != cudaSuccess) clusters = 0;
+    if (n) *n = clusters;
+    return clusters;
+}
+
+template <typename T, bool ALIGNED, int K>
+static cudaError_t launch_k(const struct kl_allreduce_add_rmsnorm_params *p, unsigned threads, cudaStream_t stream)
+{
+    int64_t clusters = p->num_tokens < p->ar.comm->blocks / K ? p->num_tokens : p->ar.comm->blocks / K;
+    if (K > 1) {
+        const int64_t most = max_clusters<T, ALIGNED, K>(threads);
+        if (most < clusters) clusters = most;
+    }
+    if (clusters < 1) {
+        fprintf(stderr,
+                "allreduce v18_lamport_add_rmsnorm_early_done: no cluster of %d blocks of %u threads fits (%d blocks)\n",
+                K, threads, p->ar.comm->blocks);
+        return cudaErrorInvalidConfiguration;
+    }
+    cudaLaunchAttribute attr[2] = {};
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    attr[1].id = cudaLaunchAttributeClusterDimension;
+    attr[1].val.clusterDim.x = K, attr[1].val.clusterDim.y = 1, attr[1].val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg = {dim3((unsigned)(clusters * K)), dim3(threads), 0, stream, attr, K > 1 ? 2u : 1u};
+    return cudaLaunchKernelEx(&cfg, fused_v18<T, ALIGNED, K>, (const T *)p->ar.x, (const T *)p->residual,
+                              (const T *)p->weight, (T *)p->ar.out, (T *)p->residual_out, p->num_tokens, p->hidden,
+                              p->eps, make_peers(&p->ar), make_lamport(&p->ar),
+                              (char *)p->ar.comm->lamport[p->ar.comm->rank]);
+}
+
+template <typename T, bool ALIGNED>
+static cudaError_t launch_t(const struct kl_allreduce_add_rmsnorm_params *p, int K, unsigned threads,
+                            cudaStream_t stream)
+{
+    return K == 1   ? launch_k<T, ALIGNED, 1>(p, threads, stream)
+           : K == 2 ? launch_k<T, ALIGNED, 2>(p, threads, stream)
+           : K == 4 ? launch_k<T, ALIGNED, 4>(p, threads, stream)
+                    : launch_k<T, ALIGNED, 8>(p, threads, stream);
+}
+
+static cudaError_t launch(const struct kl_allreduce_add_rmsnorm_params *p, cudaStream_t stream)
+{
+    /* The checks, the grid, sh.C (the fewest blocks of kThreads threads that cover a row, up to
+     * kMaxSlices; wider is an error) and the alignment. */
+    fused_shape sh;
+    cudaError_t rc =
+        fused_launch_shape(p, stream, kThreads, kMaxSlices, "v18_lamport_add_rmsnorm_early_done", &sh);
+    if (rc != cudaSuccess || sh.grid == 0) return rc;
+    const int64_t V = 16 / (int64_t)kl_dtype_size(p->ar.dtype), units = p->hidden / V;
+    if (p->hidden % V != 0) {
+        /* Not this variant's rows: v15 runs the call (found by name, so this file stays one file). */
+        const struct kl_variant *v = kl_variant_find("allreduce", "v15_lamport_add_rmsnorm_in_registers");
+        if (!v) return cudaErrorInvalidValue;
+        return ((kl_allreduce_ops_fn)v->launch)()->add_rmsnorm(p, stream);
+    }
+    /* K blocks a row: 1 when the row fits one block; else as many as keep a block at kMinThreads or
+     * more, then fewer while the tokens' clusters would take more blocks than the communicator has
+     * (an SM each), never below sh.C. */
+    int K = sh.C == 1 ? 1 : kMaxSlices;
+    while (K > sh.C && units / K < kMinThreads)
+        K /= 2;
+    while (K > sh.C && p->num_tokens * K > p->ar.comm->blocks)
+        K /= 2;
+    const unsigned threads = (unsigned)(((units + K - 1) / K + 31) / 32 * 32);
+    KL_DISPATCH_FLOAT(p->ar.dtype, T, {
+        rc = sh.aligned ? launch_t<T, true>(p, K, threads, stream) : launch_t<T, false>(p, K, threads, stream);
+    });
+    return rc;
+}
+
+KL_AR_FUSED_OPS(ops, launch, KL_AR_NEEDS_PEERS | KL_AR_NEEDS_LAMPORT)
+
+KL_VARIANT(allreduce, v18_lamport_add_rmsnorm_early_done, ops, .min_cc = 90,
+           .summary = "v16 counted done right after its sends, its rows wider than a block cut over a cluster of up to "
+                      "8 blocks (the slices' sums of squares read across the cluster): no v15 fallback for wide rows");
