@@ -16,8 +16,9 @@
  *   into another only after passing row t + 1's barrier, which that block reaches only after reading
  *   row t's. A write into another block's shared memory needs that block started (every block arrives
  *   at a cluster barrier as it starts and waits for it before its first write) and not exited (it
- *   waits at the row's barrier for the write). K is v15's choice: the most blocks, up to 8, that keep
- *   128 threads a block and fit the communicator's blocks.
+ *   waits at the row's barrier for the write). The cluster barrier releases every store its threads
+ *   made before it, the global ones too, so residual_out is stored after it, with out. K is v15's
+ *   choice: the most blocks, up to 8, that keep 128 threads a block and fit the communicator's blocks.
  * Other rows (an odd hidden) go to v15, with the same slots, sets and call number; the shape alone
  * decides, so every rank decides alike.
  * Grid: a block (or a cluster of K) per token up to the communicator's co-resident blocks, then rows by
@@ -118,7 +119,7 @@ static __global__ void __launch_bounds__(kThreads)
                 r[k] = acc[k] + kl::elem_f32<T>(res, k);
                 sum_sq += r[k] * r[k];
             }
-            store_chunk<T>(residual_out + j * V, r, V, ALIGNED);
+            if (K == 1) store_chunk<T>(residual_out + j * V, r, V, ALIGNED);
         }
         float total = block_sum_by_lanes(sum_sq, parts, parity);
         if constexpr (K > 1) { /* this slice's sum into every block of the cluster, then theirs, in slice order */
@@ -132,6 +133,7 @@ static __global__ void __launch_bounds__(kThreads)
                 total += slice_sums[parity][k];
         }
         const float inv_rms = rsqrtf(total / (float)hidden + eps);
+        if (mine && K > 1) store_chunk<T>(residual_out + j * V, r, V, ALIGNED); /* after the release (above) */
         if (mine) store_normed<T>(out + j * V, r, inv_rms, wt, V, ALIGNED);
     }
     stamp(P, KL_AR_T_REDUCED);
