@@ -10,15 +10,18 @@
  * - Wide rows: v16 takes rows of at most kThreads units and hands wider ones to v15, which still moves
  *   every unit through chunk descriptors. Here a row of more units is cut over a cluster of K blocks,
  *   slice k of the row to the cluster's block k, a unit a thread as in v16. Each block reduces its
- *   slice's sum of squares as v16 does; its thread k writes that sum into block k's shared memory;
- *   one cluster barrier a row later, every thread adds the K sums from its own shared memory in slice
- *   order (the same bits in every block). The sums' slots alternate by row: a block writes row t + 2's
- *   into another only after passing row t + 1's barrier, which that block reaches only after reading
- *   row t's. A write into another block's shared memory needs that block started (every block arrives
- *   at a cluster barrier as it starts and waits for it before its first write) and not exited (it
- *   waits at the row's barrier for the write). The cluster barrier releases every store its threads
- *   made before it, the global ones too, so residual_out is stored after it, with out. K is v15's
- *   choice: the most blocks, up to 8, that keep 128 threads a block and fit the communicator's blocks.
+ *   slice's sum of squares as v16 does; its thread k stores that sum into block k's shared memory with
+ *   st.async, which counts the 4 bytes on block k's mbarrier for the row; each block waits on its own
+ *   mbarrier until the K sums have landed and adds them in slice order (the same bits in every block).
+ *   No cluster barrier stands in a row: it would hold every thread until every block arrived, and its
+ *   release would first make the blocks' earlier global stores visible. The sums' slots and mbarriers
+ *   alternate by row: a block re-arms a row's mbarrier for the row two on as soon as it has the row's
+ *   sums, and no block sends that later row's sum before this block has sent the row between, which
+ *   it does only after reading the row's sums. Every block initializes its mbarriers and arrives at a
+ *   cluster barrier as it starts, and waits for it before its first st.async (whose target must have
+ *   started, its mbarriers initialized); a block leaves once its last row's sums have all landed, so
+ *   no st.async targets a block that has left. K is v15's choice: the most blocks, up to 8, that keep
+ *   128 threads a block and fit the communicator's blocks.
  * Other rows (an odd hidden) go to v15, with the same slots, sets and call number; the shape alone
  * decides, so every rank decides alike.
  * Grid: a block (or a cluster of K) per token up to the communicator's co-resident blocks, then rows by
@@ -26,7 +29,8 @@
  * Precision and bound: v16's sums; with K > 1 the row's sum of squares adds the slices' sums in slice
  * order, which the fused bound admits. Every rank computes the same bits.
  * Expect: v16 less one L2 round trip at 16 tokens and more (one token runs one block, which counts
- * nothing); at hidden 8192, v16 (which ran v15) less v15's chunk branches, plus a cluster barrier.
+ * nothing); at hidden 8192, v16 (which ran v15) less v15's chunk branches, plus one exchange of the
+ * slices' sums through distributed shared memory.
  * Run alone: build/kernlab bench allreduce --variant v18_lamport_add_rmsnorm_early_done */
 #include "kernels/allreduce/fused_rows.cuh"
 #include "kernels/variant.h"
@@ -56,7 +60,15 @@ static __global__ void __launch_bounds__(kThreads)
     constexpr int V = 16 / sizeof(T); /* elements per unit */
     __shared__ float parts[2][32];
     __shared__ float slice_sums[2][kMaxSlices];
-    if constexpr (K > 1) cluster_arrive_relaxed(); /* this block has started (waited for below) */
+    __shared__ __align__(8) uint64_t sums_in[2]; /* by row parity: all K slices' sums have landed */
+    if constexpr (K > 1) {
+        if (threadIdx.x == 0) { /* one arrival a phase, which comes with the bytes it awaits */
+            kl::ptx::mbar_init(&sums_in[0], 1), kl::ptx::mbar_init(&sums_in[1], 1);
+            kl::ptx::mbar_init_fence();
+            kl::ptx::mbar_arrive_expect(&sums_in[0], 4 * K), kl::ptx::mbar_arrive_expect(&sums_in[1], 4 * K);
+        }
+        cluster_arrive_release(); /* waited for before the first st.async */
+    }
     const int slice = K > 1 ? (int)kl::ptx::cluster_rank() : 0;
     const int64_t row_units = hidden / V, first = blockIdx.x / K, step = gridDim.x / K;
     const int64_t u = (int64_t)slice * blockDim.x + threadIdx.x; /* this thread's unit of every row */
@@ -119,21 +131,19 @@ static __global__ void __launch_bounds__(kThreads)
                 r[k] = acc[k] + kl::elem_f32<T>(res, k);
                 sum_sq += r[k] * r[k];
             }
-            if (K == 1) store_chunk<T>(residual_out + j * V, r, V, ALIGNED);
+            store_chunk<T>(residual_out + j * V, r, V, ALIGNED);
         }
         float total = block_sum_by_lanes(sum_sq, parts, parity);
         if constexpr (K > 1) { /* this slice's sum into every block of the cluster, then theirs, in slice order */
-            if (threadIdx.x < K)
-                st_cluster_f32((uint32_t)__cvta_generic_to_shared(&slice_sums[parity][slice]), threadIdx.x,
-                                        total);
-            kl::ptx::cluster_sync();
+            if (threadIdx.x < K) st_async_f32(&slice_sums[parity][slice], &sums_in[parity], threadIdx.x, total);
+            mbar_wait_cluster(&sums_in[parity], (int)(((t - first) / step) >> 1) & 1); /* the mbarrier's nth use */
             total = 0.f;
 #pragma unroll
             for (int k = 0; k < K; k++)
                 total += slice_sums[parity][k];
+            if (threadIdx.x == 0) kl::ptx::mbar_arrive_expect(&sums_in[parity], 4 * K); /* armed for row t + 2 step */
         }
         const float inv_rms = rsqrtf(total / (float)hidden + eps);
-        if (mine && K > 1) store_chunk<T>(residual_out + j * V, r, V, ALIGNED); /* after the release (above) */
         if (mine) store_normed<T>(out + j * V, r, inv_rms, wt, V, ALIGNED);
     }
     stamp(P, KL_AR_T_REDUCED);
@@ -169,9 +179,8 @@ static cudaError_t launch_k(const struct kl_allreduce_add_rmsnorm_params *p, uns
         if (most < clusters) clusters = most;
     }
     if (clusters < 1) {
-        fprintf(stderr,
-                "allreduce v18_lamport_add_rmsnorm_early_done: no cluster of %d blocks of %u threads fits (%d blocks)\n",
-                K, threads, p->ar.comm->blocks);
+        fprintf(stderr, "allreduce v18_lamport_add_rmsnorm_early_done: no cluster of %d blocks of %u threads fits "
+                        "(%d blocks)\n", K, threads, p->ar.comm->blocks);
         return cudaErrorInvalidConfiguration;
     }
     cudaLaunchAttribute attr[2] = {};
@@ -230,4 +239,4 @@ KL_AR_FUSED_OPS(ops, launch, KL_AR_NEEDS_PEERS | KL_AR_NEEDS_LAMPORT)
 
 KL_VARIANT(allreduce, v18_lamport_add_rmsnorm_early_done, ops, .min_cc = 90,
            .summary = "v16 counted done right after its sends, its rows wider than a block cut over a cluster of up to "
-                      "8 blocks (the slices' sums of squares read across the cluster): no v15 fallback for wide rows");
+                      "8 blocks (the slices' sums of squares exchanged by st.async): no v15 fallback for wide rows");
