@@ -1,5 +1,6 @@
 /* v6_switch: the best of the ladder by size: the barrier-free one-shot (v17, v11 with every address
- * in registers and each block counted done as soon as its sends are out) for small messages, the barrier-free two-shot (v9) for medium ones, NCCL (v0) beyond.
+ * in registers and each block counted done as soon as its sends are out) for small messages, the
+ * barrier-free two-shot (v9) for medium ones, NCCL (v0) beyond.
  *
  * What changed: nothing in the kernels; a serving engine picks per call the way vLLM and SGLang
  * do (custom all-reduce up to a size, NCCL above). Only the Lamport variants and NCCL are in the
