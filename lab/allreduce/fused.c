@@ -20,8 +20,8 @@ struct kl_ar_problem *kl_ar_fused_problem_new(int world, int64_t tokens, int64_t
 
 /* The edges of the fused op: decode shapes, hidden sizes off the 16-byte chunk (rows that travel
  * element by element, rows alternating between units and elements), more tokens than a grid has
- * blocks, a token whose row is all zeros (out = 0 only through eps), in place, and x and out off
- * 16-byte alignment on one rank. */
+ * blocks (of narrow rows, and of rows cut over several blocks), a token whose row is all zeros
+ * (out = 0 only through eps), in place, and x and out off 16-byte alignment on one rank. */
 static const struct fused_edge {
     int64_t tokens, hidden;
     enum kl_dtype dtype;
@@ -37,6 +37,7 @@ static const struct fused_edge {
     {1, 1, KL_BF16, false, false, 0, "one element"},
     {300, 64, KL_F16, false, false, 0, "300 tokens (more than a grid's blocks)"},
     {2, 16384, KL_BF16, false, false, 0, "hidden 16384 (two chunks a thread)"},
+    {200, 8192, KL_BF16, false, false, 0, "200 tokens of hidden 8192 (rows cut over blocks, several rows a block)"},
     {1, 8192, KL_F32, false, false, 0, "hidden 8192 fp32 (two chunks a thread)"},
     {3, 512, KL_BF16, false, true, 0, "a token whose row sums to zero"},
     {4, 4096, KL_BF16, true, false, 0, "in place (out = x, residual_out = residual)"},

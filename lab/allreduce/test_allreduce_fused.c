@@ -250,6 +250,8 @@ static const struct kl_ar_job kfused_jobs[] = {
     {.scenario = KL_AR_REPEAT, .dtype = KL_F16, .n = 3 * 4100, .hidden = 4100, .eps = 1e-6, .calls = 100, .late = 1, .seed = 53},
     {.scenario = KL_AR_REPEAT, .dtype = KL_F32, .n = 5 * 999, .hidden = 999, .eps = 1e-6, .calls = 100, .late = 1, .seed = 54, .in_place = 1},
     {.scenario = KL_AR_REPEAT, .dtype = KL_BF16, .n = 2 * 1024, .hidden = 1024, .eps = 1e-6, .calls = 100, .late = 1, .seed = 55, .misaligned = 2},
+    /* rows cut over a cluster of blocks (v18), several rows a cluster: its per-row sums' mbarriers reused */
+    {.scenario = KL_AR_REPEAT, .dtype = KL_BF16, .n = 200 * 8192, .hidden = 8192, .eps = 1e-6, .calls = 100, .late = 1, .seed = 57},
     {.scenario = KL_AR_STREAMS, .dtype = KL_BF16, .n = 2 * 512, .hidden = 512, .eps = 1e-6, .seed = 56},
 };
 #define N_FUSED_JOBS ((int)(sizeof kfused_jobs / sizeof kfused_jobs[0]))
