@@ -99,7 +99,7 @@ static __global__ void __launch_bounds__(kThreads)
     /* Off the critical path, while the peers' data travels: empty the set the previous call used. */
     empty_own_set(own, P, previous, previous_bytes);
     if (blockIdx.x == 0 && threadIdx.x == 0) me->lamport_dirty[set] = (uint64_t)(tokens * hidden) * sizeof(T);
-    if constexpr (K > 1) cluster_wait(); /* every block of the cluster has started: it may be written */
+    if constexpr (K > 1) cluster_wait(); /* every block of the cluster has started, its mbarriers set */
 
     /* Receive, add, normalize, a row at a time. Every thread runs every row (the barriers need them
      * all); a thread past the row's end adds nothing. */
