@@ -10,6 +10,7 @@
 #include <stdio.h>
 
 #include "kernels/allreduce/lamport.cuh"
+#include "kernels/ptx_cluster.cuh"
 
 namespace kl_ar
 {
@@ -293,48 +294,6 @@ inline cudaError_t launch_fused(void (*kernel)(const T *, const T *, const T *, 
     return kl::launch_pdl(kernel, sh.grid, sh.threads, pdl, stream, (const T *)p->ar.x, (const T *)p->residual,
                           (const T *)p->weight, (T *)p->ar.out, (T *)p->residual_out, p->num_tokens, p->hidden, p->eps,
                           sh.aligned, make_peers(&p->ar), make_lamport(&p->ar));
-}
-
-/* Clusters (sm_90) for rows cut over several blocks. */
-
-/* cluster_sync in two halves: what this thread wrote before the arrival (an mbarrier's init included)
- * is seen by every thread of the cluster once it has passed the wait. */
-__device__ __forceinline__ void cluster_arrive_release()
-{
-    asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void cluster_wait()
-{
-    asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-/* Stores v into block `rank`'s copy of *slot (distributed shared memory) and counts its 4 bytes on that
- * block's copy of the mbarrier *bar (complete_tx). The block must have started and initialized bar. */
-__device__ __forceinline__ void st_async_f32(float *slot, uint64_t *bar, uint32_t rank, float v)
-{
-    uint32_t remote_slot, remote_bar;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
-                 : "=r"(remote_slot)
-                 : "r"((uint32_t)__cvta_generic_to_shared(slot)), "r"(rank));
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
-                 : "=r"(remote_bar)
-                 : "r"((uint32_t)__cvta_generic_to_shared(bar)), "r"(rank));
-    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];\n" ::"r"(remote_slot),
-                 "r"(__float_as_uint(v)), "r"(remote_bar)
-                 : "memory");
-}
-/* kl::ptx::mbar_wait with acquire at cluster scope: what other blocks' st.async counted on bar's phase
- * is seen once it returns. */
-__device__ __forceinline__ void mbar_wait_cluster(uint64_t *bar, int parity)
-{
-    const uint32_t addr = (uint32_t)__cvta_generic_to_shared(bar);
-    uint32_t done;
-    do {
-        asm volatile("{\n.reg .pred done;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%1], %2;\n"
-                     "selp.u32 %0, 1, 0, done;\n}\n"
-                     : "=r"(done)
-                     : "r"(addr), "r"(parity)
-                     : "memory");
-    } while (!done);
 }
 
 } // namespace kl_ar

@@ -67,7 +67,7 @@ static __global__ void __launch_bounds__(kThreads)
             kl::ptx::mbar_init_fence();
             kl::ptx::mbar_arrive_expect(&sums_in[0], 4 * K), kl::ptx::mbar_arrive_expect(&sums_in[1], 4 * K);
         }
-        cluster_arrive_release(); /* waited for before the first st.async */
+        kl::ptx::cluster_arrive_release(); /* waited for before the first st.async */
     }
     const int slice = K > 1 ? (int)kl::ptx::cluster_rank() : 0;
     const int64_t row_units = hidden / V, first = blockIdx.x / K, step = gridDim.x / K;
@@ -99,7 +99,7 @@ static __global__ void __launch_bounds__(kThreads)
     /* Off the critical path, while the peers' data travels: empty the set the previous call used. */
     empty_own_set(own, P, previous, previous_bytes);
     if (blockIdx.x == 0 && threadIdx.x == 0) me->lamport_dirty[set] = (uint64_t)(tokens * hidden) * sizeof(T);
-    if constexpr (K > 1) cluster_wait(); /* every block of the cluster has started, its mbarriers set */
+    if constexpr (K > 1) kl::ptx::cluster_wait(); /* every block of the cluster has started, its mbarriers set */
 
     /* Receive, add, normalize, a row at a time. Every thread runs every row (the barriers need them
      * all); a thread past the row's end adds nothing. */
@@ -135,8 +135,10 @@ static __global__ void __launch_bounds__(kThreads)
         }
         float total = block_sum_by_lanes(sum_sq, parts, parity);
         if constexpr (K > 1) { /* this slice's sum into every block of the cluster, then theirs, in slice order */
-            if (threadIdx.x < K) st_async_f32(&slice_sums[parity][slice], &sums_in[parity], threadIdx.x, total);
-            mbar_wait_cluster(&sums_in[parity], (int)(((t - first) / step) >> 1) & 1); /* the mbarrier's nth use */
+            if (threadIdx.x < K)
+                kl::ptx::st_async_f32(&slice_sums[parity][slice], &sums_in[parity], threadIdx.x, total);
+            const int nth_use = (int)((t - first) / step) >> 1; /* of this parity's mbarrier */
+            kl::ptx::mbar_wait_cluster(&sums_in[parity], nth_use & 1);
             total = 0.f;
 #pragma unroll
             for (int k = 0; k < K; k++)
