@@ -296,4 +296,18 @@ inline cudaError_t launch_fused(void (*kernel)(const T *, const T *, const T *, 
                           sh.aligned, make_peers(&p->ar), make_lamport(&p->ar));
 }
 
+/* The block's sum of v, the same bits in every thread: each warp's sum into parts[parity], one
+ * barrier, then every warp adds the parts across its lanes (lane i takes warp i's), one shared load
+ * and five shuffles after the barrier instead of a dependent add per warp. Callers alternate parity
+ * by row, so a block's next row never overwrites parts a slow warp has yet to read. (kl::block_sum
+ * has two barriers and one buffer.) */
+__device__ __forceinline__ float block_row_sum(float v, float (*parts)[32], int parity)
+{
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = (int)(blockDim.x / 32);
+    v = kl::warp_sum(v);
+    if (lane == 0) parts[parity][warp] = v;
+    __syncthreads();
+    return kl::warp_sum(lane < warps ? parts[parity][lane] : 0.f);
+}
+
 } // namespace kl_ar

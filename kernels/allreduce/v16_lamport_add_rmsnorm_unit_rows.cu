@@ -33,18 +33,6 @@ using namespace kl_ar;
 
 constexpr int kWidestRowUnits = 4096; /* v15's widest row (8 blocks of 512 threads); wider is an error */
 
-/* The block's sum of v, the same bits in every thread: each warp's sum into parts[parity], one
- * barrier, then every warp sums the parts across its lanes. Callers alternate parity by row, so a
- * block's next row never overwrites parts a slow warp has yet to read. */
-__device__ __forceinline__ float block_row_sum(float v, float (*parts)[32], int parity)
-{
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = (int)(blockDim.x / 32);
-    v = kl::warp_sum(v);
-    if (lane == 0) parts[parity][warp] = v;
-    __syncthreads();
-    return kl::warp_sum(lane < warps ? parts[parity][lane] : 0.f);
-}
-
 template <typename T, bool ALIGNED>
 static __global__ void __launch_bounds__(kThreads)
     fused_v16(const T *x, const T *residual, const T *weight, T *out, T *residual_out, int64_t tokens, int64_t hidden,

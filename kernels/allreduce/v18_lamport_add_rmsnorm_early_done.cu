@@ -28,9 +28,9 @@
  * the grid's stride; a block of one thread a unit of its slice, in whole warps.
  * Precision and bound: v16's sums; with K > 1 the row's sum of squares adds the slices' sums in slice
  * order, which the fused bound admits. Every rank computes the same bits.
- * Expect: v16 less one L2 round trip at 16 tokens and more (one token runs one block, which counts
- * nothing); at hidden 8192, v16 (which ran v15) less v15's chunk branches, plus one exchange of the
- * slices' sums through distributed shared memory.
+ * Expect: v16 less one L2 round trip at 16 tokens and more (one token of a row that fits a block runs
+ * one block, which counts nothing); at hidden 8192, v16 (which ran v15) less v15's chunk branches,
+ * plus one exchange of the slices' sums through distributed shared memory.
  * Run alone: build/kernlab bench allreduce --variant v18_lamport_add_rmsnorm_early_done */
 #include "kernels/allreduce/fused_rows.cuh"
 #include "kernels/variant.h"
@@ -39,17 +39,6 @@ using namespace kl_ar;
 
 constexpr int kMaxSlices = 8;   /* blocks a row may span (a portable cluster) */
 constexpr int kMinThreads = 128; /* the fewest threads a block gets while a row has blocks to spare */
-
-/* The block's sum of v, the same bits in every thread: each warp's sum into parts[parity], one
- * barrier, then every warp sums the parts across its lanes. */
-__device__ __forceinline__ float block_sum_by_lanes(float v, float (*parts)[32], int parity)
-{
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = (int)(blockDim.x / 32);
-    v = kl::warp_sum(v);
-    if (lane == 0) parts[parity][warp] = v;
-    __syncthreads();
-    return kl::warp_sum(lane < warps ? parts[parity][lane] : 0.f);
-}
 
 template <typename T, bool ALIGNED, int K>
 static __global__ void __launch_bounds__(kThreads)
@@ -133,7 +122,7 @@ static __global__ void __launch_bounds__(kThreads)
             }
             store_chunk<T>(residual_out + j * V, r, V, ALIGNED);
         }
-        float total = block_sum_by_lanes(sum_sq, parts, parity);
+        float total = block_row_sum(sum_sq, parts, parity);
         if constexpr (K > 1) { /* this slice's sum into every block of the cluster, then theirs, in slice order */
             if (threadIdx.x < K)
                 kl::ptx::st_async_f32(&slice_sums[parity][slice], &sums_in[parity], threadIdx.x, total);
