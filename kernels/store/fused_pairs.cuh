@@ -54,7 +54,7 @@ __device__ __forceinline__ pair_chunks chunks_of(int i, int m, int rest, int chu
     return c;
 }
 
-/* Four floats at p (16-byte aligned, shared memory) into out[0..3]. */
+/* Four floats at p (16-byte aligned, shared or global memory) into out[0..3]. */
 __device__ __forceinline__ void lds4(const float *p, float *out)
 {
     const float4 v = *reinterpret_cast<const float4 *>(p);
@@ -62,7 +62,7 @@ __device__ __forceinline__ void lds4(const float *p, float *out)
 }
 
 /* A pair's cos and sin from its token's table row (rotary_dim floats: cos, then sin, half each; shared
- * memory): neox, columns 8a..8a+7 for both chunks; interleaved, 4a..4a+3, then 4b..4b+3 where b is
+ * memory, or global where v7 loads a token ahead): neox, columns 8a..8a+7 for both chunks; interleaved, 4a..4a+3, then 4b..4b+3 where b is
  * rotated. */
 template <bool NEOX>
 __device__ __forceinline__ void cos_sin_of(const float *row, int half, const pair_chunks &pc, float (&c)[8],

@@ -4,7 +4,7 @@
 kl_add_sanitizer_test(store racecheck)
 kl_add_sanitizer_test(store synccheck)
 
-# The fused family (v4, v5, v6: RoPE + e4m3 quantize + store) on the CPU under the lab's emulation
+# The fused family (v4 to v7: RoPE + e4m3 quantize + store) on the CPU under the lab's emulation
 # (lab/emulate/): problems that take each variant's paths, judged against the float64 reference by
 # emulate/driver.cpp as the module judges them, and the planted bugs of emulate/mutants.py it must catch.
 find_package(Python3 COMPONENTS Interpreter QUIET)

@@ -1,10 +1,12 @@
-/* Runs store's fused family (v4_rope_quant_store, v5_tile_inflight, v6_bulk_ring: their exact source, lab/emulate/
- * gen.py's copy) on the CPU under the emulation of lab/emulate/emulator.h, each through its own launcher, and
- * judges its three outputs as the module judges them (lab/store/fused.c): the K and V caches code by code under
- * the e4m3 policy (lab/core/compare.c: the float64 value before rounding and the slack of its float32
- * computation, from reference/store.c), q_out under its dtype's row. The problems take every path of the
- * family: more tokens than v6 hands to v5 (256), so its ring runs with more tokens a block than stages, and
- * v5's token tiles; a decode batch (v6 to v5 to v4's programmatic launch); shapes without whole 16-byte chunks
+/* Runs store's fused family (v4_rope_quant_store, v5_tile_inflight, v6_bulk_ring, v7_token_walk: their exact
+ * source, lab/emulate/gen.py's copy) on the CPU under the emulation of lab/emulate/emulator.h, each through its
+ * own launcher, and judges its three outputs as the module judges them (lab/store/fused.c): the K and V caches
+ * code by code under the e4m3 policy (lab/core/compare.c: the float64 value before rounding and the slack of
+ * its float32 computation, from reference/store.c), q_out under its dtype's row. The problems take every path
+ * of the family: more tokens than v6 hands to v5 (256), so its ring runs with more tokens a block than stages,
+ * and v5's token tiles; v7's groups walk several tokens each (the emulated device's 3 SMs hold fewer groups
+ * than there are tokens), so its loads a token ahead are checked past a group's first two tokens; a decode
+ * batch (v6 to v5 to v4's programmatic launch); shapes without whole 16-byte chunks
  * (v4's one element a thread). Neox and interleaved rotary, partial spans, bf16 and fp16, GQA 2 to 8, K values
  * past e4m3's range (a kv head's scale small enough to saturate), positions outside the table (left
  * unrotated), negative slots (skipped) and a slot past the cache (skipped, its q still written). Cache codes a

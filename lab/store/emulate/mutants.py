@@ -3,9 +3,9 @@ variant's text, and every find text must occur exactly once). `store_emulator --
 problems in order and passes only if the mutant fails with `expect` in the first line of its failure, on a
 problem its variant passes."""
 
-# v6_bulk_ring includes kernels/ptx_sm90.cuh; v4 and v5 reach the emulation only through kernels/common.cuh
-# (pdl_wait, launch_pdl), so they are named here
-ALSO_EMULATED = ["v4_rope_quant_store", "v5_tile_inflight"]
+# v6_bulk_ring includes kernels/ptx_sm90.cuh; v4, v5 and v7 reach the emulation only through
+# kernels/common.cuh (pdl_wait, launch_pdl), so they are named here
+ALSO_EMULATED = ["v4_rope_quant_store", "v5_tile_inflight", "v7_token_walk"]
 
 MUTANTS = [
     {   # one element a thread (shapes without whole 16-byte chunks): e4m3 without saturation, so a K value
@@ -41,5 +41,21 @@ MUTANTS = [
         "edits": [("kl::ptx::mbar_wait(&empty[st], (int)(k / stages & 1) ^ 1);",
                    "kl::ptx::mbar_wait(&empty[st], (int)(k / stages & 1));")],
         "expect": "deadlock: every live thread of the cluster is blocked",
+    },
+    {   # the position loaded a token ahead taken for the token after it: every token a group walks past its
+        # first two is rotated with the cos/sin of the token G before it (K first, in the check's order)
+        "name": "mutant_v7_position_a_token_late",
+        "variant": "v7_token_walk",
+        "edits": [("pos_next = t_next + w.groups < w.num_tokens ? __ldg(positions + t_next + w.groups) : -1;",
+                   "pos_next = t_next + w.groups < w.num_tokens ? __ldg(positions + t_next) : -1;")],
+        "expect": "elements of k_cache outside",
+    },
+    {   # the next token's loads issued into the buffer of the token being stored: each token after a group's
+        # first is stored with the chunks of the token after it
+        "name": "mutant_v7_next_loads_into_this_token",
+        "variant": "v7_token_walk",
+        "edits": [("issue_token<T, NEOX>(qkv, slots, cos_sin, w, t_next, pos_next, s, pc, needs_slot, next);",
+                   "issue_token<T, NEOX>(qkv, slots, cos_sin, w, t_next, pos_next, s, pc, needs_slot, now);")],
+        "expect": "elements of k_cache outside",
     },
 ]
