@@ -62,8 +62,8 @@ __device__ __forceinline__ void lds4(const float *p, float *out)
 }
 
 /* A pair's cos and sin from its token's table row (rotary_dim floats: cos, then sin, half each; shared
- * memory, or global where v7 loads a token ahead): neox, columns 8a..8a+7 for both chunks; interleaved, 4a..4a+3, then 4b..4b+3 where b is
- * rotated. */
+ * memory, or global where v7 loads a token ahead): neox, columns 8a..8a+7 for both chunks; interleaved,
+ * 4a..4a+3, then 4b..4b+3 where b is rotated. */
 template <bool NEOX>
 __device__ __forceinline__ void cos_sin_of(const float *row, int half, const pair_chunks &pc, float (&c)[8],
                                            float (&s)[8])

@@ -91,7 +91,8 @@ static __global__ void __launch_bounds__(kThreads)
     const int j = i % w.pairs, s = i / w.pairs, heads = w.q_heads + 2 * w.kv_heads;
     const int chunks = w.head_dim / 8;
     /* The pair's chunks as a rotated head sees them (q and k); a v head takes the same chunks unrotated. */
-    const kl::store_fused::pair_chunks pc = kl::store_fused::chunks_of<NEOX>(j, w.m, w.rest, chunks, w.rotary_dim, true);
+    const kl::store_fused::pair_chunks pc =
+        kl::store_fused::chunks_of<NEOX>(j, w.m, w.rest, chunks, w.rotary_dim, true);
     bool needs_slot = false;
     float inv_scale[kHeads];
 #pragma unroll
@@ -201,5 +202,5 @@ static cudaError_t launch(const struct kl_store_params *p, cudaStream_t stream)
 }
 
 KL_VARIANT(store, v7_token_walk, launch, .min_cc = 80,
-           .summary = "fused: resident thread groups walk the tokens, each token's qkv, slot and cos/sin loaded while the "
-                      "token before it is rotated and stored; a decode batch: v4");
+           .summary = "fused: resident thread groups walk the tokens, each token's qkv, slot and cos/sin loaded while "
+                      "the token before it is rotated and stored; a decode batch: v4");
