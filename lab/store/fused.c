@@ -257,6 +257,10 @@ static const struct fused_edge {
     /* Past a decode batch's grid on any GPU (2501 tiles of 96 pairs): v5's own tiles (v6's ring), not v4's path. */
     {{5001, 8, 2, 128, 128, 8192, 16384, true, KL_BF16, KL_SLOTS_RANDOM, 1, 4.0 / 448},
      "fused prefill, odd tokens, a grid past decode size"},
+    /* An odd head count (3 q, 3 k, 3 v: v7's last slice has one head, a k head), interleaved partial with 9
+     * chunks a head, on a grid past decode size: v7's own walk, not v4's launch. */
+    {{12001, 3, 3, 72, 48, 80, 16384, false, KL_F16, KL_SLOTS_RANDOM, 2, 0.03},
+     "fused 9 heads, interleaved partial, a grid past decode size"},
 };
 
 struct kl_store_problem *kl_store_fused_make(int i, uint64_t seed, char *label, size_t len)

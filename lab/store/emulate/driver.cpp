@@ -48,6 +48,8 @@ const std::vector<problem> &problems()
         {"neox, Llama-like GQA 2", KL_BF16, 128, 4, 2, 128, true, 600, 640, 1},
         {"interleaved, partial rotary 32 of 64", KL_F16, 64, 8, 2, 32, false, 400, 512, 2},
         {"neox, partial rotary 64 of 128, GQA 8", KL_BF16, 128, 8, 1, 64, true, 520, 600, 3},
+        /* an odd head count (3 q + 3 k + 3 v): v7's last slice owns one head (a k head), not two; 9 chunks */
+        {"interleaved, partial rotary 48 of 72, 9 heads (3/3)", KL_F16, 72, 3, 3, 48, false, 700, 800, 7},
         /* v6 hands these to v5 (256 tokens or fewer), which hands a decode batch to v4's launcher */
         {"decode batch, GQA 4", KL_BF16, 128, 8, 2, 128, true, 64, 256, 4},
         /* no whole 16-byte chunks (interleaved rotary 36; head_dim 100): v4 runs one element a thread */
