@@ -283,6 +283,39 @@ inline cudaError_t fused_launch_shape(const kl_allreduce_add_rmsnorm_params *p, 
     return cudaSuccess;
 }
 
+/* How many clusters of K blocks of `threads` threads of KERNEL (a fused variant's kernel) the device
+ * holds at once, asked once per kernel, device and block size. */
+template <auto KERNEL, int K> inline int max_clusters(unsigned threads)
+{
+    static int seen[16][1024 / 32 + 1]; /* by device ordinal and warps a block; a benign race */
+    int dev = 0;
+    cudaGetDevice(&dev);
+    int *n = dev >= 0 && dev < 16 && threads <= 1024 ? &seen[dev][threads / 32] : NULL;
+    if (n && *n) return *n;
+    cudaLaunchAttribute cluster = {};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = K, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg = {dim3(K), dim3(threads), 0, 0, &cluster, 1};
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, KERNEL, &cfg) != cudaSuccess) clusters = 0;
+    if (n) *n = clusters;
+    return clusters;
+}
+
+/* The clusters of K blocks of `threads` threads a fused call launches: one a token, up to the
+ * communicator's blocks over K and `most` (max_clusters, where the variant asks). 0, said on stderr,
+ * when none fits. */
+inline int64_t fused_clusters(const kl_allreduce_add_rmsnorm_params *p, int K, unsigned threads, int64_t most,
+                              const char *variant)
+{
+    int64_t clusters = p->num_tokens < p->ar.comm->blocks / K ? p->num_tokens : p->ar.comm->blocks / K;
+    if (most < clusters) clusters = most;
+    if (clusters < 1)
+        fprintf(stderr, "allreduce %s: no cluster of %d blocks of %u threads fits (%d blocks)\n", variant, K, threads,
+                p->ar.comm->blocks);
+    return clusters < 1 ? 0 : clusters;
+}
+
 /* kernel (a fused variant's kernel for T, its C chosen by sh) on the call's buffers, as a programmatic
  * dependent of the previous kernel on sm_90. */
 template <typename T>

@@ -103,37 +103,12 @@ static __global__ void __launch_bounds__(kRowThreads, 1)
 #endif
 }
 
-/* How many clusters of fused_v15<T, K> the device holds at once (asked once per device). */
-template <typename T, int K> static int max_clusters(unsigned threads)
-{
-    static int seen[16][kRowThreads / 32 + 1]; /* by device ordinal and warps a block; a benign race */
-    int dev = 0;
-    cudaGetDevice(&dev);
-    int *n = dev >= 0 && dev < 16 ? &seen[dev][threads / 32] : NULL;
-    if (n && *n) return *n;
-    cudaLaunchAttribute cluster = {};
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = K, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
-    cudaLaunchConfig_t cfg = {dim3(K), dim3(threads), 0, 0, &cluster, 1};
-    int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, fused_v15<T, K>, &cfg) != cudaSuccess) clusters = 0;
-    if (n) *n = clusters;
-    return clusters;
-}
-
 template <typename T, int K>
 static cudaError_t launch_k(const struct kl_allreduce_add_rmsnorm_params *p, const fused_shape &sh, cudaStream_t stream)
 {
-    const int64_t most = max_clusters<T, K>(sh.threads);
-    int64_t clusters = p->num_tokens < p->ar.comm->blocks / K ? p->num_tokens : p->ar.comm->blocks / K;
-    if (most < clusters) clusters = most;
-    if (clusters < 1) {
-        fprintf(
-            stderr,
-            "allreduce v15_lamport_add_rmsnorm_in_registers: no cluster of %d blocks of %u threads fits (%d blocks)\n",
-            K, sh.threads, p->ar.comm->blocks);
-        return cudaErrorInvalidConfiguration;
-    }
+    const int64_t clusters = fused_clusters(p, K, sh.threads, max_clusters<fused_v15<T, K>, K>(sh.threads),
+                                            "v15_lamport_add_rmsnorm_in_registers");
+    if (clusters == 0) return cudaErrorInvalidConfiguration;
     cudaLaunchAttribute attr[2] = {};
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;

@@ -142,38 +142,13 @@ static __global__ void __launch_bounds__(kThreads)
 #endif
 }
 
-/* How many clusters of fused_v18<T, ALIGNED, K> of `threads` threads the device holds at once (asked
- * once per device and block size). */
-template <typename T, bool ALIGNED, int K> static int max_clusters(unsigned threads)
-{
-    static int seen[16][kThreads / 32 + 1]; /* by device ordinal and warps a block; a benign race */
-    int dev = 0;
-    cudaGetDevice(&dev);
-    int *n = dev >= 0 && dev < 16 ? &seen[dev][threads / 32] : NULL;
-    if (n && *n) return *n;
-    cudaLaunchAttribute cluster = {};
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = K, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
-    cudaLaunchConfig_t cfg = {dim3(K), dim3(threads), 0, 0, &cluster, 1};
-    int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, fused_v18<T, ALIGNED, K>, &cfg) != cudaSuccess) clusters = 0;
-    if (n) *n = clusters;
-    return clusters;
-}
-
 template <typename T, bool ALIGNED, int K>
 static cudaError_t launch_k(const struct kl_allreduce_add_rmsnorm_params *p, unsigned threads, cudaStream_t stream)
 {
-    int64_t clusters = p->num_tokens < p->ar.comm->blocks / K ? p->num_tokens : p->ar.comm->blocks / K;
-    if (K > 1) {
-        const int64_t most = max_clusters<T, ALIGNED, K>(threads);
-        if (most < clusters) clusters = most;
-    }
-    if (clusters < 1) {
-        fprintf(stderr, "allreduce v18_lamport_add_rmsnorm_early_done: no cluster of %d blocks of %u threads fits "
-                        "(%d blocks)\n", K, threads, p->ar.comm->blocks);
-        return cudaErrorInvalidConfiguration;
-    }
+    /* one block a row (K = 1) is no cluster: no device limit to ask */
+    const int64_t most = K > 1 ? max_clusters<fused_v18<T, ALIGNED, K>, K>(threads) : INT64_MAX;
+    const int64_t clusters = fused_clusters(p, K, threads, most, "v18_lamport_add_rmsnorm_early_done");
+    if (clusters == 0) return cudaErrorInvalidConfiguration;
     cudaLaunchAttribute attr[2] = {};
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
