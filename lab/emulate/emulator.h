@@ -16,7 +16,9 @@
  *   into the bytes.
  * - Proxies. A second copy of shared memory, the async proxy's view, changes with TMA writes and with
  *   fence.proxy.async; a wgmma reads through it, and fails where a generic write (cp.async landing,
- *   plain store) was never fenced.
+ *   plain store) was never fenced. A cp.async is fenced by the thread that landed it, or by a reader
+ *   whose waits ordered the landing before its fence: then every lane of the reading warp must have
+ *   fenced so itself.
  * - Asynchrony. A wgmma's register operands are saved when it is issued and the registers poisoned
  *   (signalling NaNs in accumulators, NaN pairs in A fragments); products run at the wait_group that
  *   covers them; the wait checks the registers still hold the poison, then restores them, and kernel
@@ -101,6 +103,8 @@ struct chunk {
     uint16_t readers = 0; /* wgmma products in flight that read it */
     epoch gen;            /* the delivery a generic read must be ordered after */
     epoch asy;            /* the same for the async proxy (actor kNone: not yet fenced) */
+    bool reader_fenced = false; /* a cp.async landed by one thread and fenced by a reader (asy = gen): every
+                                 * reading lane must itself have fenced after its wait ordered the landing */
     uint32_t note = kNone; /* the event that put it in this state */
 };
 /* An event a diagnostic names: a copy issued, a stage released, a store fenced. */
@@ -180,6 +184,7 @@ struct fiber {
     std::vector<cp_copy> cp_open;
     std::deque<std::vector<cp_copy>> cp_groups;
     std::vector<uint32_t> unfenced;
+    vclock proxy_fenced; /* its clock at its last fence.proxy.async (empty: none yet) */
     /* wgmma: register operands, products issued (open) and committed groups, both by product id */
     std::vector<std::unique_ptr<reg_group>> groups;
     std::vector<uint32_t> wg_open;
@@ -231,6 +236,7 @@ struct cta {
     size_t dynamic = 0;             /* the launch's dynamic shared bytes, at offset 0 */
     std::map<int, std::pair<size_t, size_t>> statics; /* static __shared__ arrays: slot -> (offset, bytes) */
     std::vector<chunk> chunks;
+    std::vector<uint32_t> landed_unfenced; /* chunks cp.async landed that no fence has published yet */
     std::map<uint32_t, mbarrier> mbarriers;
     std::map<int, gate> named;
     gate block_gate;

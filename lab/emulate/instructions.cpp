@@ -67,6 +67,7 @@ void check_async_read(fiber *(&lanes)[32], const std::vector<uint32_t> &chunks, 
     size_t empty = 0;
     uint32_t first_empty = kNone;
     epoch last;
+    bool last_reader_fenced = false;
     for (size_t i = from; i < to; i++) {
         const uint32_t ch = chunks[i];
         const chunk &k = c.chunks[ch];
@@ -77,7 +78,8 @@ void check_async_read(fiber *(&lanes)[32], const std::vector<uint32_t> &chunks, 
             if (k.state == kValid && k.asy.actor == kNone)
                 fail(at() + " that a cp.async wrote through the generic proxy with no fence.proxy.async before the read",
                      "the write: " + writer_of(c, ch) + "\n    (the writing thread must fence.proxy.async after its "
-                     "cp.async.wait_group and before the barrier that publishes the bytes)");
+                     "cp.async.wait_group and before the barrier that publishes the bytes, or each reading thread "
+                     "after the wait that orders the copies before it)");
             fail(at() + " that a plain store changed with no fence.proxy.async after it",
                  "(the storing thread must fence.proxy.async before the barrier or arrival that publishes the bytes)");
         }
@@ -85,8 +87,15 @@ void check_async_read(fiber *(&lanes)[32], const std::vector<uint32_t> &chunks, 
             if (!empty++) first_empty = ch;
             continue;
         }
-        if (k.asy.actor == last.actor && k.asy.clock == last.clock) continue;
-        last = k.asy;
+        if (k.asy.actor == last.actor && k.asy.clock == last.clock && k.reader_fenced == last_reader_fenced) continue;
+        last = k.asy, last_reader_fenced = k.reader_fenced;
+        if (k.reader_fenced)
+            for (fiber *l : lanes)
+                if (l->proxy_fenced.empty() || l->proxy_fenced[k.asy.actor] < k.asy.clock)
+                    fail(at() + " that another thread's cp.async wrote through the generic proxy, which " + who(l) +
+                             " did not fence.proxy.async after its wait for them",
+                         "the write: " + writer_of(c, ch) + "\n    (a reader that fences instead of the writer must "
+                         "do so itself, after the wait that orders the copies before it)");
         for (fiber *l : lanes)
             if (l->vc[k.asy.actor] < k.asy.clock)
                 fail(at() + " that " + c.cl->notes[k.note].what + " delivered, which " + who(l) +
@@ -242,8 +251,15 @@ void land(fiber *f, const cp_copy &cp)
     else memset(c.smem.data() + cp.dst, 0, cp.bytes);
     if (cp.bytes != 16) return;
     chunk &k = c.chunks[cp.dst / 16];
-    k.state = kValid, k.gen = {f->flat, f->vc[f->flat]}, k.asy = {}, k.note = cp.note;
+    k.state = kValid, k.gen = {f->flat, f->vc[f->flat]}, k.asy = {}, k.reader_fenced = false, k.note = cp.note;
     f->unfenced.push_back(cp.dst / 16);
+    c.landed_unfenced.push_back(cp.dst / 16);
+    if (c.landed_unfenced.size() > 2 * c.chunks.size()) { /* kernels whose readers never fence (ldmatrix) */
+        auto &l = c.landed_unfenced;
+        std::sort(l.begin(), l.end());
+        l.erase(std::unique(l.begin(), l.end()), l.end());
+        std::erase_if(l, [&](uint32_t i) { return c.chunks[i].asy.actor != kNone; });
+    }
 }
 void cp_async_wait(int n, site)
 {
@@ -267,6 +283,23 @@ void fence_proxy_async(site s)
         memcpy(c.view.data() + ch * 16, c.smem.data() + ch * 16, 16);
     }
     f->unfenced.clear();
+    /* Another thread's landed cp.async copies, where this thread is ordered after their landing (the
+     * mbarrier phase their cp.async.mbarrier.arrive counted, or a barrier): a reader's fence is on the
+     * path from the write to its own async-proxy reads, so it publishes them for itself. Each reading
+     * lane must have fenced so (check_async_read); the rest stay for a later fence. */
+    f->proxy_fenced = f->vc;
+    size_t kept = 0;
+    for (uint32_t ch : c.landed_unfenced) {
+        chunk &k = c.chunks[ch];
+        if (k.state != kValid || k.asy.actor != kNone) continue; /* fenced, released or rewritten since */
+        if (f->vc[k.gen.actor] < k.gen.clock) {
+            c.landed_unfenced[kept++] = ch;
+            continue;
+        }
+        k.asy = k.gen, k.reader_fenced = true;
+        memcpy(c.view.data() + ch * 16, c.smem.data() + ch * 16, 16);
+    }
+    c.landed_unfenced.resize(kept);
     /* Plain stores are invisible to the emulation until they show as generic bytes that differ from
      * the async proxy's view: this fence publishes them (any thread's: a store's author is unknown). */
     uint32_t n = kNone;
@@ -281,7 +314,7 @@ void fence_proxy_async(site s)
             if (k.state == kInFlight || (k.state == kValid && k.asy.actor == kNone)) continue; /* another's cp.async */
             if (n == kNone) n = add_note("a plain store fenced", chain_child(f->chain, s));
             memcpy(c.view.data() + ch * 16, c.smem.data() + ch * 16, bytes);
-            k.state = kValid, k.gen = k.asy = now, k.note = n;
+            k.state = kValid, k.gen = k.asy = now, k.reader_fenced = false, k.note = n;
         }
     }
 }
@@ -577,7 +610,7 @@ void land_copy(mbarrier &b, const mbarrier::copy &cp)
     for (uint32_t ch = cp.dst / 16; ch < (cp.dst + cp.bytes) / 16; ch++) {
         chunk &k = c.chunks[ch];
         memcpy(c.view.data() + ch * 16, c.smem.data() + ch * 16, 16);
-        k.state = kValid, k.gen = k.asy = {b.actor, b.completed + 1}, k.note = cp.note;
+        k.state = kValid, k.gen = k.asy = {b.actor, b.completed + 1}, k.reader_fenced = false, k.note = cp.note;
     }
 }
 
@@ -596,7 +629,7 @@ void release(cta &c, mbarrier &b, uint32_t n)
         if (k.state == kInFlight) continue; /* already refilled by the producer: its copy is in flight */
         memset(c.smem.data() + ch * 16, 0xFF, 16);
         memset(c.view.data() + ch * 16, 0xFF, 16);
-        k.state = kReleased, k.gen = k.asy = {}, k.note = n;
+        k.state = kReleased, k.gen = k.asy = {}, k.reader_fenced = false, k.note = n;
     }
 }
 

@@ -207,4 +207,23 @@ MUTANTS = [
         "edits": [("return trace_slot(traced, e, c, (int)consumed + j); };", "return trace_slot(traced, e, c, j); };")],
         "expect": "the trace of CTA 0 is missing events or out of order",
     },
+    {   # v15: the consumers' fence for the tensor cores (its gathering threads no longer fence) run by one
+        # warpgroup only: the other's products read bytes fenced by someone else (a fence publishes another
+        # thread's copies only for the thread that runs it)
+        "name": "mutant_async_gather_one_reader_fences",
+        "variant": "v15_async_gather",
+        "edits": [("            if constexpr (kGathered) fence_async_smem();\n",
+                   "            if constexpr (kGathered) if (c == 1) fence_async_smem();\n")],
+        "expect": "did not fence.proxy.async after its wait for them",
+    },
+    {   # v15: a thread's arrival made before its copies of the tile are issued: the stage is full while they
+        # are still in flight (the emulation lands them at the thread's next arrival, after the readers'
+        # fence, so the read is of bytes no fence published)
+        "name": "mutant_async_gather_arrives_first",
+        "variant": "v15_async_gather",
+        "edits": [("        const uint32_t dst = smem_addr(tile);\n",
+                   "        const uint32_t dst = smem_addr(tile);\n        cp_async_mbar_arrive(full);\n"),
+                  ("        cp_async_mbar_arrive(full); /* arrives when this thread's copies of the tile have landed */\n", "")],
+        "expect": "with no fence.proxy.async before the read",
+    },
 ]
