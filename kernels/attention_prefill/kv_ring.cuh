@@ -21,10 +21,9 @@ namespace kl {
 namespace hopper {
 
 /* A CTA of the warp-specialized variants: mainloop_sm90.cuh's tiles, and the ring's shared memory. Three
- * stages where they fit, two for head_dim 256 (3 x 64 KB would not fit): a tile lands about 3000
- * clocks after its copy is issued on an H100, more than a stage's compute. Measured there on
- * causal-8k, though, two stages ran as fast (v8 1144 against 1152 us, v10 1280 against 1256-1266,
- * each with one producer warp): the copies' rate, not their latency, is what the consumers wait for. */
+ * stages where they fit, two for head_dim 256 (3 x 64 KB would not fit): a third stage covers a copy
+ * whose landing takes longer than a stage's compute; where the copies' rate rather than their latency
+ * is what the consumers wait for, two stages run as fast (the guide's CTA timeline shows which). */
 template <int D> struct ws_shape : wg_tiles<D> {
     using QTile = typename wg_tiles<D>::QTile;
     using KvTile = typename wg_tiles<D>::KvTile;
@@ -99,9 +98,8 @@ __device__ __forceinline__ void publish_last_v(const kv_ring<T, D> &sm, int stag
  * n_tiles); `tails` counts the CTA's uses of the tail barrier (its parity).
  * box_rows > 0: TMA, a box per box_rows keys and 64-column block. Warp 0 issues the K tiles and warp 1
  * the V tiles, each as soon as its stage is free, with the next tile's page numbers already loaded
- * (the other warps return). On an H100 one warp issuing both, looking each page up once its stage was
- * free, fell behind the consumers at page 16 (32 boxes of 2 KB a tile): v10 ran causal-8k in 1239 us,
- * and in 1068 with the two warps.
+ * (the other warps return): one warp issuing both, looking each page up once its stage was free, can
+ * fall behind the consumers at page 16 (32 boxes of 2 KB a tile).
  * box_rows 0: all 128 threads gather rows with cp.async, one copy after another, in the order the
  * consumers need them: V trails K by v_lag tiles (0: K_j then V_j, for consumers that multiply
  * P_j V_j right after S_j; 1: K_j then V_{j-1}, for consumers that issue S_j together with
