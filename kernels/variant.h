@@ -13,6 +13,8 @@
 #ifndef KL_VARIANT_H
 #define KL_VARIANT_H
 
+#include <stdio.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -44,6 +46,15 @@ struct kl_variant {
  * another (allreduce v6_switch, the one-trip variants' fallbacks). Defined with the registry's other
  * walks, in lab/core/registry.c. */
 const struct kl_variant *kl_variant_find(const char *module, const char *name);
+
+/* The launcher of `rung`, the variant of `module` that `caller` hands some calls to (found by name, so
+ * that each variant stays one file), or NULL, said on stderr, where that rung is not built. */
+static inline kl_fnptr kl_variant_launcher(const char *module, const char *rung, const char *caller)
+{
+    const struct kl_variant *v = kl_variant_find(module, rung);
+    if (!v) fprintf(stderr, "%s %s: %s is not built\n", module, caller, rung);
+    return v ? v->launch : NULL;
+}
 
 #ifdef __cplusplus
 }

@@ -117,9 +117,9 @@ static cudaError_t launch(const struct kl_allreduce_add_rmsnorm_params *p, cudaS
     if (rc != cudaSuccess || sh.grid == 0) return rc;
     if (p->hidden % (16 / (int64_t)kl_dtype_size(p->ar.dtype)) != 0 || sh.C > 1) {
         /* Not this variant's rows: v15 runs the call (found by name, so this file stays one file). */
-        const struct kl_variant *v = kl_variant_find("allreduce", "v15_lamport_add_rmsnorm_in_registers");
-        if (!v) return cudaErrorInvalidValue;
-        return ((kl_allreduce_ops_fn)v->launch)()->add_rmsnorm(p, stream);
+        const auto v15 = (kl_allreduce_ops_fn)kl_variant_launcher("allreduce", "v15_lamport_add_rmsnorm_in_registers",
+                                                                  "v16_lamport_add_rmsnorm_unit_rows");
+        return v15 ? v15()->add_rmsnorm(p, stream) : cudaErrorInvalidValue;
     }
     const bool pdl = kl::this_device().cc >= 90;
     char *own = (char *)p->ar.comm->lamport[p->ar.comm->rank];

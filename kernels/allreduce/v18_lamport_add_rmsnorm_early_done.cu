@@ -182,9 +182,9 @@ static cudaError_t launch(const struct kl_allreduce_add_rmsnorm_params *p, cudaS
     const int64_t V = 16 / (int64_t)kl_dtype_size(p->ar.dtype), units = p->hidden / V;
     if (p->hidden % V != 0) {
         /* Not this variant's rows: v15 runs the call (found by name, so this file stays one file). */
-        const struct kl_variant *v = kl_variant_find("allreduce", "v15_lamport_add_rmsnorm_in_registers");
-        if (!v) return cudaErrorInvalidValue;
-        return ((kl_allreduce_ops_fn)v->launch)()->add_rmsnorm(p, stream);
+        const auto v15 = (kl_allreduce_ops_fn)kl_variant_launcher("allreduce", "v15_lamport_add_rmsnorm_in_registers",
+                                                                  "v18_lamport_add_rmsnorm_early_done");
+        return v15 ? v15()->add_rmsnorm(p, stream) : cudaErrorInvalidValue;
     }
     /* K blocks a row: 1 when the row fits one block; else as many as keep a block at kMinThreads or
      * more, then fewer while the tokens' clusters would take more blocks than the communicator has

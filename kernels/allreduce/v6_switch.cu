@@ -46,9 +46,9 @@ static cudaError_t launch(const struct kl_allreduce_params *p, cudaStream_t stre
     cudaError_t rc = kl_allreduce_check_params(p, stream, KL_AR_NEEDS_PEERS | KL_AR_NEEDS_LAMPORT | KL_AR_NEEDS_NCCL, "v6_switch");
     if (rc != cudaSuccess || p->n == 0) return rc;
     /* The ladder's variants are found by name in the registry: this file stays one file. */
-    const struct kl_variant *v = kl_variant_find("allreduce", choose(p->n * (int64_t)kl_dtype_size(p->dtype), p->comm->world));
-    if (!v) return cudaErrorInvalidValue;
-    return ((kl_allreduce_ops_fn)v->launch)()->launch(p, stream);
+    const auto v = (kl_allreduce_ops_fn)kl_variant_launcher(
+        "allreduce", choose(p->n * (int64_t)kl_dtype_size(p->dtype), p->comm->world), "v6_switch");
+    return v ? v()->launch(p, stream) : cudaErrorInvalidValue;
 }
 
 KL_AR_OPS(ops, launch, KL_AR_NEEDS_PEERS | KL_AR_NEEDS_LAMPORT | KL_AR_NEEDS_NCCL)

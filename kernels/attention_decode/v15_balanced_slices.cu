@@ -205,12 +205,9 @@ cudaError_t launch(const struct kl_attention_decode_params *p, cudaStream_t stre
     const bool v8_takes = splits_room < 3 || p->num_pages * p->page_size > INT32_MAX ||
                           (((uintptr_t)p->k_cache | (uintptr_t)p->v_cache) & 15);
     if (v8_takes) {
-        const struct kl_variant *v8 = kl_variant_find("attention_decode", "v8_tma_pages");
-        if (!v8) {
-            fprintf(stderr, "attention_decode v15_balanced_slices: v8_tma_pages is not built\n");
-            return cudaErrorInvalidValue;
-        }
-        return ((kl_attention_decode_launch_fn)v8->launch)(p, stream);
+        const auto v8 = (kl_attention_decode_launch_fn)kl_variant_launcher("attention_decode", "v8_tma_pages",
+                                                                            "v15_balanced_slices");
+        return v8 ? v8(p, stream) : cudaErrorInvalidValue;
     }
     kl::decode::page_maps maps;
     rc = kl::decode::make_page_maps(p, p->dtype == KL_BF16 ? kl::cache_elem::bf16 : kl::cache_elem::f16,

@@ -59,9 +59,8 @@ static cudaError_t launch(const struct kl_index_params *p, cudaStream_t stream)
     const int64_t units = p->hidden * (int64_t)kl_dtype_size(p->dtype) / unit;
     if (p->num_tokens * ((units + 31) / 32 * 32) > (int64_t)dev.sms * kThreadsPerSm) {
         /* Many tokens: bandwidth-bound, where v3's block-per-row streaming copy is measured best. */
-        const struct kl_variant *v3 = kl_variant_find("index", "v3_rows_stream");
-        if (!v3) return fprintf(stderr, "index v4_pdl_one_trip: v3_rows_stream is not built\n"), cudaErrorInvalidValue;
-        return ((kl_index_launch_fn)v3->launch)(p, stream);
+        const auto v3 = (kl_index_launch_fn)kl_variant_launcher("index", "v3_rows_stream", "v4_pdl_one_trip");
+        return v3 ? v3(p, stream) : cudaErrorInvalidValue;
     }
     KL_DISPATCH_UNIT(unit, U, rc = launch_u<U>(p, units, dev.cc >= 90, stream));
     return rc != cudaSuccess ? rc : cudaGetLastError();

@@ -104,9 +104,8 @@ static cudaError_t launch(const struct kl_rmsnorm_params *p, cudaStream_t stream
     while (vpt <= kMaxVpt && (nvec + vpt - 1) / vpt > kMaxThreads) vpt *= 2;
     if (!p->residual || p->num_tokens >= 2 * dev.sms || vpt > kMaxVpt) {
         /* Nothing new to load early (plain), bandwidth-bound (many rows), or too long to hold: v2. */
-        const struct kl_variant *v2 = kl_variant_find("rmsnorm", "v2_pdl");
-        if (!v2) return fprintf(stderr, "rmsnorm v3_pdl_residual_early: v2_pdl is not built\n"), cudaErrorInvalidValue;
-        return ((kl_rmsnorm_launch_fn)v2->launch)(p, stream);
+        const auto v2 = (kl_rmsnorm_launch_fn)kl_variant_launcher("rmsnorm", "v2_pdl", "v3_pdl_residual_early");
+        return v2 ? v2(p, stream) : cudaErrorInvalidValue;
     }
     const int threads = (int)(((nvec + vpt - 1) / vpt + 31) / 32 * 32);
     const bool pdl = dev.cc >= 90;

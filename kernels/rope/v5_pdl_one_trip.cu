@@ -114,10 +114,8 @@ static cudaError_t launch(const struct kl_rope_params *p, cudaStream_t stream)
     const int64_t items = (p->num_q_heads + p->num_kv_heads) * (p->rotary_dim / 2 / pairs);
     if (p->num_tokens * ((items + 31) / 32 * 32) > (int64_t)dev.sms * kThreadsPerSm) {
         /* Many tokens: bandwidth-bound, where v4's persistent prefetching groups are measured best. */
-        const struct kl_variant *v4 = kl_variant_find("rope", "v4_prefetch_cos_sin");
-        if (!v4)
-            return fprintf(stderr, "rope v5_pdl_one_trip: v4_prefetch_cos_sin is not built\n"), cudaErrorInvalidValue;
-        return ((kl_rope_launch_fn)v4->launch)(p, stream);
+        const auto v4 = (kl_rope_launch_fn)kl_variant_launcher("rope", "v4_prefetch_cos_sin", "v5_pdl_one_trip");
+        return v4 ? v4(p, stream) : cudaErrorInvalidValue;
     }
     KL_DISPATCH_FLOAT(p->dtype, T, rc = launch_t<T>(p, vec, dev.cc >= 90, stream));
     return rc != cudaSuccess ? rc : cudaGetLastError();

@@ -65,9 +65,8 @@ static cudaError_t launch(const struct kl_store_params *p, cudaStream_t stream)
     const int64_t units = p->num_kv_heads * p->head_dim * (int64_t)kl_dtype_size(p->dtype) / unit;
     if (p->num_tokens * 2 * ((units + 31) / 32 * 32) > (int64_t)dev.sms * kThreadsPerSm) {
         /* Many tokens: bandwidth-bound, where v2's loads-in-flight copy is measured best. */
-        const struct kl_variant *v2 = kl_variant_find("store", "v2_kv_inflight");
-        if (!v2) return fprintf(stderr, "store v3_pdl_one_trip: v2_kv_inflight is not built\n"), cudaErrorInvalidValue;
-        return ((kl_store_launch_fn)v2->launch)(p, stream);
+        const auto v2 = (kl_store_launch_fn)kl_variant_launcher("store", "v2_kv_inflight", "v3_pdl_one_trip");
+        return v2 ? v2(p, stream) : cudaErrorInvalidValue;
     }
     unsigned *flag;
     if ((rc = cudaGetSymbolAddress((void **)&flag, bad_slot)) != cudaSuccess) return rc;

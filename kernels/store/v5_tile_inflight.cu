@@ -159,12 +159,8 @@ static cudaError_t launch(const struct kl_store_params *p, cudaStream_t stream)
     const kl::device_caps dev = kl::this_device();
     const bool small = vec && dev.cc >= 90 && g.tiles * g.per_tile * g.threads <= (int64_t)dev.sms * kThreadsPerSm;
     if (!vec || small) { /* v4's own launcher: a decode batch, its scalar path, or a long rotary span */
-        const struct kl_variant *v4 = kl_variant_find("store", "v4_rope_quant_store");
-        if (!v4) {
-            fprintf(stderr, "store v5_tile_inflight: v4_rope_quant_store is not built\n");
-            return cudaErrorInvalidValue;
-        }
-        return ((kl_store_launch_fn)v4->launch)(p, stream);
+        const auto v4 = (kl_store_launch_fn)kl_variant_launcher("store", "v4_rope_quant_store", "v5_tile_inflight");
+        return v4 ? v4(p, stream) : cudaErrorInvalidValue;
     }
     unsigned *flag;
     if ((rc = cudaGetSymbolAddress((void **)&flag, bad_slot)) != cudaSuccess) return rc;

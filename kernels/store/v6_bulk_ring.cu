@@ -222,12 +222,8 @@ static cudaError_t launch(const struct kl_store_params *p, cudaStream_t stream)
     const kl::device_caps dev = kl::this_device();
     const ring_plan r = vec ? plan_of(p) : ring_plan{};
     if (!vec || dev.cc < 90 || p->num_tokens <= kSmallBatch || r.smem == 0) {
-        const struct kl_variant *v5 = kl_variant_find("store", "v5_tile_inflight");
-        if (!v5) {
-            fprintf(stderr, "store v6_bulk_ring: v5_tile_inflight is not built\n");
-            return cudaErrorInvalidValue;
-        }
-        return ((kl_store_launch_fn)v5->launch)(p, stream);
+        const auto v5 = (kl_store_launch_fn)kl_variant_launcher("store", "v5_tile_inflight", "v6_bulk_ring");
+        return v5 ? v5(p, stream) : cudaErrorInvalidValue;
     }
     unsigned *flag;
     if ((rc = cudaGetSymbolAddress((void **)&flag, bad_slot)) != cudaSuccess) return rc;

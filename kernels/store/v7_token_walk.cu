@@ -170,15 +170,11 @@ static cudaError_t launch_k(const struct kl_store_params *p, walk_shape w, cudaS
     return cudaGetLastError();
 }
 
-/* Another rung's launcher, found by name (this file stays one file). */
-static cudaError_t launch_other(const char *name, const struct kl_store_params *p, cudaStream_t stream)
+/* v4's launcher, for the calls v7 hands on. */
+static cudaError_t launch_v4(const struct kl_store_params *p, cudaStream_t stream)
 {
-    const struct kl_variant *v = kl_variant_find("store", name);
-    if (!v) {
-        fprintf(stderr, "store v7_token_walk: %s is not built\n", name);
-        return cudaErrorInvalidValue;
-    }
-    return ((kl_store_launch_fn)v->launch)(p, stream);
+    const auto v4 = (kl_store_launch_fn)kl_variant_launcher("store", "v4_rope_quant_store", "v7_token_walk");
+    return v4 ? v4(p, stream) : cudaErrorInvalidValue;
 }
 
 static cudaError_t launch(const struct kl_store_params *p, cudaStream_t stream)
@@ -186,11 +182,11 @@ static cudaError_t launch(const struct kl_store_params *p, cudaStream_t stream)
     cudaError_t rc = kl_store_check_fused_params(p, "v7_token_walk");
     if (rc != cudaSuccess || p->num_tokens == 0) return rc;
     /* v4's vector condition (store.h) and a rotary span v5 would take; a decode batch on sm_90: v4 */
-    if (!kl_store_fused_chunks(p) || p->rotary_dim > kMaxRotary) return launch_other("v4_rope_quant_store", p, stream);
+    if (!kl_store_fused_chunks(p) || p->rotary_dim > kMaxRotary) return launch_v4(p, stream);
     const walk_shape w = shape_of(p);
     const kl::device_caps dev = kl::this_device();
     if (dev.cc >= 90 && p->num_tokens * w.pairs * w.slices <= (int64_t)dev.sms * kThreadsPerSm)
-        return launch_other("v4_rope_quant_store", p, stream);
+        return launch_v4(p, stream);
     unsigned *flag;
     if ((rc = cudaGetSymbolAddress((void **)&flag, bad_slot)) != cudaSuccess) return rc;
     if ((rc = kl_store_validate_begin(p, flag, stream)) != cudaSuccess) return rc;

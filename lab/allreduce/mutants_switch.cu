@@ -9,9 +9,9 @@
 static cudaError_t launch(const struct kl_allreduce_params *p, cudaStream_t stream)
 {
     const bool small = p->n * (int64_t)kl_dtype_size(p->dtype) <= 4096;
-    const struct kl_variant *v = kl_variant_find("allreduce", small ? "v8_lamport_pdl" : "v4_oneshot_one_barrier");
-    if (!v) return cudaErrorInvalidValue;
-    return ((kl_allreduce_ops_fn)v->launch)()->launch(p, stream);
+    const auto v = (kl_allreduce_ops_fn)kl_variant_launcher(
+        "allreduce", small ? "v8_lamport_pdl" : "v4_oneshot_one_barrier", "mutant_switch_through_v4");
+    return v ? v()->launch(p, stream) : cudaErrorInvalidValue;
 }
 
 KL_AR_OPS(ops, launch, KL_AR_NEEDS_PEERS | KL_AR_NEEDS_LAMPORT)
