@@ -226,4 +226,12 @@ MUTANTS = [
                   ("        cp_async_mbar_arrive(full); /* arrives when this thread's copies of the tile have landed */\n", "")],
         "expect": "with no fence.proxy.async before the read",
     },
+    {   # v16: a key's slot listed without its position in the page (page number x page_size): every row of
+        # a page reads the page's first row where pages hold more than one key (page 1 cannot show it)
+        "name": "mutant_lean_gather_slot_without_position",
+        "variant": "v16_lean_gather",
+        "edits": [("list(j)[tid] = k.page_number < 0 ? -1 : k.page_number * (int32_t)p.page_size + k.position;",
+                   "list(j)[tid] = k.page_number < 0 ? -1 : k.page_number * (int32_t)p.page_size;")],
+        "expect": "elements of out",
+    },
 ]
