@@ -106,6 +106,40 @@ __device__ __forceinline__ void gather_rows_cp_async(const kl_attention_decode_p
     }
 }
 
+/* gather_rows_cp_async's copies with fewer instructions (v18): a lane copies chunk lane % CHUNKS of
+ * its rows in every tile, so its sources are k_lane / v_lane (the cache at kv head g0 and that chunk)
+ * plus the row's slot times row_stride, one IMAD.WIDE each, and a row's slot, shuffled once, serves its
+ * K copy and its V copy. With r = ROWS x step % 16 + lane / CHUNKS, r % 8 is (ROWS x step % 8) XOR
+ * lane / CHUNKS, so the swizzle is a lane's constant XOR the step's. */
+template <int BLOCKS, int HEADS, int GATHERERS = 1, int G = 0, bool EVICT_FIRST = false>
+__device__ __forceinline__ void gather_rows_lean(const unsigned char *k_lane, const unsigned char *v_lane,
+                                                 uint32_t row_stride, int slots, int half, uint32_t stage,
+                                                 uint64_t policy = 0)
+{
+    constexpr int CHUNKS = 8 * BLOCKS, ROW_BYTES = 128 * BLOCKS, ROWS = 32 / CHUNKS; /* rows a warp instruction */
+    constexpr int STEPS = HEADS * 16 / ROWS; /* instructions of a tile's K, and as many of its V */
+    constexpr uint32_t HEAD_TILE = 16 * ROW_BYTES, TILE_HALF = HEADS * HEAD_TILE;
+    static_assert(STEPS % GATHERERS == 0 && G < GATHERERS, "the gatherers share a tile's instructions evenly");
+    const int lane = threadIdx.x % 32, c = lane % CHUNKS, sub = lane / CHUNKS;
+    const uint32_t lane_at = stage + (c / 8) * 16 * 128 + sub * 128;
+    const int swizzle = (c % 8) ^ sub;
+#pragma unroll
+    for (int k = 0; k < STEPS / GATHERERS; k++) {
+        const int step = GATHERERS * k + G, head = ROWS * step / 16, r0 = ROWS * step % 16; /* constants */
+        const uint32_t slot = (uint32_t)__shfl_sync(0xffffffffu, slots, 16 * half + r0 + sub);
+        const unsigned char *ks = k_lane + (uint64_t)slot * row_stride + head * ROW_BYTES;
+        const unsigned char *vs = v_lane + (uint64_t)slot * row_stride + head * ROW_BYTES;
+        const uint32_t dst = lane_at + head * HEAD_TILE + r0 * 128 + ((swizzle ^ (r0 % 8)) << 4);
+        if constexpr (EVICT_FIRST) {
+            kl::ptx::cp_async_16_hint(dst, ks, policy);
+            kl::ptx::cp_async_16_hint(dst + TILE_HALF, vs, policy);
+        } else {
+            kl::ptx::cp_async_16(dst, ks, true);
+            kl::ptx::cp_async_16(dst + TILE_HALF, vs, true);
+        }
+    }
+}
+
 /* The producer warp: tiles 0 .. tiles - 1 of tokens t0 .. t1 - 1 of request b, kv heads g0 .. g0 +
  * HEADS - 1, into stage i % STAGES of the ring at ring_at (tile i's round i / STAGES; but see ring_pos),
  * each after its consumers handed the stage back on empty[st] and with its bytes counted on full[st]. COLS: the
@@ -122,9 +156,9 @@ __device__ __forceinline__ void gather_rows_cp_async(const kl_attention_decode_p
  * GATHERERS (v17): that many producer warps run this loop side by side, this one being gatherer G; each
  * waits for every stage, issues its share of each gathered tile and arrives with all its lanes, so the
  * full barriers count 32 x GATHERERS arrivals. Whole 16-slot tiles come as boxes from gatherer 0 alone,
- * the others arriving plainly. */
+ * the others arriving plainly. LEAN (v18): the gathered tiles by gather_rows_lean, the same copies. */
 template <int STAGES, int BLOCKS, int COLS, int HEADS = 1, bool CP_ASYNC_ROWS = false, bool EVICT_FIRST = false,
-          int GATHERERS = 1, int G = 0>
+          int GATHERERS = 1, int G = 0, bool LEAN = false>
 __device__ __forceinline__ void produce_page_tiles(const CUtensorMap *k_box, const CUtensorMap *v_box,
                                                    const CUtensorMap *k_row, const CUtensorMap *v_row, bool boxes,
                                                    const kl_attention_decode_params &p, int b, int g0, int t0, int t1,
@@ -153,6 +187,11 @@ __device__ __forceinline__ void produce_page_tiles(const CUtensorMap *k_box, con
                (uint32_t)(c % BLOCKS) * BLOCK_BYTES;
     };
     const uint64_t policy = EVICT_FIRST ? kl::ptx::l2_evict_first_policy() : 0;
+    /* LEAN: this lane's chunk of kv head g0's row in each cache, and the bytes from one slot's row to the next */
+    const uint32_t row_stride = (uint32_t)(p.num_kv_heads * 128 * BLOCKS);
+    const int64_t lane_offset = (int64_t)g0 * 128 * BLOCKS + 16 * (lane % (8 * BLOCKS));
+    const unsigned char *k_lane = static_cast<const unsigned char *>(p.k_cache) + lane_offset;
+    const unsigned char *v_lane = static_cast<const unsigned char *>(p.v_cache) + lane_offset;
     auto copy = [&](uint32_t dst, const CUtensorMap *map, int c0, int c1, int c2, uint64_t *bar) {
         if constexpr (EVICT_FIRST) kl::ptx::tma_load_3d_hint(dst, map, c0, c1, c2, bar, policy);
         else kl::ptx::tma_load_3d(dst, map, c0, c1, c2, bar);
@@ -179,7 +218,11 @@ __device__ __forceinline__ void produce_page_tiles(const CUtensorMap *k_box, con
                 const bool whole = boxes && 16 * i + 16 <= t1 - t0;
                 const uint32_t stage = ring_at + st * STAGE_BYTES;
                 if (CP_ASYNC_ROWS && !whole) {
-                    gather_rows_cp_async<BLOCKS, HEADS, GATHERERS, G, EVICT_FIRST>(p, g0, slots, half, stage, policy);
+                    if constexpr (LEAN)
+                        gather_rows_lean<BLOCKS, HEADS, GATHERERS, G, EVICT_FIRST>(k_lane, v_lane, row_stride, slots,
+                                                                                   half, stage, policy);
+                    else
+                        gather_rows_cp_async<BLOCKS, HEADS, GATHERERS, G, EVICT_FIRST>(p, g0, slots, half, stage, policy);
                     kl::ptx::cp_async_mbar_arrive(&full[st]);
                     continue;
                 }
