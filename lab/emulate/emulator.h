@@ -29,6 +29,9 @@
  *   product still reading it fails.
  * - wgmma.fence: registers a thread changed since its last fence (or, for registers no wgmma used
  *   before, any wgmma without a fence since the last commit or wait) fail the next wgmma using them.
+ * - Sources. Where a driver registers its launch's buffers (attention_prefill's and attention_decode's
+ *   do), a cp.async that reads its source, or a bulk copy, must read inside one of them: a row copied
+ *   from a wrong page number or past a cache fails by name instead of reading whatever lies there.
  * What it cannot see: timing, register limits, a read of an A fragment in flight or a plain copy of an
  * accumulator (they carry poison on: the results fail, unnamed), reads of registers before a wgmma
  * without a wgmma.fence (only writes are seen), plain shared-memory stores' order and authors, and
@@ -268,6 +271,12 @@ std::string note_text(const cluster &cl, uint32_t n);
 /* The launch's failure, when cudaGetLastError said cudaErrorLaunchFailure: empty otherwise. */
 const std::string &last_failure();
 void clear_failure();
+/* The global buffers a driver gave its launch, named. Once any is registered, a copy into shared
+ * memory (cp.async that reads its source, a bulk copy) whose source bytes are not all inside one of
+ * them fails, where a GPU would fault or read another allocation unseen. global_buffers_clear()
+ * forgets them (none registered: no check). */
+void global_buffer(const void *begin, size_t bytes, const char *name);
+void global_buffers_clear();
 
 /* ---- scheduling ---- */
 void block_current();

@@ -225,6 +225,44 @@ void mma_16816(float *d, const uint32_t *a, uint32_t b0, uint32_t b1, bool bf16,
     });
 }
 
+/* ---- the global buffers of a launch ---- */
+namespace {
+struct global_range {
+    const unsigned char *begin;
+    size_t bytes;
+    std::string name;
+};
+std::vector<global_range> global_ranges;
+}
+void global_buffer(const void *begin, size_t bytes, const char *name)
+{
+    if (begin) global_ranges.push_back({static_cast<const unsigned char *>(begin), bytes, name});
+}
+void global_buffers_clear() { global_ranges.clear(); }
+/* Fails unless [src, src + bytes) lies inside one registered buffer (or none is registered). Names the
+ * buffer the bytes fall just outside of, when one is within its own size of them. */
+static void check_global_source(const void *src, size_t bytes, const char *what, uint32_t chain)
+{
+    if (global_ranges.empty()) return;
+    const uintptr_t p = (uintptr_t)src; /* addresses as integers: src may point anywhere */
+    for (const global_range &r : global_ranges)
+        if (p >= (uintptr_t)r.begin && p - (uintptr_t)r.begin + bytes <= r.bytes) return;
+    std::string known, where;
+    char text[96];
+    for (const global_range &r : global_ranges) {
+        known += (known.empty() ? "" : ", ") + r.name + " (" + std::to_string(r.bytes) + " bytes)";
+        const long long off = (long long)(p - (uintptr_t)r.begin), size = (long long)r.bytes;
+        if (where.empty() && off >= -size && off < 2 * size) {
+            snprintf(text, sizeof text, "%+lld bytes from %s's start", off, r.name.c_str());
+            where = text;
+        }
+    }
+    if (where.empty()) where = "far from every one";
+    fail(std::string(what) + " at " + chain_text(chain) + ": source outside every global buffer of the launch (" +
+             std::to_string(bytes) + " bytes, " + where + ")",
+         "the launch's buffers: " + known);
+}
+
 /* ---- cp.async ---- */
 void cp_async(uint32_t dst, const void *src, int bytes, bool valid, site s)
 {
@@ -233,6 +271,7 @@ void cp_async(uint32_t dst, const void *src, int bytes, bool valid, site s)
     const uint32_t chain = chain_child(f->chain, s);
     if (dst % bytes || !in_shared(c, dst, bytes))
         fail("cp.async at " + chain_text(chain) + ": destination " + hex(dst) + " misaligned or outside shared memory");
+    if (valid) check_global_source(src, (size_t)bytes, "cp.async", chain);
     const uint32_t n = add_note("the cp.async", chain);
     /* the 4-byte copies carry page numbers, read by plain loads the emulation cannot see: only
      * 16-byte copies (tiles) are tracked */
@@ -793,6 +832,7 @@ void bulk_load(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar, site
         fail("bulk copy at " + chain_text(chain) + ": " + std::to_string(bytes) + " bytes from " + hex((uint32_t)(uintptr_t)src) +
              " to " + hex(dst) + " (the size and both addresses must be multiples of 16)");
     if (!in_shared(c, dst, bytes)) fail("bulk copy at " + chain_text(chain) + kOutsideRegion);
+    check_global_source(src, bytes, "bulk copy", chain);
     mbarrier &b = find_mbarrier(c, bar, chain);
     const uint32_t n = add_note("the bulk copy", chain, bar, b.completed);
     for (uint32_t ch = dst / 16; ch < (dst + bytes) / 16; ch++) start_copy_into(c, ch, n, "bulk copy", chain);

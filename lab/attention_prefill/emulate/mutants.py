@@ -133,13 +133,14 @@ MUTANTS = [
                    "        const int whole = min(n, mask_from / BN + 1);\n")],
         "expect": "elements of out",
     },
-    {   # v12: a page-number list read before the barrier that publishes it (stale numbers, wrong rows)
+    {   # v12: a page-number list read before the barrier that publishes it (stale numbers, wrong rows; a list
+        # never yet written holds no page number at all, and its rows are read from outside the cache)
         "name": "mutant_page_list_unpublished",
         "variant": "v12_paged_gather",
         "edits": [("            next = page_number(step + 2); /* in flight under the next step's waits and copies */\n"
                    "            named_sync(kPagesBarrier, 128);\n",
                    "            next = page_number(step + 2); /* in flight under the next step's waits and copies */\n")],
-        "expect": "elements of out",
+        "expect": "source outside every global buffer of the launch || elements of out",
     },
     {   # v12: two lists, so tile j + 1's overwrites tile j - 1's while its V rows are still being issued
         "name": "mutant_two_page_lists",
@@ -233,5 +234,12 @@ MUTANTS = [
         "edits": [("list(j)[tid] = k.page_number < 0 ? -1 : k.page_number * (int32_t)p.page_size + k.position;",
                    "list(j)[tid] = k.page_number < 0 ? -1 : k.page_number * (int32_t)p.page_size;")],
         "expect": "elements of out",
+    },
+    {   # v16: a request's last, partial key tile taken for a whole one: its rows past kv_len are copied from
+        # slot -1 (2^32 - 1 slots into the cache) instead of zero-filled, a read outside every buffer
+        "name": "mutant_lean_gather_partial_tile_as_whole",
+        "variant": "v16_lean_gather",
+        "edits": [("if ((j + 1) * BN <= r.kv_len) {", "if (j * BN < r.kv_len) {")],
+        "expect": "source outside every global buffer of the launch",
     },
 ]
