@@ -16,7 +16,7 @@
  * Everything else is v15's: the arrivals by cp.async.mbarrier.arrive.noinc, the consumers' fence, the
  * page lists a tile ahead, the consumers' speculative softmax and turns, the work walk.
  * Why faster (the prediction): at page 1 the tile period (the CTA timeline's) is well above page 16's
- * with the same products, and a tenth of the producer's instructions should bring it down to page 16's;
+ * with the same products, and a fraction of the producer's instructions should bring it down to page 16's;
  * the page-16 workloads run v14's code and should not move. Bound: the consumers, as at page 16, if the
  * two periods meet. The workload that judges it: causal-8k-p1 against causal-8k of the same variant.
  * The slots are 32-bit: a cache of 2^31 slots or more is refused (at 128 bytes a slot row, 256 GB).

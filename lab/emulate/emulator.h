@@ -276,6 +276,10 @@ void clear_failure();
  * them fails, where a GPU would fault or read another allocation unseen. global_buffers_clear()
  * forgets them (none registered: no check). */
 void global_buffer(const void *begin, size_t bytes, const char *name);
+template <class T> void global_buffer(const std::vector<T> &buf, const char *name)
+{
+    global_buffer(buf.data(), buf.size() * sizeof(T), name);
+}
 void global_buffers_clear();
 
 /* ---- scheduling ---- */

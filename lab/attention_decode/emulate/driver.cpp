@@ -173,12 +173,12 @@ bool check(const problem &pr, const emu::variant &variant, std::string &why)
     std::vector<unsigned char> workspace(p.workspace_bytes + 16, 0);
     p.workspace = workspace.data();
     emu::global_buffers_clear(); /* a copy from outside these fails */
-    auto give = [](const void *at, size_t bytes, const char *name) { emu::global_buffer(at, bytes, name); };
-    give(q.data(), nq * 2, "q"), give(p.k_cache, pr.fp8 ? nc : nc * 2, "k_cache"), give(p.v_cache, pr.fp8 ? nc : nc * 2, "v_cache");
-    give(qo.data(), qo.size() * 4, "qo_indptr"), give(kv_indptr.data(), kv_indptr.size() * 4, "kv_indptr");
-    give(indices.data(), indices.size() * 4, "kv_indices"), give(last.data(), last.size() * 4, "kv_last_page_len");
-    give(out.data(), nq * 2, "out"), give(lse.data(), lse.size() * 4, "lse"), give(workspace.data(), workspace.size(), "workspace");
-    give(k_scale.data(), k_scale.size() * 4, "k_scale"), give(v_scale.data(), v_scale.size() * 4, "v_scale");
+    if (pr.fp8) emu::global_buffer(k8, "k_cache"), emu::global_buffer(v8, "v_cache");
+    else emu::global_buffer(k, "k_cache"), emu::global_buffer(v, "v_cache");
+    emu::global_buffer(q, "q"), emu::global_buffer(qo, "qo_indptr"), emu::global_buffer(kv_indptr, "kv_indptr");
+    emu::global_buffer(indices, "kv_indices"), emu::global_buffer(last, "kv_last_page_len");
+    emu::global_buffer(out, "out"), emu::global_buffer(lse, "lse"), emu::global_buffer(workspace, "workspace");
+    emu::global_buffer(k_scale, "k_scale"), emu::global_buffer(v_scale, "v_scale");
     for (int launch = 0; launch < 2; launch++) {
         std::fill(out.begin(), out.end(), nan16), std::fill(lse.begin(), lse.end(), NAN);
         emu::clear_failure();

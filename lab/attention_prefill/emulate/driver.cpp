@@ -200,9 +200,10 @@ verdict check(const problem &pr, const emu::variant &v, std::string &stats)
 
     emu::clear_failure();
     emu::global_buffers_clear(); /* a copy from outside these fails */
-    auto give = [](const auto &buf, const char *name) { emu::global_buffer(buf.data(), buf.size() * sizeof buf[0], name); };
-    give(q, "q"), give(k, "k_cache"), give(vv, "v_cache"), give(qo_indptr, "qo_indptr"), give(kv_indptr, "kv_indptr");
-    give(indices, "kv_indices"), give(last, "kv_last_page_len"), give(out, "out"), give(lse, "lse");
+    emu::global_buffer(q, "q"), emu::global_buffer(k, "k_cache"), emu::global_buffer(vv, "v_cache");
+    emu::global_buffer(qo_indptr, "qo_indptr"), emu::global_buffer(kv_indptr, "kv_indptr");
+    emu::global_buffer(indices, "kv_indices"), emu::global_buffer(last, "kv_last_page_len");
+    emu::global_buffer(out, "out"), emu::global_buffer(lse, "lse");
     const cudaError_t rc = ((kl_attention_prefill_launch_fn)v.launch)(&p, nullptr);
     if (rc != cudaSuccess) {
         const std::string &why = emu::last_failure();

@@ -140,7 +140,7 @@ MUTANTS = [
         "edits": [("            next = page_number(step + 2); /* in flight under the next step's waits and copies */\n"
                    "            named_sync(kPagesBarrier, 128);\n",
                    "            next = page_number(step + 2); /* in flight under the next step's waits and copies */\n")],
-        "expect": "source outside every global buffer of the launch || elements of out",
+        "expect": "source outside every global buffer of the launch",
     },
     {   # v12: two lists, so tile j + 1's overwrites tile j - 1's while its V rows are still being issued
         "name": "mutant_two_page_lists",
