@@ -226,4 +226,11 @@ MUTANTS = [
         "edits": [("(full, empty, 32 * kGatherers, 32)", "(full, empty, 32, 32)")],
         "expect": "more arrivals on the mbarrier",
     },
+    {   # v19: the full barriers still count v18's two gatherers: with one gathering warp a stage's barrier
+        # never completes, and the consumers wait on it forever
+        "name": "mutant_v19_full_counts_two_gatherers",
+        "variant": "v19_one_gatherer",
+        "edits": [("(full, empty, 32 * kGatherers, 32)", "(full, empty, 64, 32)")],
+        "expect": "deadlock: every live thread of the cluster is blocked",
+    },
 ]
