@@ -2,9 +2,9 @@
  *
  * What changed from v18, and why: v17 added a second gathering warp on the bet that one warp's issue
  * held the page-1 read rate; v18 then cut each copy to a shuffle shared by K and V, an IMAD.WIDE and the
- * cp.async. With copies that cheap, the second warp may no longer buy issue slots; it
- * still costs its own: its share of every tile's slot shuffles and addresses, its own wait on every
- * stage's empty barrier, and 32 more arrivals on each full barrier for the consumers to wait out. Here
+ * cp.async. With copies that cheap, the second warp may no longer buy issue slots, and it still
+ * costs its own: its share of every tile's slot shuffles and addresses, its own wait on every stage's
+ * empty barrier, and 32 more arrivals on each full barrier for the consumers to wait out. Here
  * kGatherers is 1: the CTA is three consumer warps and one producer (128 threads), the full barriers
  * count 32 arrivals, and the lean gather's loop runs every step of a tile. Everything else is v18's.
  * Why faster (the prediction): if one lean warp issues a tile faster than the ring drains, b32-kv4k-p1
