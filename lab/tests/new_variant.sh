@@ -118,7 +118,7 @@ f=$src/kernels/attention_prefill/v${pn}_my_idea.cu
   && ok "attention_prefill (no --from): v${pn}_my_idea.cu, a copy of the gated $pg" || bad "prefill: gated '$pg' rc=$rc $(cat "$tmp/err")"
 body "$f"
 old=$(grep -nE "prefill_v${pgn}\b|\"[^\"]*$pg" "$tmp/body")
-[ -z "$old" ] && grep -q "prefill_v${pn}<T, D>" "$tmp/body" && grep -qE "KL_VARIANT\(attention_prefill, v${pn}_my_idea, launch, \.min_cc = 90" "$f" \
+[ -z "$old" ] && grep -qE "prefill_v${pn}<T, D[,>]" "$tmp/body" && grep -qE "KL_VARIANT\(attention_prefill, v${pn}_my_idea, launch, \.min_cc = 90" "$f" \
   && ok "no old kernel name or message left (prefill_v${pgn} -> prefill_v${pn})" || bad "prefill: old names left: $old"
 diff <(grep '^#include' kernels/attention_prefill/$pg.cu) <(grep '^#include' "$f") > /dev/null \
   && grep -q '^namespace {' "$f" && grep -q '^} // namespace' "$f" \
