@@ -8,6 +8,7 @@
  *   index.c     README.md (the way in) and environment.md
  *   story.c, story_trace.c, story_doc.c  the story's guide and trace (story_doc.h)
  *   report.c    the command
+ *   built.c     whether the binary's copies of the guide texts and variant comments match the tree
  *   embed.cmake, tools/variant_notes.c  build time: the prose (lab/<module>/guide/<section>.md) and
  *               what the guides quote of each variant file, compiled into the binary */
 #ifndef KL_REPORT_INTERNAL_H
@@ -31,6 +32,10 @@ struct kl_variant_note {
     int kernel_line;
     const char *comment;
 };
+
+/* built.c: each guide text or variant file whose copy in this binary differs from the source tree
+ * (or that the binary lacks), a line each on err; 0 when none, or when no tree is there. */
+int kl_rep_check_built(FILE *err);
 
 /* load.c */
 int kl_rep_load(const char *results, struct kl_guide *mods, int *nm);

@@ -128,6 +128,22 @@ int kl_cmd_report(int argc, char **argv)
         return fprintf(stderr, "kernlab report: --results %s: %s\n", results,
                        stat(results, &st) != 0 ? strerror(errno) : "not a folder"),
                2;
+    /* A binary built before the last edit of a guide text or a variant's comment would write the old text. */
+    char *stale_list = NULL;
+    size_t stale_len = 0;
+    FILE *stale_out = open_memstream(&stale_list, &stale_len);
+    const int stale = stale_out ? kl_rep_check_built(stale_out) : 0;
+    if (stale_out) fclose(stale_out);
+    if (stale) {
+        fprintf(stderr,
+                "kernlab report: this kernlab was built from other text than the source tree holds now, so its "
+                "guides would quote the old text:\n%srebuild it (cmake --build build --target kernlab): nothing "
+                "written\n",
+                stale_list);
+        free(stale_list);
+        return 1;
+    }
+    free(stale_list);
     static struct kl_guide mods[32];
     memset(mods, 0, sizeof mods);
     int nm = 0, status = 0;

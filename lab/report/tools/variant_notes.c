@@ -1,49 +1,14 @@
 /* Build time: the opening comment and the kernel's line of every variant file, written as C for
- * `kernlab report` (lab/report/load.c), which quotes the one and links the other: the binary
- * reads no source. One struct kl_variant_note per file, in the linker section "kl_variant_notes".
+ * `kernlab report` (lab/report/load.c), which quotes the one and links the other without the
+ * source tree (it reads the tree only to check that these copies are current: lab/report/built.c).
+ * One struct kl_variant_note per file, in the linker section "kl_variant_notes".
  *   variant_notes ROOT OUT.c FILE...   (FILE: a path under ROOT, as the guide links it) */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define KL_NOTE_MAX 4096 /* the comment as the guide quotes it, cut there */
-
-/* The line of the variant's first __global__ function (its kernel), and the file's opening
- * comment (what changed, work mapping, bound) with the comment markers removed. */
-static int read_source(const char *path, char *comment, size_t len)
-{
-    FILE *f = fopen(path, "r");
-    comment[0] = 0;
-    if (!f) return 0;
-    char line[1024];
-    int lineno = 0, kernel_line = 0;
-    bool in_comment = false, first_done = false;
-    size_t off = 0;
-    while (fgets(line, sizeof line, f)) {
-        lineno++;
-        if (!first_done) {
-            char *s = line;
-            if (!in_comment && strncmp(s, "/*", 2) == 0) in_comment = true, s += 2;
-            if (in_comment) {
-                char *end = strstr(s, "*/");
-                if (end) *end = 0, in_comment = false, first_done = true;
-                while (*s == ' ') s++;
-                if (*s == '*' && s[1] != '/') s++;
-                if (*s == ' ') s++;
-                off += (size_t)snprintf(comment + off, off < len ? len - off : 0, "%s", s);
-                if (first_done && off < len && (off == 0 || comment[off - 1] != '\n'))
-                    off += (size_t)snprintf(comment + off, len - off, "\n");
-            } else {
-                first_done = true;
-            }
-        }
-        if (!kernel_line && strstr(line, "__global__")) kernel_line = lineno;
-    }
-    fclose(f);
-    while (off > 0 && off <= len && (comment[off - 1] == '\n' || comment[off - 1] == ' ')) comment[--off] = 0;
-    return kernel_line;
-}
+#include "lab/report/variant_source.h"
 
 /* text as a C string literal, a line of source per line of text */
 static void put_c_string(FILE *out, const char *s)
@@ -70,7 +35,7 @@ int main(int argc, char **argv)
     for (int i = 3; i < argc; i++) {
         char path[4200], comment[KL_NOTE_MAX];
         snprintf(path, sizeof path, "%s/%s", argv[1], argv[i]);
-        const int line = read_source(path, comment, sizeof comment);
+        const int line = kl_variant_source_read(path, comment, sizeof comment);
         fprintf(out, "\nstatic const struct kl_variant_note kl_note_%d = {\"%s\", %d,\n    ", i, argv[i], line);
         put_c_string(out, comment);
         fprintf(out, "};\n__attribute__((used, section(\"kl_variant_notes\"))) const struct kl_variant_note "
