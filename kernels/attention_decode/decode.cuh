@@ -62,11 +62,12 @@ struct out_row {
  * weights into w (shared, nr * (splits + 2) floats) with shuffles only; phase 2: every thread
  * sums two adjacent dims of a pair over the splits (a partial row is head_dim + 2 floats, so a dim
  * pair is 8-byte aligned), MERGE_LOADS splits' loads issued before their sums: a merge of many
- * splits is a chain of L2 round trips, each as long for 8 loads as for one (more would raise the
- * register count of the kernels this merge is inlined into: v9 loses a CTA an SM at 16). The sums
+ * splits is a chain of L2 round trips, each as long for 8 loads as for one. 8 unless the variant asks
+ * for more: more raises the register count of some kernels this merge is inlined into (v9 loses a
+ * CTA an SM at 16); v20_wide_merge, whose consumers hold more registers than its merge, asks 32. The sums
  * run in split order, as a one-at-a-time loop would. Partials were written by other blocks: read
  * through L2 (__ldcg), never from a stale L1 line. */
-template <typename T, typename At>
+template <typename T, int MERGE_LOADS = 8, typename At>
 __device__ __forceinline__ void merge_partials_at(const kl_attention_decode_params &p, int nr, int splits, float *w,
                                                   int64_t q_rows, At at)
 {
@@ -90,7 +91,6 @@ __device__ __forceinline__ void merge_partials_at(const kl_attention_decode_para
         if (lane == 0) wh[splits] = m, wh[splits + 1] = l;
     }
     __syncthreads();
-    constexpr int MERGE_LOADS = 8;
     for (int i = threadIdx.x; i < nr * hd / 2; i += blockDim.x) {
         const int h = i / (hd / 2), d = 2 * (i % (hd / 2));
         const out_row o = at(h);
@@ -114,11 +114,11 @@ __device__ __forceinline__ void merge_partials_at(const kl_attention_decode_para
 }
 
 /* merge_partials_at for one query per request: heads h0 .. h0 + nh - 1 of request b. */
-template <typename T>
+template <typename T, int MERGE_LOADS = 8>
 __device__ __forceinline__ void merge_partials(const kl_attention_decode_params &p, int b, int h0, int nh, int splits,
                                                float *w)
 {
-    merge_partials_at<T>(p, nh, splits, w, 1, [=](int h) { return out_row{b, h0, h}; });
+    merge_partials_at<T, MERGE_LOADS>(p, nh, splits, w, 1, [=](int h) { return out_row{b, h0, h}; });
 }
 
 /* out = 0 and lse = -inf for a request with no keys (the empty sum). */
@@ -297,7 +297,7 @@ __device__ __forceinline__ void merge_warp_states(float *mrg, int stride, int nh
  * kernel's shared memory). One fence publishes every head's partials: the fence waits for the
  * block's stores to reach the whole device, so a block over eight heads pays for it once instead of
  * eight times. */
-template <typename T, int HD, int CW, int HEADS>
+template <typename T, int HD, int CW, int HEADS, int MERGE_LOADS = 8>
 __device__ __forceinline__ void finish_cta_heads(const kl_attention_decode_params &p, float *mrg, int stride,
                                                  bool &last, int b, int g, int hb, int h0, int nh, int split,
                                                  int splits)
@@ -335,15 +335,15 @@ __device__ __forceinline__ void finish_cta_heads(const kl_attention_decode_param
     if (!last) return;
     __threadfence();
     for (int k = 0; k < HEADS; k++) /* each merge uses its own head's area: no barrier between them */
-        kl::decode::merge_partials<T>(p, b, h0 + k * nh, nh, splits, mrg + k * stride);
+        kl::decode::merge_partials<T, MERGE_LOADS>(p, b, h0 + k * nh, nh, splits, mrg + k * stride);
 }
 
 /* finish_cta_heads for the one kv head g of a block. */
-template <typename T, int HD, int CW>
+template <typename T, int HD, int CW, int MERGE_LOADS = 8>
 __device__ __forceinline__ void finish_cta(const kl_attention_decode_params &p, float *mrg, bool &last, int b,
                                            int g, int hb, int h0, int nh, int split, int splits)
 {
-    finish_cta_heads<T, HD, CW, 1>(p, mrg, 0, last, b, g, hb, h0, nh, split, splits);
+    finish_cta_heads<T, HD, CW, 1, MERGE_LOADS>(p, mrg, 0, last, b, g, hb, h0, nh, split, splits);
 }
 
 /* The online softmax of one 16-token tile in the mma.sync layout the ring consumers share
