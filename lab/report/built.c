@@ -25,8 +25,12 @@ static char *read_text(const char *path)
     if (!f) return NULL;
     size_t cap = 1 << 16, n = 0, got;
     char *s = malloc(cap);
-    while (s && (got = fread(s + n, 1, cap - n - 1, f)) > 0)
-        if ((n += got) + 1 == cap) s = realloc(s, cap *= 2);
+    while (s && (got = fread(s + n, 1, cap - n - 1, f)) > 0) {
+        if ((n += got) + 1 < cap) continue;
+        char *more = realloc(s, cap *= 2);
+        if (!more) free(s);
+        s = more;
+    }
     fclose(f);
     if (!s) return NULL;
     if (n > 0 && s[n - 1] == '\n') n--;
