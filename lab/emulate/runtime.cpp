@@ -4,6 +4,7 @@
  * instructions.cpp). One OS thread runs a cluster's fibers at a time, so nothing here locks. */
 #include "runtime.h"
 
+#include <cstdlib>
 #include <deque>
 #include <fenv.h>
 #include <signal.h>
@@ -698,9 +699,18 @@ extern "C" const struct kl_variant *kl_variant_find(const char *module, const ch
 }
 
 /* ---- the CUDA runtime and driver calls the launchers make, answered for an emulated device: an sm_90
- * with 3 SMs (a persistent grid then walks several work tiles per CTA) and an H100's shared memory ---- */
+ * with 3 SMs (a persistent grid then walks several work tiles per CTA), or KL_EMU_SMS of them (1 to
+ * 1024: a planner that splits by the SM count then makes as many pieces as on a real GPU), and an
+ * H100's shared memory ---- */
 namespace {
-constexpr int kSms = 3, kMaxSmem = 227 * 1024;
+constexpr int kMaxSmem = 227 * 1024;
+
+int emulated_sms()
+{
+    const char *s = getenv("KL_EMU_SMS");
+    const int n = s ? atoi(s) : 0;
+    return n >= 1 && n <= 1024 ? n : 3;
+}
 
 CUresult encode_tiled(CUtensorMap *map, CUtensorMapDataType dtype, cuuint32_t rank, void *addr, const cuuint64_t *dims,
                       const cuuint64_t *strides, const cuuint32_t *box, const cuuint32_t *element_strides,
@@ -742,7 +752,7 @@ cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int)
     switch (attr) {
     case cudaDevAttrComputeCapabilityMajor: *value = 9; return cudaSuccess;
     case cudaDevAttrComputeCapabilityMinor: *value = 0; return cudaSuccess;
-    case cudaDevAttrMultiProcessorCount: *value = kSms; return cudaSuccess;
+    case cudaDevAttrMultiProcessorCount: *value = emulated_sms(); return cudaSuccess;
     case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = kMaxSmem; return cudaSuccess;
     default: return cudaErrorInvalidValue;
     }
