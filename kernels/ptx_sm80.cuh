@@ -1,6 +1,7 @@
 /* sm_80 PTX, one named inline wrapper per instruction, so a kernel reads as "ldmatrix, mma,
  * cp.async" rather than as asm: mma.sync m16n8k16, ldmatrix, movmatrix, cp.async, ex2.approx, the
- * shared-memory address of a pointer and the packing of two floats into one 16-bit pair. Used by the
+ * shared-memory address of a pointer, the packing of two floats into one 16-bit pair and the global
+ * nanosecond timer. Used by the
  * tensor-core variants of every module; lab/emulate/ shadows each wrapper that holds PTX with an
  * emulated one of the same name and signature. Inline device code only.
  *
@@ -115,6 +116,15 @@ __device__ __forceinline__ float exp2_fast(float x)
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
     return y;
+}
+
+/* %globaltimer: nanoseconds, the same clock on every SM (and every GPU of the machine), so stamps
+ * taken by different CTAs lie on one timeline. */
+__device__ __forceinline__ unsigned long long globaltimer()
+{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
 }
 
 } // namespace ptx

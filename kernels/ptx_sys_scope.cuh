@@ -1,10 +1,13 @@
 /* The PTX layer for memory shared across GPUs (sm_70 and up): stores and loads at system scope, the
- * volatile 16-byte load a poller uses, and the global nanosecond timer. One wrapper per instruction;
+ * volatile 16-byte load a poller uses (the global nanosecond timer, kl::ptx::globaltimer, is
+ * ptx_sm80.cuh's). One wrapper per instruction;
  * the all-reduce variants build their barriers and Lamport waits from these
  * (kernels/allreduce/peer.cuh, lamport.cuh say why each is the one needed). */
 #pragma once
 
 #include <stdint.h>
+
+#include "kernels/ptx_sm80.cuh" /* globaltimer */
 
 namespace kl {
 namespace ptx {
@@ -43,14 +46,6 @@ __device__ __forceinline__ uint4 ld_volatile_v4(const uint4 *p)
                  : "l"(p)
                  : "memory");
     return v;
-}
-
-/* %globaltimer: nanoseconds, the same clock on every GPU of the machine. */
-__device__ __forceinline__ unsigned long long globaltimer()
-{
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
 }
 
 } // namespace ptx

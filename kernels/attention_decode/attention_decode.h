@@ -75,6 +75,21 @@ struct kl_attention_decode_params {
     const float *k_scale;             /* [num_kv_heads] or NULL. Set (with v_scale): both caches hold e4m3
                                        * codes and a code's value is code * scale[kv head]; q and out stay in dtype */
     const float *v_scale;             /* [num_kv_heads]: set exactly when k_scale is */
+    struct kl_decode_trace *trace;    /* NULL, or where a variant that records one writes its CTAs'
+                                       * timeline (below); the others never read it */
+};
+
+/* The timeline of one launch, for `kernlab bench` (an untimed launch of its own): thread 0 of CTA c
+ * (c = (blockIdx.z x gridDim.y + blockIdx.y) x gridDim.x + blockIdx.x, the first KL_DECODE_TRACE_CTAS)
+ * writes %globaltimer (ns) at each event: its start, the end of its wait for the previous kernel (PDL),
+ * the first K/V tile ready for its consumers, the end of its key loop, and its end (its merge done,
+ * where it is the CTA that merges a split request). 0: not recorded (a CTA with no keys, or a variant
+ * that records none). */
+enum { KL_DECODE_TRACE_CTAS = 4096 };
+enum kl_decode_event { KL_DECODE_START, KL_DECODE_RELEASED, KL_DECODE_FIRST_TILE, KL_DECODE_LOOP_DONE, KL_DECODE_END,
+                       KL_DECODE_EVENTS };
+struct kl_decode_trace {
+    unsigned long long at[KL_DECODE_TRACE_CTAS][KL_DECODE_EVENTS];
 };
 
 typedef cudaError_t (*kl_attention_decode_launch_fn)(const struct kl_attention_decode_params *p,
@@ -111,7 +126,7 @@ int64_t kl_attention_decode_q_rows(const struct kl_attention_decode_params *p);
  * tokens (qo_indptr) v4_tensor_cores; one query a request on pages of a multiple of 16 slots
  * v13_cluster_merge where the (request, kv head) pairs are too few to fill three CTAs an SM, so the
  * keys are split, else v16_head_clusters, then v8_tma_pages, then v4_tensor_cores; other page sizes
- * v17_two_gather_warps, v12_cp_async_gather, then v4_tensor_cores. From the params and the SM count
+ * v19_one_gatherer, v12_cp_async_gather, then v4_tensor_cores. From the params and the SM count
  * alone, never the lengths on the device. */
 const char *const *kl_attention_decode_by_shape(const struct kl_attention_decode_params *p, int sms);
 

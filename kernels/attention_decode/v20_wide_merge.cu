@@ -10,6 +10,9 @@
  * (MERGE_LOADS = 32): 4 round trips where v19 waits 16. Their registers stay within the launch bounds
  * of four CTAs an SM, so the occupancy is v19's (the ring's shared memory sets it). The sums run in
  * split order, as before. Everything else is v19's.
+ * It also records its launch's timeline where params.trace asks for one (attention_decode.h): each
+ * CTA's start, release from the PDL wait, first tile, end of the key loop and end, which `kernlab
+ * bench` summarizes in a row's timeline.
  * Why faster (the prediction): b1-kv32k-p16 should gain by the round trips saved (several
  * microseconds); workloads whose requests are one chunk, or a few, merge little or nothing and should
  * not move.
@@ -48,7 +51,14 @@ static __global__ void __launch_bounds__(kThreads, HD == 256 ? 1 : kCtasPerSm)
     uint64_t *full = reinterpret_cast<uint64_t *>(ring + S::RING / 16), *empty = full + STAGES; /* after the ring */
     const uint32_t ring_at = kl::ptx::smem_addr(ring);
     __shared__ bool last; /* this CTA merges the request's partials */
+    /* The launch's timeline, where the caller asks for one (params.trace): thread 0 of each CTA stamps. */
+    const unsigned cta = (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+    auto stamp = [&](kl_decode_event e) {
+        if (p.trace && threadIdx.x == 0 && cta < KL_DECODE_TRACE_CTAS) p.trace->at[cta][e] = kl::ptx::globaltimer();
+    };
+    stamp(KL_DECODE_START);
     kl::decode::init_ring_then_wait<STAGES>(full, empty, 32 * kGatherers, 32); /* overlaps the previous kernel's tail */
+    stamp(KL_DECODE_RELEASED);
 
     const int group = (int)(p.num_qo_heads / p.num_kv_heads), blocks = (group + 7) / 8;
     const int b = blockIdx.x, g = blockIdx.y / blocks, h0 = g * group + blockIdx.y % blocks * 8;
@@ -77,17 +87,20 @@ static __global__ void __launch_bounds__(kThreads, HD == 256 ? 1 : kCtasPerSm)
         for (int i = warp; i < tiles; i += CW) {
             const int st = i % STAGES;
             kl::ptx::mbar_wait(&full[st], i / STAGES & 1);
+            if (i == 0) stamp(KL_DECODE_FIRST_TILE);
             const uint32_t ks = ring_at + st * S::STAGE_BYTES, vs = ks + S::TILE_HALF;
             kl::decode::bf16_ring::tile_update<T, HD, true>(ks, vs, qf, scale, t0 + 16 * i, t1, o, m, l);
             kl::ptx::mbar_arrive(&empty[st]); /* every lane: see v8 */
         }
     }
     __syncthreads(); /* no copy in flight: the ring becomes the merge area */
+    stamp(KL_DECODE_LOOP_DONE);
 
     float *mrg = reinterpret_cast<float *>(ring);
     if (warp < CW) kl::decode::bf16_ring::write_state<HD>(mrg + warp * 8 * S::ROW, o, m, l);
     constexpr int MERGE_LOADS = 32; /* loads a thread issues before summing them in the final merge */
     kl::decode::finish_cta<T, HD, CW, MERGE_LOADS>(p, mrg, last, b, g, blockIdx.y % blocks, h0, nh, split, splits);
+    stamp(KL_DECODE_END);
 #else
     __trap(); /* built without sm_90a: the launcher is only reached on sm_90 (min_cc) */
 #endif

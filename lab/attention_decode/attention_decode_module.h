@@ -69,4 +69,11 @@ int kl_attention_decode_run_reference(const struct kl_attention_decode_problem *
 
 extern const struct kl_perf_ops kl_attention_decode_perf;
 
+/* The timeline of one traced launch (attention_decode.h's struct kl_decode_trace) as row_extra's
+ * "timeline": per event, min / p10 / p50 / p90 / max over the CTAs that recorded it, in microseconds
+ * from the earliest release from the PDL wait, and how many CTAs recorded their start. Nothing when
+ * no CTA recorded. */
+struct cJSON;
+void kl_attention_decode_timeline_json(const struct kl_decode_trace *t, struct cJSON *row_extra);
+
 #endif

@@ -105,6 +105,7 @@ struct state {
     int32_t **indices;      /* per set: its own page order */
     struct kl_attention_decode_params *p;
     float k_scale[KV_HEADS], v_scale[KV_HEADS]; /* the FP8 workload's (host copies; one device copy for every set) */
+    struct kl_decode_trace *trace; /* the CTAs' timeline of one extra launch (variants that record one) */
 };
 
 static void teardown(void *q)
@@ -121,7 +122,7 @@ static void teardown(void *q)
         kl_dev_free((void *)s->p[0].kv_indptr), kl_dev_free((void *)s->p[0].kv_last_page_len),
             kl_dev_free((void *)s->p[0].qo_indptr), kl_dev_free((void *)s->p[0].k_scale),
             kl_dev_free((void *)s->p[0].v_scale);
-    free(s->lens), free(s->indptr), free(s->last), free(s->indices), free(s->p);
+    free(s->lens), free(s->indptr), free(s->last), free(s->indices), free(s->p), free(s->trace);
     free(s);
 }
 
@@ -313,6 +314,23 @@ static int reference(const struct state *s, struct kl_err *err)
     return rc;
 }
 
+/* One more launch, untimed, with params.trace set: the variants that record a timeline (v20 and up)
+ * stamp each CTA's events (attention_decode.h); the others leave it empty. */
+static void trace_one_launch(const struct kl_variant *v, struct state *s)
+{
+    struct kl_decode_trace *dev = NULL;
+    if (!s->trace) s->trace = malloc(sizeof *s->trace);
+    if (!s->trace) return;
+    memset(s->trace, 0, sizeof *s->trace);
+    if (kl_dev_alloc((void **)&dev, sizeof *dev) || kl_dev_fill_bytes(dev, 0, sizeof *dev)) return;
+    struct kl_attention_decode_params k = s->p[0];
+    k.trace = dev;
+    if (((kl_attention_decode_launch_fn)v->launch)(&k, 0) != cudaSuccess || kl_dev_sync() != 0 ||
+        kl_dev_download(s->trace, dev, sizeof *dev) != 0)
+        memset(s->trace, 0, sizeof *s->trace);
+    kl_dev_free(dev);
+}
+
 static int check(const struct kl_variant *v, void *q, struct kl_cmp *out, struct kl_recheck *what, struct kl_err *err)
 {
     const struct state *s = q;
@@ -339,7 +357,53 @@ static int check(const struct kl_variant *v, void *q, struct kl_cmp *out, struct
     snprintf(what->reason, sizeof what->reason,
              "out and lse of input set 0, every request, poisoned before the replay (the split-KV workspace left as "
              "the previous launches left it), against the float64 reference");
+    trace_one_launch(v, q);
     return 0;
+}
+
+/* The quantiles of one event over the CTAs that recorded it, in microseconds from t0. */
+static cJSON *event_quantiles(const struct kl_decode_trace *t, int e, unsigned long long t0, int *n_out)
+{
+    static double v[KL_DECODE_TRACE_CTAS];
+    int n = 0;
+    for (int c = 0; c < KL_DECODE_TRACE_CTAS; c++)
+        if (t->at[c][e]) v[n++] = ((double)t->at[c][e] - (double)t0) / 1e3;
+    *n_out = n;
+    if (n == 0) return NULL;
+    for (int i = 1; i < n; i++) /* insertion sort: a few thousand values at most */
+        for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
+            const double x = v[j];
+            v[j] = v[j - 1], v[j - 1] = x;
+        }
+    cJSON *o = cJSON_CreateObject();
+    const int pct[5] = {0, 10, 50, 90, 100};
+    const char *name[5] = {"min", "p10", "p50", "p90", "max"};
+    for (int i = 0; i < 5; i++) cJSON_AddNumberToObject(o, name[i], v[(n - 1) * pct[i] / 100]);
+    return o;
+}
+
+void kl_attention_decode_timeline_json(const struct kl_decode_trace *t, cJSON *row_extra)
+{
+    unsigned long long t0 = 0;
+    for (int c = 0; c < KL_DECODE_TRACE_CTAS; c++)
+        if (t->at[c][KL_DECODE_RELEASED] && (!t0 || t->at[c][KL_DECODE_RELEASED] < t0)) t0 = t->at[c][KL_DECODE_RELEASED];
+    if (!t0) return; /* nothing recorded */
+    cJSON *tl = cJSON_AddObjectToObject(row_extra, "timeline");
+    cJSON_AddStringToObject(tl, "unit", "microseconds (%globaltimer) from the first CTA's release from its PDL wait");
+    cJSON *ev = cJSON_AddObjectToObject(tl, "events");
+    const char *names[KL_DECODE_EVENTS] = {"start", "released", "first_tile", "loop_done", "end"};
+    for (int e = 0; e < KL_DECODE_EVENTS; e++) {
+        int n;
+        cJSON *q = event_quantiles(t, e, t0, &n);
+        if (q) cJSON_AddItemToObject(ev, names[e], q);
+        if (e == KL_DECODE_START) cJSON_AddNumberToObject(tl, "ctas", n);
+    }
+}
+
+static void extra(void *q, cJSON *o)
+{
+    const struct state *s = q;
+    if (s->trace) kl_attention_decode_timeline_json(s->trace, o);
 }
 
 static cJSON *params(const struct kl_workload *w)
@@ -372,4 +436,5 @@ const struct kl_perf_ops kl_attention_decode_perf = {
     .check = check,
     .teardown = teardown,
     .params = params,
+    .extra = extra,
 };

@@ -4,6 +4,7 @@
  * Parameterized over variant INDICES (pointers as parameters crash Criterion's workers). */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include "lab/attention_decode/attention_decode_module.h"
 #include "lab/attention_prefill/mutants_reference.h"
 #include "lab/core/device.h"
+#include "lab/core/json_path.h"
 #include "lab/core/testing.h"
 #include "reference/attention_decode.h"
 
@@ -569,6 +571,34 @@ Test(attention_decode, catalogue_inputs_replay_from_their_seed)
 /* ---- GPU ---- */
 
 KL_GPU_TESTS(attention_decode_gpu, attention_decode, five, 5, KL_FLAGGED_BY_EACH, NULL)
+
+/* The bench's timeline of a traced launch: quantiles per event over the CTAs that stamped it, in
+ * microseconds from the earliest release; a CTA with no keys counts for its start and release alone;
+ * an empty trace adds nothing. */
+Test(attention_decode, timeline_quantiles_count_only_the_ctas_that_stamped)
+{
+    struct kl_decode_trace *t = calloc(1, sizeof *t);
+    cr_assert(t);
+    cJSON *row = cJSON_CreateObject();
+    kl_attention_decode_timeline_json(t, row);
+    cr_assert_null(cJSON_GetObjectItem(row, "timeline"), "an empty trace gives no timeline");
+    const unsigned long long a[3][KL_DECODE_EVENTS] = {
+        {1000, 2000, 3000, 10000, 12000},
+        {1500, 2000, 3500, 9000, 9500},
+        {500, 2500, 0, 0, 0}, /* no keys */
+    };
+    memcpy(t->at[0], a[0], sizeof a[0]), memcpy(t->at[7], a[1], sizeof a[1]), memcpy(t->at[4095], a[2], sizeof a[2]);
+    kl_attention_decode_timeline_json(t, row);
+    cr_assert_eq(kl_json_num(row, "timeline.ctas"), 3);
+    cr_assert_float_eq(kl_json_num(row, "timeline.events.start.min"), -1.5, 1e-12, "from the earliest release");
+    cr_assert_float_eq(kl_json_num(row, "timeline.events.released.max"), 0.5, 1e-12);
+    cr_assert_float_eq(kl_json_num(row, "timeline.events.first_tile.min"), 1.0, 1e-12, "the keyless CTA is not a 0");
+    cr_assert_float_eq(kl_json_num(row, "timeline.events.first_tile.max"), 1.5, 1e-12);
+    cr_assert_float_eq(kl_json_num(row, "timeline.events.loop_done.p50"), 7.0, 1e-12, "the lower of two middles");
+    cr_assert_float_eq(kl_json_num(row, "timeline.events.end.max"), 10.0, 1e-12);
+    cJSON_Delete(row);
+    free(t);
+}
 
 ParameterizedTestParameters(attention_decode_gpu, repeated_launches_give_identical_results) { return kl_test_variants(false); }
 

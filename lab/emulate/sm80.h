@@ -43,3 +43,11 @@ __device__ __forceinline__ float exp2_fast(float x)
     const float y = exp2f(x);
     return y < 1.17549435e-38f ? 0.f : y;
 }
+/* %globaltimer: the host's monotonic clock in nanoseconds (the emulation's CTAs run one after another,
+ * so only the order of one CTA's stamps means anything) */
+__device__ __forceinline__ unsigned long long globaltimer()
+{
+    return (unsigned long long)std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}

@@ -104,6 +104,8 @@ uint16_t to16(enum kl_dtype t, float f) { return t == KL_BF16 ? kl_f32_to_bf16(f
 double from16(enum kl_dtype t, uint16_t h) { return t == KL_BF16 ? kl_bf16_to_f32(h) : kl_f16_to_f32(h); }
 
 /* PASS, or FAIL and the first line of why (stats: both outputs' errors). */
+std::string trace_fault(const kl_decode_trace &t, const emu::variant &v);
+
 bool check(const problem &pr, const emu::variant &variant, std::string &why)
 {
     std::mt19937 rng(pr.seed);
@@ -179,8 +181,12 @@ bool check(const problem &pr, const emu::variant &variant, std::string &why)
     emu::global_buffer(indices, "kv_indices"), emu::global_buffer(last, "kv_last_page_len");
     emu::global_buffer(out, "out"), emu::global_buffer(lse, "lse"), emu::global_buffer(workspace, "workspace");
     emu::global_buffer(k_scale, "k_scale"), emu::global_buffer(v_scale, "v_scale");
+    /* The second launch also asks for the CTAs' timeline (params.trace), which the variants that record one fill */
+    static kl_decode_trace trace;
+    memset(&trace, 0, sizeof trace);
     for (int launch = 0; launch < 2; launch++) {
         std::fill(out.begin(), out.end(), nan16), std::fill(lse.begin(), lse.end(), NAN);
+        p.trace = launch == 1 ? &trace : nullptr;
         emu::clear_failure();
         const cudaError_t rc = ((kl_attention_decode_launch_fn)variant.launch)(&p, nullptr);
         if (rc == cudaErrorNotSupported && emu::last_failure().empty() &&
@@ -227,11 +233,40 @@ bool check(const problem &pr, const emu::variant &variant, std::string &why)
     snprintf(s, sizeof s, "out rel_l2 %.3g max_abs %.3g, lse rel_l2 %.3g max_abs %.3g", c_out.rel_l2, c_out.max_abs,
              c_lse.rel_l2, c_lse.max_abs);
     why = s;
-    if (c_out.pass && c_lse.pass) return true;
+    if (c_out.pass && c_lse.pass) {
+        why = trace_fault(trace, variant);
+        return why.empty() ? (why = s, true) : false;
+    }
     const kl_cmp &bad = c_out.pass ? c_lse : c_out;
     why = std::to_string(bad.n_bad) + " elements of " + (c_out.pass ? "lse" : "out") +
           " outside the attention policy's bound (" + s + ")";
     return false;
+}
+
+/* What is wrong with a launch's timeline, or "": a CTA's events out of order, or a CTA that ran its key
+ * loop without stamping its first tile and its end; a variant that records timelines (v20 and up) must
+ * have recorded one. */
+std::string trace_fault(const kl_decode_trace &t, const emu::variant &v)
+{
+    const std::string &name = v.mutant_of.empty() ? v.name : v.mutant_of;
+    const bool records = name.rfind("v20_", 0) == 0;
+    bool any = false;
+    for (int c = 0; c < KL_DECODE_TRACE_CTAS; c++) {
+        const unsigned long long *a = t.at[c];
+        if (!a[KL_DECODE_START]) continue;
+        any = true;
+        const std::string cta = "timeline: CTA " + std::to_string(c) + " ";
+        if (!a[KL_DECODE_RELEASED] || a[KL_DECODE_RELEASED] < a[KL_DECODE_START])
+            return cta + "has no release from its PDL wait after its start";
+        if (!a[KL_DECODE_LOOP_DONE]) continue; /* a CTA with no keys */
+        if (!a[KL_DECODE_FIRST_TILE] || !a[KL_DECODE_END])
+            return cta + "ran its key loop without stamping its first tile and its end";
+        if (a[KL_DECODE_FIRST_TILE] < a[KL_DECODE_RELEASED] || a[KL_DECODE_LOOP_DONE] < a[KL_DECODE_FIRST_TILE] ||
+            a[KL_DECODE_END] < a[KL_DECODE_LOOP_DONE])
+            return cta + "stamped its events out of order";
+    }
+    if (records && !any) return "timeline: params.trace was set and no CTA recorded its start";
+    return "";
 }
 
 std::string describe(const problem &pr)

@@ -233,4 +233,10 @@ MUTANTS = [
         "edits": [("(full, empty, 32 * kGatherers, 32)", "(full, empty, 64, 32)")],
         "expect": "deadlock: every live thread of the cluster is blocked",
     },
+    {   # v20: the end of a CTA not stamped: its timeline would show the key loop and never the merge
+        "name": "mutant_v20_end_not_stamped",
+        "variant": "v20_wide_merge",
+        "edits": [("    stamp(KL_DECODE_END);\n", "")],
+        "expect": "ran its key loop without stamping its first tile and its end",
+    },
 ]
