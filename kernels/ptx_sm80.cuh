@@ -1,9 +1,8 @@
 /* sm_80 PTX, one named inline wrapper per instruction, so a kernel reads as "ldmatrix, mma,
  * cp.async" rather than as asm: mma.sync m16n8k16, ldmatrix, movmatrix, cp.async, ex2.approx, the
  * shared-memory address of a pointer, the packing of two floats into one 16-bit pair and the global
- * nanosecond timer. Used by the
- * tensor-core variants of every module; lab/emulate/ shadows each wrapper that holds PTX with an
- * emulated one of the same name and signature. Inline device code only.
+ * nanosecond timer. Used by the tensor-core variants of every module; lab/emulate/ shadows each wrapper
+ * that holds PTX with an emulated one of the same name and signature. Inline device code only.
  *
  * Fragment layouts (PTX ISA, "Matrix fragments for mma.m16n8k16", 16-bit A/B, f32 C/D). In a
  * warp, lane = 4 g + t (g = lane / 4, the "group", t = lane % 4, the thread in the group):

@@ -1,8 +1,7 @@
-/* The PTX layer for memory shared across GPUs (sm_70 and up): stores and loads at system scope, the
+/* The PTX layer for memory shared across GPUs (sm_70 and up): stores and loads at system scope and the
  * volatile 16-byte load a poller uses (the global nanosecond timer, kl::ptx::globaltimer, is
- * ptx_sm80.cuh's). One wrapper per instruction;
- * the all-reduce variants build their barriers and Lamport waits from these
- * (kernels/allreduce/peer.cuh, lamport.cuh say why each is the one needed). */
+ * ptx_sm80.cuh's). One wrapper per instruction; the all-reduce variants build their barriers and
+ * Lamport waits from these (kernels/allreduce/peer.cuh, lamport.cuh say why each is the one needed). */
 #pragma once
 
 #include <stdint.h>

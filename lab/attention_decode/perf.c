@@ -314,8 +314,8 @@ static int reference(const struct state *s, struct kl_err *err)
     return rc;
 }
 
-/* One more launch, untimed, with params.trace set: the variants that record a timeline (v20 and up)
- * stamp each CTA's events (attention_decode.h); the others leave it empty. */
+/* One more launch, untimed, with params.trace set: a variant that records a timeline (v20_wide_merge)
+ * stamps each CTA's events (attention_decode.h); the others leave it empty. */
 static void trace_one_launch(const struct kl_variant *v, struct state *s)
 {
     struct kl_decode_trace *dev = NULL;
@@ -361,6 +361,12 @@ static int check(const struct kl_variant *v, void *q, struct kl_cmp *out, struct
     return 0;
 }
 
+static int by_value(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
 /* The quantiles of one event over the CTAs that recorded it, in microseconds from t0. */
 static cJSON *event_quantiles(const struct kl_decode_trace *t, int e, unsigned long long t0, int *n_out)
 {
@@ -370,11 +376,7 @@ static cJSON *event_quantiles(const struct kl_decode_trace *t, int e, unsigned l
         if (t->at[c][e]) v[n++] = ((double)t->at[c][e] - (double)t0) / 1e3;
     *n_out = n;
     if (n == 0) return NULL;
-    for (int i = 1; i < n; i++) /* insertion sort: a few thousand values at most */
-        for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
-            const double x = v[j];
-            v[j] = v[j - 1], v[j - 1] = x;
-        }
+    qsort(v, (size_t)n, sizeof v[0], by_value);
     cJSON *o = cJSON_CreateObject();
     const int pct[5] = {0, 10, 50, 90, 100};
     const char *name[5] = {"min", "p10", "p50", "p90", "max"};

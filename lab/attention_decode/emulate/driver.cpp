@@ -103,9 +103,9 @@ bool declines_head_dim(const problem &pr, const emu::variant &v)
 uint16_t to16(enum kl_dtype t, float f) { return t == KL_BF16 ? kl_f32_to_bf16(f) : kl_f32_to_f16(f); }
 double from16(enum kl_dtype t, uint16_t h) { return t == KL_BF16 ? kl_bf16_to_f32(h) : kl_f16_to_f32(h); }
 
-/* PASS, or FAIL and the first line of why (stats: both outputs' errors). */
 std::string trace_fault(const kl_decode_trace &t, const emu::variant &v);
 
+/* PASS, or FAIL and the first line of why (stats: both outputs' errors). */
 bool check(const problem &pr, const emu::variant &variant, std::string &why)
 {
     std::mt19937 rng(pr.seed);
@@ -244,12 +244,12 @@ bool check(const problem &pr, const emu::variant &variant, std::string &why)
 }
 
 /* What is wrong with a launch's timeline, or "": a CTA's events out of order, or a CTA that ran its key
- * loop without stamping its first tile and its end; a variant that records timelines (v20 and up) must
- * have recorded one. */
+ * loop without stamping its first tile and its end; the variant that records timelines (v20_wide_merge)
+ * must have recorded one. */
 std::string trace_fault(const kl_decode_trace &t, const emu::variant &v)
 {
     const std::string &name = v.mutant_of.empty() ? v.name : v.mutant_of;
-    const bool records = name.rfind("v20_", 0) == 0;
+    const bool records = name == "v20_wide_merge";
     bool any = false;
     for (int c = 0; c < KL_DECODE_TRACE_CTAS; c++) {
         const unsigned long long *a = t.at[c];
