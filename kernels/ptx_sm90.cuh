@@ -241,6 +241,9 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&
  * copy engine (the "async proxy"): each writing thread fences after its writes are complete and
  * before the barrier or mbarrier arrival that publishes them. */
 __device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+/* Global memory written by ordinary stores (this or another CTA's, ordered before this thread by a
+ * fence and an atomic or a barrier) and read next by a bulk copy this thread issues. */
+__device__ __forceinline__ void fence_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
 
 /* Named barriers 1.. (0 is __syncthreads): `threads` threads, a multiple of 32, meet at barrier id. */
 __device__ __forceinline__ void named_sync(int id, int threads)

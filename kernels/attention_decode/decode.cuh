@@ -62,12 +62,11 @@ struct out_row {
  * weights into w (shared, nr * (splits + 2) floats) with shuffles only; phase 2: every thread
  * sums two adjacent dims of a pair over the splits (a partial row is head_dim + 2 floats, so a dim
  * pair is 8-byte aligned), MERGE_LOADS splits' loads issued before their sums: a merge of many
- * splits is a chain of L2 round trips, each as long for 8 loads as for one. 8 unless the variant asks
- * for more: more raises the register count of some kernels this merge is inlined into (v9 loses a
- * CTA an SM at 16); v20_wide_merge, whose consumers hold more registers than its merge, asks 32. The sums
+ * splits is a chain of L2 round trips, each as long for 8 loads as for one (more would raise the
+ * register count of the kernels this merge is inlined into: v9 loses a CTA an SM at 16). The sums
  * run in split order, as a one-at-a-time loop would. Partials were written by other blocks: read
  * through L2 (__ldcg), never from a stale L1 line. */
-template <typename T, int MERGE_LOADS = 8, typename At>
+template <typename T, typename At>
 __device__ __forceinline__ void merge_partials_at(const kl_attention_decode_params &p, int nr, int splits, float *w,
                                                   int64_t q_rows, At at)
 {
@@ -91,6 +90,7 @@ __device__ __forceinline__ void merge_partials_at(const kl_attention_decode_para
         if (lane == 0) wh[splits] = m, wh[splits + 1] = l;
     }
     __syncthreads();
+    constexpr int MERGE_LOADS = 8;
     for (int i = threadIdx.x; i < nr * hd / 2; i += blockDim.x) {
         const int h = i / (hd / 2), d = 2 * (i % (hd / 2));
         const out_row o = at(h);
@@ -114,11 +114,11 @@ __device__ __forceinline__ void merge_partials_at(const kl_attention_decode_para
 }
 
 /* merge_partials_at for one query per request: heads h0 .. h0 + nh - 1 of request b. */
-template <typename T, int MERGE_LOADS = 8>
+template <typename T>
 __device__ __forceinline__ void merge_partials(const kl_attention_decode_params &p, int b, int h0, int nh, int splits,
                                                float *w)
 {
-    merge_partials_at<T, MERGE_LOADS>(p, nh, splits, w, 1, [=](int h) { return out_row{b, h0, h}; });
+    merge_partials_at<T>(p, nh, splits, w, 1, [=](int h) { return out_row{b, h0, h}; });
 }
 
 /* out = 0 and lse = -inf for a request with no keys (the empty sum). */
@@ -293,14 +293,14 @@ __device__ __forceinline__ void merge_warp_states(float *mrg, int stride, int nh
  * max m (log2 units), the sum l. merge_warp_states merges them into res; a request in one split
  * writes out and lse, a split files its partials and counts them once on the counter of kv head g
  * (v4's scheme; every block of the request covers the same HEADS heads, so one count stands for all
- * of them), and the block that counts last merges every head's partials (`last`: a flag in the
- * kernel's shared memory). One fence publishes every head's partials: the fence waits for the
- * block's stores to reach the whole device, so a block over eight heads pays for it once instead of
- * eight times. */
-template <typename T, int HD, int CW, int HEADS, int MERGE_LOADS = 8>
-__device__ __forceinline__ void finish_cta_heads(const kl_attention_decode_params &p, float *mrg, int stride,
-                                                 bool &last, int b, int g, int hb, int h0, int nh, int split,
-                                                 int splits)
+ * of them). Returns true in the block that counts last (`last`: a flag in the kernel's shared
+ * memory), which must then merge every head's partials: they are visible to it, and its merge areas
+ * are free. One fence publishes every head's partials: the fence waits for the block's stores to
+ * reach the whole device, so a block over eight heads pays for it once instead of eight times. */
+template <typename T, int HD, int CW, int HEADS>
+__device__ __forceinline__ bool file_cta_heads(const kl_attention_decode_params &p, float *mrg, int stride,
+                                               bool &last, int b, int g, int hb, int h0, int nh, int split,
+                                               int splits)
 {
     constexpr int ROW = HD + 2;
     auto res = [&](int k) { return mrg + k * stride + CW * 8 * ROW; };
@@ -314,7 +314,7 @@ __device__ __forceinline__ void finish_cta_heads(const kl_attention_decode_param
             static_cast<T *>(p.out)[row * HD + d] = kl::from_f32<T>(r[d] / r[HD + 1]);
             if (d == 0) p.lse[row] = (r[HD] + log2f(r[HD + 1])) * 0.69314718056f;
         }
-        return;
+        return false;
     }
     for (int i = threadIdx.x; i < HEADS * nh * ROW; i += blockDim.x) {
         const int k = i / (nh * ROW), j = i % (nh * ROW);
@@ -332,18 +332,28 @@ __device__ __forceinline__ void finish_cta_heads(const kl_attention_decode_param
         if (last) *counter = 0; /* every other block of this request has counted: reset for the next launch */
     }
     __syncthreads();
-    if (!last) return;
+    if (!last) return false;
     __threadfence();
+    return true;
+}
+
+/* file_cta_heads, then the final merge where this block counted last. */
+template <typename T, int HD, int CW, int HEADS>
+__device__ __forceinline__ void finish_cta_heads(const kl_attention_decode_params &p, float *mrg, int stride,
+                                                 bool &last, int b, int g, int hb, int h0, int nh, int split,
+                                                 int splits)
+{
+    if (!file_cta_heads<T, HD, CW, HEADS>(p, mrg, stride, last, b, g, hb, h0, nh, split, splits)) return;
     for (int k = 0; k < HEADS; k++) /* each merge uses its own head's area: no barrier between them */
-        kl::decode::merge_partials<T, MERGE_LOADS>(p, b, h0 + k * nh, nh, splits, mrg + k * stride);
+        kl::decode::merge_partials<T>(p, b, h0 + k * nh, nh, splits, mrg + k * stride);
 }
 
 /* finish_cta_heads for the one kv head g of a block. */
-template <typename T, int HD, int CW, int MERGE_LOADS = 8>
+template <typename T, int HD, int CW>
 __device__ __forceinline__ void finish_cta(const kl_attention_decode_params &p, float *mrg, bool &last, int b,
                                            int g, int hb, int h0, int nh, int split, int splits)
 {
-    finish_cta_heads<T, HD, CW, 1, MERGE_LOADS>(p, mrg, 0, last, b, g, hb, h0, nh, split, splits);
+    finish_cta_heads<T, HD, CW, 1>(p, mrg, 0, last, b, g, hb, h0, nh, split, splits);
 }
 
 /* The online softmax of one 16-token tile in the mma.sync layout the ring consumers share

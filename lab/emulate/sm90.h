@@ -28,6 +28,8 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&
                  emu_at);
 }
 __device__ __forceinline__ void fence_async_smem(::emu::site emu_at = EMU_HERE) { ::emu::fence_proxy_async(emu_at); }
+/* Global memory has one view here: the emulated bulk copy reads what the stores left. */
+__device__ __forceinline__ void fence_async_global() {}
 __device__ __forceinline__ void named_sync(int id, int threads, ::emu::site emu_at = EMU_HERE)
 {
     ::emu::named_sync(id, threads, emu_at);

@@ -79,6 +79,9 @@ const std::vector<problem> &problems()
         /* 16 pages, a workspace of 4 splits: v15's even slices (2 pages over the emulation's 9 CTAs) would cut
          * the request into 8 pieces, so its slices widen to 8 pages (2 pieces). */
         {"one query, 16 pages, slices widened to the workspace", KL_BF16, 128, 4, 1, 16, {256}, {}, 24},
+        /* One head a kv head at head_dim 256: a split's partial row (258 floats) is not a multiple of 16 bytes, so
+         * v20 merges it with loads. */
+        {"one query, MHA, head_dim 256, split", KL_F16, 256, 4, 4, 16, {3000}, {}, 25},
     };
     return ps;
 }
@@ -244,12 +247,12 @@ bool check(const problem &pr, const emu::variant &variant, std::string &why)
 }
 
 /* What is wrong with a launch's timeline, or "": a CTA's events out of order, or a CTA that ran its key
- * loop without stamping its first tile and its end; the variant that records timelines (v20_wide_merge)
+ * loop without stamping its first tile and its end; the variant that records timelines (v20_bulk_merge)
  * must have recorded one. */
 std::string trace_fault(const kl_decode_trace &t, const emu::variant &v)
 {
     const std::string &name = v.mutant_of.empty() ? v.name : v.mutant_of;
-    const bool records = name == "v20_wide_merge";
+    const bool records = name == "v20_bulk_merge";
     bool any = false;
     for (int c = 0; c < KL_DECODE_TRACE_CTAS; c++) {
         const unsigned long long *a = t.at[c];

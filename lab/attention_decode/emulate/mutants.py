@@ -235,8 +235,38 @@ MUTANTS = [
     },
     {   # v20: the end of a CTA not stamped: its timeline would show the key loop and never the merge
         "name": "mutant_v20_end_not_stamped",
-        "variant": "v20_wide_merge",
+        "variant": "v20_bulk_merge",
         "edits": [("    stamp(KL_DECODE_END);\n", "")],
         "expect": "ran its key loop without stamping its first tile and its end",
+    },
+    {   # v20: the running sum not rescaled when a later split's max is larger: that split outweighs the rest
+        "name": "mutant_v20_sum_not_rescaled",
+        "variant": "v20_bulk_merge",
+        "edits": [("            sum *= rescale;\n", "")],
+        "expect": "outside the attention policy's bound",
+    },
+    {   # v20: the bulk merge where a split's rows are not a multiple of 16 bytes (MHA: one head's row)
+        "name": "mutant_v20_copies_unaligned_rows",
+        "variant": "v20_bulk_merge",
+        "edits": [("const bool copies = bytes % 16 == 0 && ", "const bool copies = ")],
+        "expect": "bulk copy at",
+    },
+    {   # v20: a slot refilled before every thread has read it (two slots, so the 3-SM problems refill): thread 0
+        # runs ahead and completes phases of a slot's barriers that slower threads still wait for
+        "name": "mutant_v20_refill_before_read",
+        "variant": "v20_bulk_merge",
+        "edits": [("            kl::ptx::mbar_wait(&empty[r], parity);\n", ""),
+                  ("reinterpret_cast<unsigned char *>(ring), S::RING)",
+                   "reinterpret_cast<unsigned char *>(ring), 256 + 2 * 8 * (HD + 2) * 4)")],
+        "expect": "deadlock: every live thread of the cluster is blocked",
+    },
+    {   # v20: every wait on a slot's copy for the parity of its first use (two slots, as above): the second use
+        # reads the slot before its copy lands, and the arrivals on its empty barrier fall out of step
+        "name": "mutant_v20_slot_parity_of_first_use",
+        "variant": "v20_bulk_merge",
+        "edits": [("kl::ptx::mbar_wait(&full[r], parity);", "kl::ptx::mbar_wait(&full[r], 0);"),
+                  ("reinterpret_cast<unsigned char *>(ring), S::RING)",
+                   "reinterpret_cast<unsigned char *>(ring), 256 + 2 * 8 * (HD + 2) * 4)")],
+        "expect": "deadlock: every live thread of the cluster is blocked",
     },
 ]

@@ -1,23 +1,26 @@
-/* v20_wide_merge: v19 whose last CTA of a split request merges the partials with 32 loads in flight a
- * thread instead of 8.
+/* v20_bulk_merge: v19 whose last CTA of a split request merges the partials from shared memory, each
+ * split's partial rows brought there by one bulk copy.
  *
  * What changed from v19, and why: where a request's keys are split (one long request: b1-kv32k-p16 is
- * cut into 64 chunks a kv head), the CTA that counts last merges every split's partial row, and until
- * it is done the call is not. Its threads each sum two dims of a head over the splits (decode.cuh's
- * merge_partials_at), issuing 8 splits' loads before summing them, so 64 splits are 8 dependent L2
- * round trips for each pair of dims a thread owns, 16 in v19's CTA of 128 threads at head_dim 128,
- * while every other CTA of the call has finished. Here the merge issues 32 loads before summing
- * (MERGE_LOADS = 32): 4 round trips where v19 waits 16. Their registers stay within the launch bounds
- * of four CTAs an SM, so the occupancy is v19's (the ring's shared memory sets it). The sums run in
- * split order, as before. Everything else is v19's.
+ * cut into 64 chunks a kv head), the CTA that counts last merges every split's partial rows, and until
+ * it is done the call is not. In v19 each thread loads its dims of every split's row from L2 into
+ * registers, 8 splits before it sums them (decode.cuh's merge_partials): 64 splits are 8 dependent L2
+ * round trips for each pair of dims a thread owns, 32 in all for a thread of v19's 128 at head_dim
+ * 128, while the rest of the GPU is idle. Loading more splits at once does not help: 32 loads of 8
+ * bytes a thread and their 64-bit addresses outgrow the registers a CTA of four an SM may use, and the
+ * compiler then issues each load after the previous sum. Here (bulk_merge.cuh) thread 0 copies each
+ * split's rows of the block's 8 heads, 4160 contiguous bytes at head_dim 128, into a slot of a ring of
+ * up to 16 slots in the CTA's key ring, free once the loop is done; the copy engine keeps them all in
+ * flight, and the threads merge split by split from shared memory (merge_in_shared, below). No
+ * register holds a load in flight.
  * It also records its launch's timeline where params.trace asks for one (attention_decode.h): each
  * CTA's start, release from the PDL wait, first tile, end of the key loop and end, which `kernlab
  * bench` summarizes in a row's timeline.
- * Why faster (the prediction): b1-kv32k-p16 should gain by the round trips saved (several
- * microseconds); workloads whose requests are one chunk, or a few, merge little or nothing and should
- * not move.
+ * Why faster (the prediction): b1-kv32k-p16's and b8-kv512-p16's tails shrink to about one L2 round
+ * trip plus the time to copy the partials; workloads whose requests are one chunk merge nothing and
+ * should not move.
  * Bound: the read bandwidth. bf16/fp16, head_dim 64/128/256, sm_90a (fp32: cudaErrorNotSupported).
- * Run alone: build/kernlab bench attention_decode --variant v20_wide_merge --workload b1-kv32k-p16 */
+ * Run alone: build/kernlab bench attention_decode --variant v20_bulk_merge --workload b1-kv32k-p16 */
 #include <stdint.h>
 #include <stdio.h>
 
@@ -32,6 +35,100 @@ constexpr int kConsumers = 3; /* consumer warps a CTA: warps 0 .. 2 */
 constexpr int kGatherers = 1; /* producer warps a CTA: warp 3 */
 constexpr int kCtasPerSm = 4; /* what the ring's size allows at head_dim 64 and 128, and what the split plans for */
 constexpr int kThreads = 32 * (kConsumers + kGatherers);
+
+/* The final merge, from shared memory: thread 0 copies each split's rows of the block's nh heads
+ * (nh * (HD + 2) floats, contiguous in the workspace) into a slot of a ring of up to kMergeSlots slots
+ * in the freed key ring, and the copy engine keeps all of them in flight; every thread then merges its
+ * dims split by split, in split order, as an online softmax over the partials: the running max, sum
+ * and unnormalised acc, rescaled when a split's max rises above the running one (one exp2 a split:
+ * the split's weight, or the rescale of what came before). Each slot has a full barrier (the copy's
+ * bytes) and an empty one (every thread's arrival once it has read the slot); thread 0 refills a slot
+ * once its empty barrier completes. */
+constexpr int kMergeSlots = 16; /* the slots' barriers take the area's first 256 bytes */
+
+/* The output rows and lse of heads h0 .. h0 + nh - 1 of request b (one query a request) from their
+ * `splits` partials, by the whole block (every thread calls it, after file_cta_heads returned true).
+ * `area`: `area_bytes` of shared memory, 1024-byte aligned, that no thread reads or writes any more.
+ * Where the rows cannot be copied in 16-byte units (an odd head count, or a head count whose dims do
+ * not share out evenly over the block's threads), it merges with merge_partials instead. */
+template <typename T, int HD>
+static __device__ __forceinline__ void merge_in_shared(const kl_attention_decode_params &p, int b, int h0, int nh,
+                                                       int splits, unsigned char *area, int area_bytes)
+{
+    constexpr int ROW = HD + 2, PAIRS = HD / 2; /* a row: acc[HD], m, l; a thread sums pairs of dims */
+    constexpr int JMAX = HD / 32;               /* pairs a thread: 8 heads' over 128 threads */
+    const int threads = (int)blockDim.x;
+    const uint32_t bytes = (uint32_t)(nh * ROW * 4); /* one split's rows of the nh heads */
+    const char *src = reinterpret_cast<const char *>(kl::decode::partial(p, 0, b, h0));
+    const int64_t step = kl::decode::partial_split_stride(p) * 4; /* bytes from one split's rows to the next's */
+    const int jn = nh * PAIRS / threads, per_head = jn ? PAIRS / jn : 0;
+    const int slots = min(kMergeSlots, (area_bytes - 256) / (int)bytes);
+    const bool copies = bytes % 16 == 0 && (uintptr_t)src % 16 == 0 && step % 16 == 0 && jn >= 1 && jn <= JMAX &&
+                        jn * threads == nh * PAIRS && per_head * jn == PAIRS && slots >= 2;
+    if (!copies) {
+        kl::decode::merge_partials<T>(p, b, h0, nh, splits, reinterpret_cast<float *>(area));
+        return;
+    }
+    uint64_t *full = reinterpret_cast<uint64_t *>(area), *empty = full + kMergeSlots;
+    unsigned char *slot0 = area + 256;
+    auto issue = [&](int s) { /* split s's rows into its slot */
+        uint64_t *bar = &full[s % slots];
+        kl::ptx::mbar_arrive_expect(bar, bytes);
+        kl::ptx::bulk_load(kl::ptx::smem_addr(slot0 + s % slots * bytes), src + s * step, bytes, bar);
+    };
+    /* The area was last written and read by plain stores and loads: fenced before the copies write it. */
+    kl::ptx::fence_async_smem();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < slots; i++) kl::ptx::mbar_init(&full[i], 1), kl::ptx::mbar_init(&empty[i], threads);
+        kl::ptx::mbar_init_fence();
+        kl::ptx::fence_async_global(); /* the other blocks' partial stores, before the copies read them */
+        for (int s = 0; s < min(slots, splits); s++) issue(s);
+    }
+    __syncthreads();
+
+    /* Thread t: head h = t / per_head, pairs q, q + per_head, ... (q = t % per_head): a warp's reads of
+     * one pair index are 32 consecutive 8-byte words. */
+    const int h = threadIdx.x / per_head, q = threadIdx.x % per_head;
+    float big = -INFINITY, sum = 0, acc[JMAX][2] = {};
+    for (int s = 0; s < splits; s++) {
+        const int r = s % slots, parity = s / slots & 1;
+        kl::ptx::mbar_wait(&full[r], parity);
+        const float *row = reinterpret_cast<const float *>(slot0 + r * bytes) + h * ROW;
+        const float m = row[HD], l = row[HD + 1];
+        float weight = 1; /* of split s against the running max */
+        if (m > big) {
+            const float rescale = exp2f(big - m); /* 0 while nothing was summed */
+            sum *= rescale;
+#pragma unroll
+            for (int j = 0; j < JMAX; j++) acc[j][0] *= rescale, acc[j][1] *= rescale;
+            big = m;
+        } else {
+            weight = m == -INFINITY ? 0.f : exp2f(m - big); /* a split with no keys weighs nothing */
+        }
+        sum += l * weight;
+#pragma unroll
+        for (int j = 0; j < JMAX; j++)
+            if (j < jn) {
+                const float2 v = *reinterpret_cast<const float2 *>(row + 2 * (q + j * per_head));
+                acc[j][0] += v.x * weight, acc[j][1] += v.y * weight;
+            }
+        kl::ptx::mbar_arrive(&empty[r]);
+        if (threadIdx.x == 0 && s + slots < splits) { /* every thread has read split s: its slot takes s + slots */
+            kl::ptx::mbar_wait(&empty[r], parity);
+            issue(s + slots);
+        }
+    }
+    const int64_t at = (int64_t)b * p.num_qo_heads + h0 + h;
+    T *out = static_cast<T *>(p.out) + at * HD;
+#pragma unroll
+    for (int j = 0; j < JMAX; j++)
+        if (j < jn) {
+            const int d = 2 * (q + j * per_head);
+            out[d] = kl::from_f32<T>(acc[j][0] / sum), out[d + 1] = kl::from_f32<T>(acc[j][1] / sum);
+        }
+    if (q == 0) p.lse[at] = (big + log2f(sum)) * 0.69314718056f;
+}
 
 /* k_box / v_box: boxes of 64 columns x 1 head x 16 slots (zeros, and boxes 0, where the page size is
  * not a multiple of 16); k_row / v_row are not read (the gathers are cp.async). Every full barrier
@@ -98,8 +195,8 @@ static __global__ void __launch_bounds__(kThreads, HD == 256 ? 1 : kCtasPerSm)
 
     float *mrg = reinterpret_cast<float *>(ring);
     if (warp < CW) kl::decode::bf16_ring::write_state<HD>(mrg + warp * 8 * S::ROW, o, m, l);
-    constexpr int MERGE_LOADS = 32; /* loads a thread issues before summing them in the final merge */
-    kl::decode::finish_cta<T, HD, CW, MERGE_LOADS>(p, mrg, last, b, g, blockIdx.y % blocks, h0, nh, split, splits);
+    if (kl::decode::file_cta_heads<T, HD, CW, 1>(p, mrg, 0, last, b, g, blockIdx.y % blocks, h0, nh, split, splits))
+        merge_in_shared<T, HD>(p, b, h0, nh, splits, reinterpret_cast<unsigned char *>(ring), S::RING);
     stamp(KL_DECODE_END);
 #else
     __trap(); /* built without sm_90a: the launcher is only reached on sm_90 (min_cc) */
@@ -144,7 +241,7 @@ static cudaError_t launch_hd(const struct kl_attention_decode_params *p, struct 
 
 static cudaError_t launch(const struct kl_attention_decode_params *p, cudaStream_t stream)
 {
-    cudaError_t rc = kl_attention_decode_check_params(p, "v20_wide_merge");
+    cudaError_t rc = kl_attention_decode_check_params(p, "v20_bulk_merge");
     if (rc != cudaSuccess || p->batch == 0) return rc;
     if (p->dtype == KL_F32) return cudaErrorNotSupported;
     if (p->num_pages * p->page_size > INT32_MAX) return cudaErrorNotSupported; /* slots are 32-bit coordinates */
@@ -155,13 +252,13 @@ static cudaError_t launch(const struct kl_attention_decode_params *p, cudaStream
     const struct kl_decode_split plan =
         kl_attention_decode_split_waves(p, ctas_per_split, kCtasPerSm * (int64_t)kl_attention_decode_sms());
     if (plan.splits > 1 && p->workspace_bytes < kl_attention_decode_workspace_for(p, plan.splits)) {
-        fprintf(stderr, "attention_decode v20_wide_merge: workspace of %zu bytes, %zu needed\n",
+        fprintf(stderr, "attention_decode v20_bulk_merge: workspace of %zu bytes, %zu needed\n",
                 p->workspace_bytes, kl_attention_decode_workspace_for(p, plan.splits));
         return cudaErrorInvalidValue;
     }
     kl::decode::page_maps maps;
     rc = kl::decode::make_page_maps(p, p->dtype == KL_BF16 ? kl::cache_elem::bf16 : kl::cache_elem::f16,
-                                    "attention_decode v20_wide_merge", &maps);
+                                    "attention_decode v20_bulk_merge", &maps);
     if (rc != cudaSuccess) return rc;
     if (p->dtype == KL_BF16) {
         KL_DISPATCH_HEAD_DIM(p->head_dim, HD, return launch_hd<__nv_bfloat16, HD>(p, plan, maps, stream));
@@ -171,6 +268,6 @@ static cudaError_t launch(const struct kl_attention_decode_params *p, cudaStream
     return cudaErrorNotSupported;
 }
 
-KL_VARIANT(attention_decode, v20_wide_merge, launch, .min_cc = 90,
-           .summary = "v19 whose final merge of a split request's partials issues 32 loads a thread before summing "
-                      "them (8 in v19): a quarter of the L2 round trips at the call's tail");
+KL_VARIANT(attention_decode, v20_bulk_merge, launch, .min_cc = 90,
+           .summary = "v19 whose last CTA of a split request merges the partials from shared memory, each split's "
+                      "rows of its heads brought by one bulk copy into a ring of slots: no chain of L2 round trips");
