@@ -36,15 +36,17 @@ constexpr int kGatherers = 1; /* producer warps a CTA: warp 3 */
 constexpr int kCtasPerSm = 4; /* what the ring's size allows at head_dim 64 and 128, and what the split plans for */
 constexpr int kThreads = 32 * (kConsumers + kGatherers);
 
-/* The final merge, from shared memory: thread 0 copies each split's rows of the block's nh heads
- * (nh * (HD + 2) floats, contiguous in the workspace) into a slot of a ring of up to kMergeSlots slots
- * in the freed key ring, and the copy engine keeps all of them in flight; every thread then merges its
- * dims split by split, in split order, as an online softmax over the partials: the running max, sum
- * and unnormalised acc, rescaled when a split's max rises above the running one (one exp2 a split:
- * the split's weight, or the rescale of what came before). Each slot has a full barrier (the copy's
- * bytes) and an empty one (every thread's arrival once it has read the slot); thread 0 refills a slot
- * once its empty barrier completes. */
-constexpr int kMergeSlots = 16; /* the slots' barriers take the area's first 256 bytes */
+/* The final merge, from shared memory. Thread 0 copies each split's rows of the block's nh heads
+ * (nh * (HD + 2) floats, contiguous in the workspace) into a slot in the freed key ring, one bulk copy
+ * a split, counted on the slot's barrier; the copy engine holds them in flight, no register does. The
+ * slots form two halves of `batch` slots: while the block merges the splits in one half, the next
+ * batch's copies land in the other. A batch is merged in two steps between block barriers: one
+ * thread per (head, split) computes the split's weight 2^(m_s - M) against the running max M of its
+ * head, raised to the batch's max (each of the head's threads finds that max itself, from the
+ * batch's m_s); then every thread rescales its dims' sums by 2^(M_old - M) and adds the batch's
+ * splits, each weighed. The sums run in split order. */
+constexpr int kMergeSlots = 16; /* the slots' barriers take the area's first 128 bytes */
+constexpr int kMergeHead = 1024; /* bytes before the first slot: barriers, then weights and maxima */
 
 /* The output rows and lse of heads h0 .. h0 + nh - 1 of request b (one query a request) from their
  * `splits` partials, by the whole block (every thread calls it, after file_cta_heads returned true).
@@ -57,68 +59,86 @@ static __device__ __forceinline__ void merge_in_shared(const kl_attention_decode
 {
     constexpr int ROW = HD + 2, PAIRS = HD / 2; /* a row: acc[HD], m, l; a thread sums pairs of dims */
     constexpr int JMAX = HD / 32;               /* pairs a thread: 8 heads' over 128 threads */
+    constexpr int BMAX = kMergeSlots / 2;
     const int threads = (int)blockDim.x;
     const uint32_t bytes = (uint32_t)(nh * ROW * 4); /* one split's rows of the nh heads */
     const char *src = reinterpret_cast<const char *>(kl::decode::partial(p, 0, b, h0));
     const int64_t step = kl::decode::partial_split_stride(p) * 4; /* bytes from one split's rows to the next's */
     const int jn = nh * PAIRS / threads, per_head = jn ? PAIRS / jn : 0;
-    const int slots = min(kMergeSlots, (area_bytes - 256) / (int)bytes);
+    const int batch = min(kMergeSlots, (area_bytes - kMergeHead) / (int)bytes) / 2;
     const bool copies = bytes % 16 == 0 && (uintptr_t)src % 16 == 0 && step % 16 == 0 && jn >= 1 && jn <= JMAX &&
-                        jn * threads == nh * PAIRS && per_head * jn == PAIRS && slots >= 2;
+                        jn * threads == nh * PAIRS && per_head * jn == PAIRS && batch >= 1 && nh * batch <= threads;
     if (!copies) {
         kl::decode::merge_partials<T>(p, b, h0, nh, splits, reinterpret_cast<float *>(area));
         return;
     }
-    uint64_t *full = reinterpret_cast<uint64_t *>(area), *empty = full + kMergeSlots;
-    unsigned char *slot0 = area + 256;
-    auto issue = [&](int s) { /* split s's rows into its slot */
-        uint64_t *bar = &full[s % slots];
-        kl::ptx::mbar_arrive_expect(bar, bytes);
-        kl::ptx::bulk_load(kl::ptx::smem_addr(slot0 + s % slots * bytes), src + s * step, bytes, bar);
+    uint64_t *full = reinterpret_cast<uint64_t *>(area);            /* a barrier a slot */
+    float *weight = reinterpret_cast<float *>(area + 128);          /* [head][BMAX]: split weights of a batch */
+    float *big = weight + 8 * BMAX;                                 /* [2][head]: the running max, by batch parity */
+    unsigned char *slot0 = area + kMergeHead;
+    const int batches = (splits + batch - 1) / batch;
+    auto issue = [&](int k) { /* batch k's splits into its half */
+        for (int i = 0; i < batch && k * batch + i < splits; i++) {
+            const int slot = k % 2 * batch + i;
+            kl::ptx::mbar_arrive_expect(&full[slot], bytes);
+            kl::ptx::bulk_load(kl::ptx::smem_addr(slot0 + slot * bytes), src + (k * batch + i) * step, bytes,
+                               &full[slot]);
+        }
     };
     /* The area was last written and read by plain stores and loads: fenced before the copies write it. */
     kl::ptx::fence_async_smem();
     __syncthreads();
     if (threadIdx.x == 0) {
-        for (int i = 0; i < slots; i++) kl::ptx::mbar_init(&full[i], 1), kl::ptx::mbar_init(&empty[i], threads);
+        for (int i = 0; i < 2 * batch; i++) kl::ptx::mbar_init(&full[i], 1);
         kl::ptx::mbar_init_fence();
         kl::ptx::fence_async_global(); /* the other blocks' partial stores, before the copies read them */
-        for (int s = 0; s < min(slots, splits); s++) issue(s);
+        issue(0), issue(1);
     }
+    if (threadIdx.x < nh) big[8 + threadIdx.x] = -INFINITY; /* before batch 0, the max of "batch -1" */
     __syncthreads();
 
-    /* Thread t: head h = t / per_head, pairs q, q + per_head, ... (q = t % per_head): a warp's reads of
-     * one pair index are 32 consecutive 8-byte words. */
+    /* Thread t sums head h = t / per_head, pairs q, q + per_head, ... (q = t % per_head): a warp's reads
+     * of one pair index are 32 consecutive 8-byte words. In the weight step thread t < nh * batch
+     * weighs split t % batch of the batch for head t / batch. */
     const int h = threadIdx.x / per_head, q = threadIdx.x % per_head;
-    float big = -INFINITY, sum = 0, acc[JMAX][2] = {};
-    for (int s = 0; s < splits; s++) {
-        const int r = s % slots, parity = s / slots & 1;
-        kl::ptx::mbar_wait(&full[r], parity);
-        const float *row = reinterpret_cast<const float *>(slot0 + r * bytes) + h * ROW;
-        const float m = row[HD], l = row[HD + 1];
-        float weight = 1; /* of split s against the running max */
-        if (m > big) {
-            const float rescale = exp2f(big - m); /* 0 while nothing was summed */
-            sum *= rescale;
-#pragma unroll
-            for (int j = 0; j < JMAX; j++) acc[j][0] *= rescale, acc[j][1] *= rescale;
-            big = m;
-        } else {
-            weight = m == -INFINITY ? 0.f : exp2f(m - big); /* a split with no keys weighs nothing */
-        }
-        sum += l * weight;
-#pragma unroll
-        for (int j = 0; j < JMAX; j++)
-            if (j < jn) {
-                const float2 v = *reinterpret_cast<const float2 *>(row + 2 * (q + j * per_head));
-                acc[j][0] += v.x * weight, acc[j][1] += v.y * weight;
+    float acc[JMAX][2] = {}, sum = 0;
+    for (int k = 0; k < batches; k++) {
+        const int n = min(batch, splits - k * batch), half = k % 2 * batch;
+        for (int i = 0; i < n; i++) kl::ptx::mbar_wait(&full[half + i], k / 2 & 1);
+        auto row = [&](int i, int head) {
+            return reinterpret_cast<const float *>(slot0 + (half + i) * bytes) + head * ROW;
+        };
+        if (threadIdx.x < nh * batch) {
+            const int wh = threadIdx.x / batch, wi = threadIdx.x % batch;
+            float m = big[(k + 1) % 2 * 8 + wh];
+            for (int i = 0; i < n; i++) m = fmaxf(m, row(i, wh)[HD]);
+            if (wi == 0) big[k % 2 * 8 + wh] = m;
+            if (wi < n) {
+                const float ms = row(wi, wh)[HD];
+                weight[wh * BMAX + wi] = ms == -INFINITY ? 0.f : exp2f(ms - m); /* a split with no keys: 0 */
             }
-        kl::ptx::mbar_arrive(&empty[r]);
-        if (threadIdx.x == 0 && s + slots < splits) { /* every thread has read split s: its slot takes s + slots */
-            kl::ptx::mbar_wait(&empty[r], parity);
-            issue(s + slots);
         }
+        __syncthreads();
+        const float before = big[(k + 1) % 2 * 8 + h], now = big[k % 2 * 8 + h];
+        const float rescale = before == -INFINITY ? 0.f : exp2f(before - now);
+        sum *= rescale;
+#pragma unroll
+        for (int j = 0; j < JMAX; j++) acc[j][0] *= rescale, acc[j][1] *= rescale;
+        for (int i = 0; i < n; i++) {
+            const float w = weight[h * BMAX + i];
+            const float *r = row(i, h);
+            sum += r[HD + 1] * w;
+#pragma unroll
+            for (int j = 0; j < JMAX; j++)
+                if (j < jn) {
+                    const float2 v = *reinterpret_cast<const float2 *>(r + 2 * (q + j * per_head));
+                    acc[j][0] += v.x * w, acc[j][1] += v.y * w;
+                }
+        }
+        __syncthreads(); /* every thread is done with this half and this batch's weights */
+        if (threadIdx.x == 0 && k + 2 < batches) issue(k + 2);
     }
+    const float m = big[(batches - 1) % 2 * 8 + h];
     const int64_t at = (int64_t)b * p.num_qo_heads + h0 + h;
     T *out = static_cast<T *>(p.out) + at * HD;
 #pragma unroll
@@ -127,7 +147,7 @@ static __device__ __forceinline__ void merge_in_shared(const kl_attention_decode
             const int d = 2 * (q + j * per_head);
             out[d] = kl::from_f32<T>(acc[j][0] / sum), out[d + 1] = kl::from_f32<T>(acc[j][1] / sum);
         }
-    if (q == 0) p.lse[at] = (big + log2f(sum)) * 0.69314718056f;
+    if (q == 0) p.lse[at] = (m + log2f(sum)) * 0.69314718056f;
 }
 
 /* k_box / v_box: boxes of 64 columns x 1 head x 16 slots (zeros, and boxes 0, where the page size is

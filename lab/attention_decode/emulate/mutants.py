@@ -239,10 +239,13 @@ MUTANTS = [
         "edits": [("    stamp(KL_DECODE_END);\n", "")],
         "expect": "ran its key loop without stamping its first tile and its end",
     },
-    {   # v20: the running sum not rescaled when a later split's max is larger: that split outweighs the rest
+    {   # v20: the running sum not rescaled when a later batch's max is larger: that batch outweighs the rest
+        # (batches of one split, so the 3-SM problems merge several)
         "name": "mutant_v20_sum_not_rescaled",
         "variant": "v20_bulk_merge",
-        "edits": [("            sum *= rescale;\n", "")],
+        "edits": [("        sum *= rescale;\n", ""),
+                  ("reinterpret_cast<unsigned char *>(ring), S::RING)",
+                   "reinterpret_cast<unsigned char *>(ring), kMergeHead + 2 * 8 * (HD + 2) * 4)")],
         "expect": "outside the attention policy's bound",
     },
     {   # v20: the bulk merge where a split's rows are not a multiple of 16 bytes (MHA: one head's row)
@@ -251,22 +254,24 @@ MUTANTS = [
         "edits": [("const bool copies = bytes % 16 == 0 && ", "const bool copies = ")],
         "expect": "bulk copy at",
     },
-    {   # v20: a slot refilled before every thread has read it (two slots, so the 3-SM problems refill): thread 0
-        # runs ahead and completes phases of a slot's barriers that slower threads still wait for
+    {   # v20: a half refilled before the block is done reading it (batches of one split, so the 3-SM problems
+        # refill): the copy overwrites rows still being summed
         "name": "mutant_v20_refill_before_read",
         "variant": "v20_bulk_merge",
-        "edits": [("            kl::ptx::mbar_wait(&empty[r], parity);\n", ""),
+        "edits": [("        __syncthreads(); /* every thread is done with this half and this batch's weights */\n"
+                   "        if (threadIdx.x == 0 && k + 2 < batches) issue(k + 2);\n",
+                   "        if (threadIdx.x == 0 && k + 2 < batches) issue(k + 2);\n        __syncthreads();\n"),
                   ("reinterpret_cast<unsigned char *>(ring), S::RING)",
-                   "reinterpret_cast<unsigned char *>(ring), 256 + 2 * 8 * (HD + 2) * 4)")],
-        "expect": "deadlock: every live thread of the cluster is blocked",
+                   "reinterpret_cast<unsigned char *>(ring), kMergeHead + 2 * 8 * (HD + 2) * 4)")],
+        "expect": "outside the attention policy's bound",
     },
-    {   # v20: every wait on a slot's copy for the parity of its first use (two slots, as above): the second use
-        # reads the slot before its copy lands, and the arrivals on its empty barrier fall out of step
+    {   # v20: every wait on a half's copies for the parity of its first use (batches of one split, as above): the
+        # third batch reads its half before the copies land, and the barriers' phases fall out of step
         "name": "mutant_v20_slot_parity_of_first_use",
         "variant": "v20_bulk_merge",
-        "edits": [("kl::ptx::mbar_wait(&full[r], parity);", "kl::ptx::mbar_wait(&full[r], 0);"),
+        "edits": [("kl::ptx::mbar_wait(&full[half + i], k / 2 & 1);", "kl::ptx::mbar_wait(&full[half + i], 0);"),
                   ("reinterpret_cast<unsigned char *>(ring), S::RING)",
-                   "reinterpret_cast<unsigned char *>(ring), 256 + 2 * 8 * (HD + 2) * 4)")],
+                   "reinterpret_cast<unsigned char *>(ring), kMergeHead + 2 * 8 * (HD + 2) * 4)")],
         "expect": "deadlock: every live thread of the cluster is blocked",
     },
 ]
