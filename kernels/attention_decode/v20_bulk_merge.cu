@@ -8,11 +8,12 @@
  * round trips for each pair of dims a thread owns, 32 in all for a thread of v19's 128 at head_dim
  * 128, while the rest of the GPU is idle. Loading more splits at once does not help: 32 loads of 8
  * bytes a thread and their 64-bit addresses outgrow the registers a CTA of four an SM may use, and the
- * compiler then issues each load after the previous sum. Here (bulk_merge.cuh) thread 0 copies each
- * split's rows of the block's 8 heads, 4160 contiguous bytes at head_dim 128, into a slot of a ring of
- * up to 16 slots in the CTA's key ring, free once the loop is done; the copy engine keeps them all in
- * flight, and the threads merge split by split from shared memory (merge_in_shared, below). No
- * register holds a load in flight.
+ * compiler then issues each load after the previous sum. Here thread 0 copies each split's rows of the
+ * block's 8 heads, 4160 contiguous bytes at head_dim 128, into a slot in the CTA's key ring, free once
+ * the loop is done: two halves of up to 8 slots (5 at head_dim 128, where a slot is 4160 bytes of the
+ * 48 KB ring), the copy engine filling one half while the threads merge the batch of splits in the
+ * other (merge_in_shared, below). No register holds a load in flight, but a batch waits for its copies
+ * from L2, and there are only two batches in flight.
  * It also records its launch's timeline where params.trace asks for one (attention_decode.h): each
  * CTA's start, release from the PDL wait, first tile, end of the key loop and end, which `kernlab
  * bench` summarizes in a row's timeline.
