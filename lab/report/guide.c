@@ -73,6 +73,7 @@ int kl_rep_write_guide(const char *out, struct kl_guide *md, const struct kl_tar
     }
     kl_rep_section_targets(f, md, t90, t80);
     kl_rep_section_ladder(f, md);
+    kl_rep_section_launch_timelines(f, md);
     const char *analysis = md->m ? kl_guide_text(md->name, "analysis") : NULL;
     if (analysis) fprintf(f, "## Analysis\n\n%s\n\n", analysis);
     kl_rep_section_extra_fields(f, md);

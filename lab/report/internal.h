@@ -3,6 +3,7 @@
  *   load.c      results rows into one struct kl_guide per module; the registry as the report sees it
  *   sections.c  the generic sections: semantics, variants, execution story, hardware analysis
  *   targets.c   targets and peers, the ladder step by step, module measurements, correctness, exercises, reproduce
+ *   timelines.c the launch timelines of the rows that carry one (CTA quantiles per event)
  *   svg.c       the roofline / bandwidth picture
  *   guide.c     one module's guide, section by section, or its module's own (struct kl_guide_hooks)
  *   index.c     README.md (the way in) and environment.md
@@ -62,6 +63,7 @@ void kl_rep_section_targets(FILE *f, const struct kl_guide *md, const struct kl_
 /* Each numbered variant against the previous one and the fastest peer, with its SM clock. */
 void kl_rep_section_ladder(FILE *f, const struct kl_guide *md);
 void kl_rep_section_extra_fields(FILE *f, const struct kl_guide *md);
+void kl_rep_section_launch_timelines(FILE *f, const struct kl_guide *md); /* timelines.c */
 void kl_rep_section_correctness(FILE *f, const struct kl_guide *md);
 void kl_rep_section_exercises(FILE *f, const struct kl_guide *md);
 void kl_rep_section_reproduce(FILE *f, const struct kl_guide *md);

@@ -282,6 +282,34 @@ def check_module_measurements(name, text, rows, module, labels):
     return checked
 
 
+def check_launch_timelines(name, text, rows, module, labels):
+    """The launch timelines (attention_decode's CTA quantiles): every event's four quantiles and the last
+    CTA's tail (latest end less latest end of a key loop), each recomputed from the row's timeline; and
+    every row that carries one has its line."""
+    checked, seen = 0, set()
+    section = text.split("## Launch timelines", 1)[1].split("\n## ", 1)[0] if "## Launch timelines" in text else ""
+    for t in tables(section, "| variant | workload |"):
+        device = labels.get(t.get("device", ""), labels.get(""))
+        r = rows.get((module, t["variant"], t["workload"], device))
+        tl = get(r, "timeline") if r else None
+        if not tl:
+            fail(f"{name}: launch timeline {t['variant']} {t['workload']}", "no such results row with a timeline")
+            continue
+        seen.add((t["variant"], t["workload"], device))
+        want = {"CTAs": c_round("%.0f", tl["ctas"]),
+                "last CTA's tail": c_round("%.1f", tl["events"]["end"]["max"] - tl["events"]["loop_done"]["max"])}
+        for ev in ("released", "first_tile", "loop_done", "end"):
+            want[f"{ev} p10 / p50 / p90 / max"] = " / ".join(c_round("%.1f", tl["events"][ev][q])
+                                                           for q in ("p10", "p50", "p90", "max"))
+        expect(f"{name}: launch timeline {t['variant']} {t['workload']}", t, want)
+        checked += 6
+    for (mod, variant, workload, device), r in rows.items():
+        tl = get(r, "timeline")
+        if mod == module and isinstance(tl, dict) and "ctas" in tl and (variant, workload, device) not in seen:
+            fail(f"{name}: launch timelines", f"{variant} {workload} carries a timeline the guide does not show")
+    return checked
+
+
 def rung(variant):
     """N of a "vN_..." name (a step of the ladder); None for peers' and mutants' names."""
     m = re.match(r"v(\d+)_", variant)
@@ -649,6 +677,7 @@ def check_all(guides, results, targets_dir):
         labels = device_labels(text, rows, module)
         counts[name] = check_hardware_table(name, text, rows, module, labels) + \
             check_story_lines(name, text, rows, module, labels) + check_module_measurements(name, text, rows, module, labels) + \
+            check_launch_timelines(name, text, rows, module, labels) + \
             check_ladder(name, text, rows, module, labels)
     counts["README.md"] = check_gate(open(os.path.join(guides, "README.md")).read(), rows, targets)
     story = os.path.join(results, "story.json")
