@@ -55,8 +55,10 @@ struct out_row {
     int row, h0, h;
 };
 
-/* The final outputs of nr (query row, qo head) pairs, at(r) for r < nr, from their `splits`
- * partials, computed by the whole block (every thread must call it; it synchronises once). With
+/* The final outputs of nr (query row, qo head) pairs, at(r) for r < nr, from the partials of
+ * `splits` splits s0, s0 + every, s0 + 2 every, ..., computed by the whole block (every thread must
+ * call it; it synchronises once); TO_PARTIAL: their merge as one partial, written over split s0's
+ * rows (acc unnormalised, m = M, l = L), for a merge of merges to take up. With
  * M = max m_s, the weights w_s = 2^(m_s - M) put every partial on one scale: out = sum acc_s w_s
  * / L and lse = ln 2 (M + log2 L), L = sum l_s w_s. Phase 1: one warp per pair computes its
  * weights into w (shared, nr * (splits + 2) floats) with shuffles only; phase 2: every thread
@@ -66,15 +68,15 @@ struct out_row {
  * register count of the kernels this merge is inlined into: v9 loses a CTA an SM at 16). The sums
  * run in split order, as a one-at-a-time loop would. Partials were written by other blocks: read
  * through L2 (__ldcg), never from a stale L1 line. */
-template <typename T, typename At>
-__device__ __forceinline__ void merge_partials_at(const kl_attention_decode_params &p, int nr, int splits, float *w,
-                                                  int64_t q_rows, At at)
+template <typename T, bool TO_PARTIAL, typename At>
+__device__ __forceinline__ void merge_split_rows(const kl_attention_decode_params &p, int nr, int s0, int splits,
+                                                 int every, float *w, int64_t q_rows, At at)
 {
     const int hd = (int)p.head_dim, lane = threadIdx.x % 32, stride = splits + 2;
-    const int64_t step = partial_split_stride(p, q_rows);
+    const int64_t step = partial_split_stride(p, q_rows) * every;
     for (int h = threadIdx.x / 32; h < nr; h += blockDim.x / 32) {
         const out_row o = at(h);
-        const float *first = partial(p, 0, o.row, o.h0 + o.h, q_rows); /* split 0's row; split s's is s steps on */
+        const float *first = partial(p, s0, o.row, o.h0 + o.h, q_rows); /* split s0's row; the s-th is s steps on */
         float *wh = w + h * stride, m = -INFINITY, l = 0;
         for (int s = lane; s < splits; s += 32) {
             wh[s] = __ldcg(first + s * step + hd); /* m_s, until it becomes the weight */
@@ -94,7 +96,7 @@ __device__ __forceinline__ void merge_partials_at(const kl_attention_decode_para
     for (int i = threadIdx.x; i < nr * hd / 2; i += blockDim.x) {
         const int h = i / (hd / 2), d = 2 * (i % (hd / 2));
         const out_row o = at(h);
-        const float *wh = w + h * stride, *first = partial(p, 0, o.row, o.h0 + o.h, q_rows) + d;
+        const float *wh = w + h * stride, *first = partial(p, s0, o.row, o.h0 + o.h, q_rows) + d;
         float acc0 = 0, acc1 = 0;
         for (int s = 0; s < splits; s += MERGE_LOADS) {
             const int n = min(MERGE_LOADS, splits - s);
@@ -106,11 +108,25 @@ __device__ __forceinline__ void merge_partials_at(const kl_attention_decode_para
             for (int k = 0; k < MERGE_LOADS; k++)
                 if (k < n) acc0 += v[k].x * wh[s + k], acc1 += v[k].y * wh[s + k];
         }
+        if constexpr (TO_PARTIAL) { /* this thread read these dims of split s0 above; m and l before the barrier */
+            float *row = partial(p, s0, o.row, o.h0 + o.h, q_rows);
+            row[d] = acc0, row[d + 1] = acc1;
+            if (d == 0) row[hd] = wh[splits], row[hd + 1] = wh[splits + 1];
+            continue;
+        }
         T *out = static_cast<T *>(p.out) + ((int64_t)o.row * p.num_qo_heads + o.h0 + o.h) * hd + d;
         out[0] = kl::from_f32<T>(acc0 / wh[splits + 1]), out[1] = kl::from_f32<T>(acc1 / wh[splits + 1]);
         if (d == 0)
             p.lse[(int64_t)o.row * p.num_qo_heads + o.h0 + o.h] = (wh[splits] + log2f(wh[splits + 1])) * 0.69314718056f;
     }
+}
+
+/* merge_split_rows over every split of a request, to the output. */
+template <typename T, typename At>
+__device__ __forceinline__ void merge_partials_at(const kl_attention_decode_params &p, int nr, int splits, float *w,
+                                                  int64_t q_rows, At at)
+{
+    merge_split_rows<T, false>(p, nr, 0, splits, 1, w, q_rows, at);
 }
 
 /* merge_partials_at for one query per request: heads h0 .. h0 + nh - 1 of request b. */
@@ -285,6 +301,25 @@ __device__ __forceinline__ void merge_warp_states(float *mrg, int stride, int nh
     __syncthreads();
 }
 
+/* The merge counter of block hb (of 8 qo heads) of kv head g of request b. */
+__device__ __forceinline__ unsigned *counter_of(const kl_attention_decode_params &p, int b, int g, int hb)
+{
+    const int blocks = (int)((p.num_qo_heads / p.num_kv_heads + 7) / 8);
+    return counters(p) + ((int64_t)b * p.num_kv_heads + g) * blocks + hb;
+}
+
+/* v4's count: the block that brings the count to `splits` merges, and resets the counter for the next
+ * launch (every other block of the request has counted). */
+struct count_last {
+    int splits;
+    __device__ __forceinline__ bool operator()(unsigned *counter) const
+    {
+        const bool last = atomicAdd(counter, 1u) == (unsigned)splits - 1;
+        if (last) *counter = 0;
+        return last;
+    }
+};
+
 /* After the key loop of a variant whose CW warps each kept an online softmax over part of a chunk,
  * the whole block (every thread calls it), for HEADS consecutive kv heads g + k (k < HEADS) whose
  * merge areas lie `stride` floats apart from mrg: in head k's area warp w < CW has written its
@@ -293,14 +328,15 @@ __device__ __forceinline__ void merge_warp_states(float *mrg, int stride, int nh
  * max m (log2 units), the sum l. merge_warp_states merges them into res; a request in one split
  * writes out and lse, a split files its partials and counts them once on the counter of kv head g
  * (v4's scheme; every block of the request covers the same HEADS heads, so one count stands for all
- * of them). Returns true in the block that counts last (`last`: a flag in the kernel's shared
- * memory), which must then merge every head's partials: they are visible to it, and its merge areas
+ * of them: thread 0 calls count(counter), which says whether this block merges, count_last below
+ * unless the variant merges otherwise). Returns true in the block that merges (`last`: a flag in the
+ * kernel's shared memory): the partials counted before it are visible to it, and its merge areas
  * are free. One fence publishes every head's partials: the fence waits for the block's stores to
  * reach the whole device, so a block over eight heads pays for it once instead of eight times. */
-template <typename T, int HD, int CW, int HEADS>
+template <typename T, int HD, int CW, int HEADS, typename Count>
 __device__ __forceinline__ bool file_cta_heads(const kl_attention_decode_params &p, float *mrg, int stride,
                                                bool &last, int b, int g, int hb, int h0, int nh, int split,
-                                               int splits)
+                                               int splits, Count count)
 {
     constexpr int ROW = HD + 2;
     auto res = [&](int k) { return mrg + k * stride + CW * 8 * ROW; };
@@ -325,12 +361,7 @@ __device__ __forceinline__ bool file_cta_heads(const kl_attention_decode_params 
      * count to `splits` merges, reading the partials through L2. */
     __threadfence();
     __syncthreads();
-    if (threadIdx.x == 0) {
-        const int blocks = (int)((p.num_qo_heads / p.num_kv_heads + 7) / 8);
-        unsigned *counter = kl::decode::counters(p) + ((int64_t)b * p.num_kv_heads + g) * blocks + hb;
-        last = atomicAdd(counter, 1u) == (unsigned)splits - 1;
-        if (last) *counter = 0; /* every other block of this request has counted: reset for the next launch */
-    }
+    if (threadIdx.x == 0) last = count(counter_of(p, b, g, hb));
     __syncthreads();
     if (!last) return false;
     __threadfence();
@@ -343,7 +374,8 @@ __device__ __forceinline__ void finish_cta_heads(const kl_attention_decode_param
                                                  bool &last, int b, int g, int hb, int h0, int nh, int split,
                                                  int splits)
 {
-    if (!file_cta_heads<T, HD, CW, HEADS>(p, mrg, stride, last, b, g, hb, h0, nh, split, splits)) return;
+    if (!file_cta_heads<T, HD, CW, HEADS>(p, mrg, stride, last, b, g, hb, h0, nh, split, splits, count_last{splits}))
+        return;
     for (int k = 0; k < HEADS; k++) /* each merge uses its own head's area: no barrier between them */
         kl::decode::merge_partials<T>(p, b, h0 + k * nh, nh, splits, mrg + k * stride);
 }

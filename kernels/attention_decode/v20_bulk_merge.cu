@@ -216,7 +216,8 @@ static __global__ void __launch_bounds__(kThreads, HD == 256 ? 1 : kCtasPerSm)
 
     float *mrg = reinterpret_cast<float *>(ring);
     if (warp < CW) kl::decode::bf16_ring::write_state<HD>(mrg + warp * 8 * S::ROW, o, m, l);
-    if (kl::decode::file_cta_heads<T, HD, CW, 1>(p, mrg, 0, last, b, g, blockIdx.y % blocks, h0, nh, split, splits))
+    if (kl::decode::file_cta_heads<T, HD, CW, 1>(p, mrg, 0, last, b, g, blockIdx.y % blocks, h0, nh, split, splits,
+                                                 kl::decode::count_last{splits}))
         merge_in_shared<T, HD>(p, b, h0, nh, splits, reinterpret_cast<unsigned char *>(ring), S::RING);
     stamp(KL_DECODE_END);
 #else

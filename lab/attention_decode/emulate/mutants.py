@@ -274,4 +274,23 @@ MUTANTS = [
                    "reinterpret_cast<unsigned char *>(ring), kMergeHead + 2 * 8 * (HD + 2) * 4)")],
         "expect": "deadlock: every live thread of the cluster is blocked",
     },
+    {   # v21: the final merge over the first splits instead of the groups' partials (one apart, not a group apart)
+        "name": "mutant_v21_final_merge_reads_splits",
+        "variant": "v21_merge_tree",
+        "edits": [("merge_split_rows<T, false>(p, nh, 0, t.groups, t.size, w, 1, at);",
+                   "merge_split_rows<T, false>(p, nh, 0, t.groups, 1, w, 1, at);")],
+        "expect": "outside the attention policy's bound",
+    },
+    {   # v21: every split counted in group 0's field: group 0 completes early, or never, and the others never do
+        "name": "mutant_v21_one_field_for_every_group",
+        "variant": "v21_merge_tree",
+        "edits": [("atomicAdd(counter, 1u << (kGroupBits * group));", "atomicAdd(counter, 1u);")],
+        "expect": "outside the attention policy's bound",
+    },
+    {   # v21: the counter not reset: the next launch's groups start from the last one's counts
+        "name": "mutant_v21_counter_not_reset",
+        "variant": "v21_merge_tree",
+        "edits": [("        if (last) *counter = 0; /* every split and every group has counted: reset for the next launch */\n", "")],
+        "expect": "outside the attention policy's bound",
+    },
 ]
