@@ -314,8 +314,8 @@ static int reference(const struct state *s, struct kl_err *err)
     return rc;
 }
 
-/* One more launch, untimed, with params.trace set: a variant that records a timeline (v20_bulk_merge)
- * stamps each CTA's events (attention_decode.h); the others leave it empty. */
+/* One more launch, untimed, with params.trace set: a variant that records a timeline (v20_bulk_merge,
+ * v21_merge_tree) stamps each CTA's events (attention_decode.h); the others leave it empty. */
 static void trace_one_launch(const struct kl_variant *v, struct state *s)
 {
     struct kl_decode_trace *dev = NULL;
