@@ -72,13 +72,11 @@ template <typename T, int HD, int CW>
 static __device__ __forceinline__ void finish_tree(const kl_attention_decode_params &p, float *w, bool &last, int b,
                                                    int g, int hb, int h0, int nh, int split, int splits)
 {
-    const auto at = [=](int h) { return kl::decode::out_row{b, h0, h}; };
     if (splits < kTreeFrom) {
-        if (kl::decode::file_cta_heads<T, HD, CW, 1>(p, w, 0, last, b, g, hb, h0, nh, split, splits,
-                                                     kl::decode::count_last{splits}))
-            kl::decode::merge_partials_at<T>(p, nh, splits, w, 1, at);
+        kl::decode::finish_cta<T, HD, CW>(p, w, last, b, g, hb, h0, nh, split, splits); /* v19's */
         return;
     }
+    const auto at = [=](int h) { return kl::decode::out_row{b, h0, h}; };
     const tree_shape t = tree_of(splits);
     const int group = split / t.size, s0 = group * t.size, members = min(t.size, splits - s0);
     if (!kl::decode::file_cta_heads<T, HD, CW, 1>(p, w, 0, last, b, g, hb, h0, nh, split, splits,
