@@ -9,8 +9,8 @@
  * cut into at most 4 groups of consecutive splits (16 each at 64 splits); each split counts itself in
  * its group's 7-bit field of the request's merge counter, and the split that completes its group
  * merges the group's partials with v19's merge (decode.cuh's merge_split_rows, 8 loads a thread in
- * flight) into one partial of the same form, written over the group's first split's rows. Most groups
- * complete while other CTAs still read keys, so their merges are off the call's tail. Each group's
+ * flight) into one partial of the same form, written over the group's first split's rows. A group that
+ * completes while other CTAs still read keys merges off the call's tail. Each group's
  * merger then counts the group in the counter's top bits; the one that completes the count merges the
  * groups' partials (4 rows a head, one batch of loads) into the output and resets the counter. On
  * the tail are the last group's merge and that final one, where v19 and v20 merge every split at once.
