@@ -368,6 +368,16 @@ __device__ __forceinline__ void tma_load_3d_hint(uint32_t dst, const CUtensorMap
                  "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(smem_addr(bar)), "l"(policy)
                  : "memory");
 }
+/* The box at (c0, c1, c2) of `map` asked of memory into L2 only, with nothing to count and nothing to wait for:
+ * a later tma_load_3d of the same box finds its lines in L2. A hint: the hardware may drop it, and a box past the
+ * tensor's bounds is not fetched. */
+__device__ __forceinline__ void tma_prefetch_3d(const CUtensorMap *map, int c0, int c1, int c2)
+{
+    asm volatile("cp.async.bulk.prefetch.tensor.3d.L2.global.tile [%0, {%1, %2, %3}];\n" ::"l"(
+                     reinterpret_cast<uint64_t>(map)),
+                 "r"(c0), "r"(c1), "r"(c2)
+                 : "memory");
+}
 
 /* ---- clusters: CTAs launched together on one GPC, each reaching the others' shared memory ---- */
 

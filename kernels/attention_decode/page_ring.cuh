@@ -156,9 +156,13 @@ __device__ __forceinline__ void gather_rows_lean(const unsigned char *k_lane, co
  * GATHERERS (v17): that many producer warps run this loop side by side, this one being gatherer G; each
  * waits for every stage, issues its share of each gathered tile and arrives with all its lanes, so the
  * full barriers count 32 x GATHERERS arrivals. Whole 16-slot tiles come as boxes from gatherer 0 alone,
- * the others arriving plainly. LEAN (v18): the gathered tiles by gather_rows_lean, the same copies. */
+ * the others arriving plainly. LEAN (v18): the gathered tiles by gather_rows_lean, the same copies.
+ * PREFETCH (v22, even, 2 to 2 (AHEAD - 1)): with each whole tile's boxes, the same boxes of tile i + PREFETCH,
+ * when that tile is whole too, asked into L2 (tma_prefetch_3d); its slots are group k + PREFETCH / 2's, in
+ * ahead[] since an earlier group, so the prefetch waits on no page-table load. Its copies then find their
+ * lines in L2, and the memory has the ring's bytes plus PREFETCH tiles asked for at once. */
 template <int STAGES, int BLOCKS, int COLS, int HEADS = 1, bool CP_ASYNC_ROWS = false, bool EVICT_FIRST = false,
-          int GATHERERS = 1, int G = 0, bool LEAN = false>
+          int GATHERERS = 1, int G = 0, bool LEAN = false, int PREFETCH = 0>
 __device__ __forceinline__ void produce_page_tiles(const CUtensorMap *k_box, const CUtensorMap *v_box,
                                                    const CUtensorMap *k_row, const CUtensorMap *v_row, bool boxes,
                                                    const kl_attention_decode_params &p, int b, int g0, int t0, int t1,
@@ -170,6 +174,7 @@ __device__ __forceinline__ void produce_page_tiles(const CUtensorMap *k_box, con
     constexpr uint32_t BLOCK_BYTES = 16 * 128, HEAD_TILE = BLOCKS * BLOCK_BYTES, TILE_HALF = HEADS * HEAD_TILE;
     constexpr uint32_t STAGE_BYTES = 2 * TILE_HALF;
     static_assert(COPIES <= 32, "one box a lane");
+    static_assert(PREFETCH % 2 == 0 && PREFETCH / 2 < AHEAD, "a prefetched tile's slots are in ahead[]");
     const int lane = threadIdx.x % 32, tiles = (t1 - t0 + 15) / 16, groups = (tiles + 1) / 2;
     const int32_t *pages = p.kv_indices + p.kv_indptr[b];
     const int ps = (int)p.page_size;
@@ -236,6 +241,13 @@ __device__ __forceinline__ void produce_page_tiles(const CUtensorMap *k_box, con
                     if (lane < COPIES)
                         copy(stage + copy_dst(lane), copy_map(lane, k_box, v_box), COLS * (lane % BLOCKS),
                              g0 + lane / BLOCKS % HEADS, first, &full[st]);
+                    if constexpr (PREFETCH > 0) {
+                        const int ip = i + PREFETCH; /* group k + PREFETCH / 2, the same half */
+                        const int pfirst = __shfl_sync(0xffffffffu, ahead[(kk + PREFETCH / 2) % AHEAD], 16 * half);
+                        if (lane < COPIES && ip < tiles && 16 * ip + 16 <= t1 - t0)
+                            kl::ptx::tma_prefetch_3d(copy_map(lane, k_box, v_box), COLS * (lane % BLOCKS),
+                                                     g0 + lane / BLOCKS % HEADS, pfirst);
+                    }
                 } else {
                     /* Row lane % 16 of copies lane / 16, lane / 16 + 2, ...: every lane gathers the
                      * token whose slot it was handed. */

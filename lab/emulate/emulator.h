@@ -32,6 +32,8 @@
  * - Sources. Where a driver registers its launch's buffers (attention_prefill's and attention_decode's
  *   do), a cp.async that reads its source, or a bulk copy, must read inside one of them: a row copied
  *   from a wrong page number or past a cache fails by name instead of reading whatever lies there.
+ * - Prefetches. A box a CTA prefetches into L2 (cp.async.bulk.prefetch.tensor) must be one it copies
+ *   afterwards: a prefetch of the wrong tile leaves the results right and only wastes bandwidth.
  * What it cannot see: timing, register limits, a read of an A fragment in flight or a plain copy of an
  * accumulator (they carry poison on: the results fail, unnamed), reads of registers before a wgmma
  * without a wgmma.fence (only writes are seen), plain shared-memory stores' order and authors, and
@@ -241,6 +243,13 @@ struct cta {
     std::map<int, std::pair<size_t, size_t>> statics; /* static __shared__ arrays: slot -> (offset, bytes) */
     std::vector<chunk> chunks;
     std::vector<uint32_t> landed_unfenced; /* chunks cp.async landed that no fence has published yet */
+    struct prefetched_box {
+        const unsigned char *base;    /* the tensor map's global address and box */
+        uint32_t box[3];
+        int c[3];
+        uint32_t note;
+    };
+    std::vector<prefetched_box> prefetched; /* boxes this CTA prefetched into L2 and has not loaded since */
     std::map<uint32_t, mbarrier> mbarriers;
     std::map<int, gate> named;
     gate block_gate;
@@ -322,6 +331,11 @@ void mbar_arrive(unsigned rank, uint32_t at, uint32_t expect_bytes, site s);
 void mbar_wait(uint32_t at, int parity, site s);
 float ld_cluster_f32(unsigned rank, uint32_t at, site s);
 void tma_load(uint32_t dst, const CUtensorMap *map, int c0, int c1, int c2, uint32_t bar, uint16_t cta_mask, site s);
+/* cp.async.bulk.prefetch.tensor into L2: nothing lands and nothing is counted, so a prefetch of the wrong box
+ * computes the same outputs and costs only bandwidth. The emulation keeps the CTA's prefetched boxes, each
+ * tma_load of the same box by that CTA takes one off, and a launch whose CTA ends with a box it prefetched and
+ * never loaded fails: the prefetch asked memory for bytes the kernel did not use. */
+void tma_prefetch(const CUtensorMap *map, int c0, int c1, int c2, site s);
 void bulk_load(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar, site s);
 /* cp.async.bulk from shared to global memory: the async proxy's bytes of [src, src + bytes) copied to dst at
  * issue (sizes and addresses checked as bulk_load's). */

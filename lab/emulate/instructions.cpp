@@ -805,6 +805,13 @@ void tma_load(uint32_t dst, const CUtensorMap *map, int c0, int c1, int c2, uint
     memcpy(&m, map, sizeof m);
     if (m.magic != kMapMagic) fail("bulk tensor copy at " + chain_text(chain) + " with a tensor map cuTensorMapEncodeTiled did not make");
     const uint32_t bytes = m.box[0] * m.box[1] * m.box[2] * m.elem_bytes;
+    auto &pre = f->c->prefetched; /* the box, if this CTA prefetched it, is now used */
+    for (size_t i = 0; i < pre.size(); i++)
+        if (pre[i].base == m.base && std::equal(pre[i].box, pre[i].box + 3, m.box) && pre[i].c[0] == c0 &&
+            pre[i].c[1] == c1 && pre[i].c[2] == c2) {
+            pre.erase(pre.begin() + (std::ptrdiff_t)i);
+            break;
+        }
     cluster &cl = *f->cl;
     if (cta_mask >> cl.ctas.size()) fail("multicast at " + chain_text(chain) + " to a CTA outside the cluster");
     for (unsigned r = 0; r < cl.ctas.size(); r++) {
@@ -821,6 +828,17 @@ void tma_load(uint32_t dst, const CUtensorMap *map, int c0, int c1, int c2, uint
         b.tx_seen = true;
         try_complete(c, b, n);
     }
+}
+
+void tma_prefetch(const CUtensorMap *map, int c0, int c1, int c2, site s)
+{
+    fiber *f = cur;
+    const uint32_t chain = chain_child(f->chain, s);
+    emu_map m;
+    memcpy(&m, map, sizeof m);
+    if (m.magic != kMapMagic) fail("tensor prefetch at " + chain_text(chain) + " with a tensor map cuTensorMapEncodeTiled did not make");
+    cta::prefetched_box b{m.base, {m.box[0], m.box[1], m.box[2]}, {c0, c1, c2}, add_note("the tensor prefetch", chain)};
+    f->c->prefetched.push_back(b);
 }
 
 void bulk_load(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar, site s)

@@ -651,6 +651,16 @@ cudaError_t run(const launch_shape &l, void (*body)(void *), void *ctx)
                     }
                 }
                 for (auto &c : cl.ctas)
+                    if (!S.failed && !c->prefetched.empty()) {
+                        const auto &b = c->prefetched[0];
+                        S.failed = true;
+                        S.failure = "a prefetched box was never loaded: CTA (" + std::to_string(c->block.x) + "," + std::to_string(c->block.y) + "," +
+                                    std::to_string(c->block.z) + ") prefetched " +
+                                    std::to_string(c->prefetched.size()) + " boxes into L2 that it did not copy afterwards; the first, at (" +
+                                    std::to_string(b.c[0]) + ", " + std::to_string(b.c[1]) + ", " + std::to_string(b.c[2]) +
+                                    "): " + note_text(cl, b.note);
+                    }
+                for (auto &c : cl.ctas)
                     for (auto &[at, b] : c->mbarriers)
                         if (!S.failed && !b.copies.empty()) {
                             S.failed = true;

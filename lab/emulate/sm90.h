@@ -101,6 +101,12 @@ __device__ __forceinline__ void tma_load_3d_hint(uint32_t dst, const CUtensorMap
     (void)policy;
     ::emu::tma_load(dst, map, c0, c1, c2, smem_addr(bar), (uint16_t)(1u << ::emu::cur->c->rank), emu_at);
 }
+/* Lands nothing: the emulation records the box, and the CTA must load it later (emulator.h's tma_prefetch). */
+__device__ __forceinline__ void tma_prefetch_3d(const CUtensorMap *map, int c0, int c1, int c2,
+                                                ::emu::site emu_at = EMU_HERE)
+{
+    ::emu::tma_prefetch(map, c0, c1, c2, emu_at);
+}
 __device__ __forceinline__ uint32_t cluster_rank() { return ::emu::cur->c->rank; }
 __device__ __forceinline__ void cluster_sync(::emu::site emu_at = EMU_HERE) { ::emu::cluster_sync(emu_at); }
 __device__ __forceinline__ void mbar_arrive_cluster(uint64_t *bar, uint32_t rank, ::emu::site emu_at = EMU_HERE)

@@ -293,4 +293,12 @@ MUTANTS = [
         "edits": [("        if (last) *counter = 0; /* every split and every group has counted: reset for the next launch */\n", "")],
         "expect": "outside the attention policy's bound",
     },
+    {   # v22: a prefetch of a box the CTA never copies (its kv head's first slot, whatever its chunk): the
+        # outputs are right and the bytes wasted, so only the emulator's account of prefetched boxes sees it
+        "name": "mutant_v22_prefetch_of_a_tile_not_copied",
+        "variant": "v22_l2_prefetch",
+        "edits": [("    if (warp == CW) {\n",
+                   "    if (warp == CW) {\n        if (boxes && threadIdx.x % 32 == 0) kl::ptx::tma_prefetch_3d(&k_box, 0, g, 0);\n")],
+        "expect": "a prefetched box was never loaded",
+    },
 ]
