@@ -301,4 +301,20 @@ MUTANTS = [
                    "    if (warp == CW) {\n        if (boxes && threadIdx.x % 32 == 0) kl::ptx::tma_prefetch_3d(&k_box, 0, g, 0);\n")],
         "expect": "a prefetched box was never loaded",
     },
+    {   # v23: the counter not reset: the next launch's count starts where this one's ended, and no CTA of it
+        # merges the clusters' partials
+        "name": "mutant_v23_counter_not_reset",
+        "variant": "v23_cluster_prefetch",
+        "edits": [("        if (last) *counter = 0; /* every other CTA of this request has counted: reset for the next launch */\n",
+                   "")],
+        "expect": "outside the attention policy's bound",
+    },
+    {   # v23: a cluster's partial filed under its first split's index, not the cluster's: the final merge
+        # reads partials no cluster wrote
+        "name": "mutant_v23_partial_under_split_index",
+        "variant": "v23_cluster_prefetch",
+        "edits": [("merge_cluster<T, HD>(p, res, b, h0, nh, cluster, whole, k);",
+                   "merge_cluster<T, HD>(p, res, b, h0, nh, cluster, whole, k * cluster);")],
+        "expect": "outside the attention policy's bound",
+    },
 ]
