@@ -653,12 +653,14 @@ cudaError_t run(const launch_shape &l, void (*body)(void *), void *ctx)
                 for (auto &c : cl.ctas)
                     if (!S.failed && !c->prefetched.empty()) {
                         const auto &b = c->prefetched[0];
+                        auto three = [](auto x, auto y, auto z) {
+                            return "(" + std::to_string(x) + "," + std::to_string(y) + "," + std::to_string(z) + ")";
+                        };
                         S.failed = true;
-                        S.failure = "a prefetched box was never loaded: CTA (" + std::to_string(c->block.x) + "," + std::to_string(c->block.y) + "," +
-                                    std::to_string(c->block.z) + ") prefetched " +
-                                    std::to_string(c->prefetched.size()) + " boxes into L2 that it did not copy afterwards; the first, at (" +
-                                    std::to_string(b.c[0]) + ", " + std::to_string(b.c[1]) + ", " + std::to_string(b.c[2]) +
-                                    "): " + note_text(cl, b.note);
+                        S.failure = "a prefetched box was never loaded: CTA " + three(c->block.x, c->block.y, c->block.z) +
+                                    " prefetched " + std::to_string(c->prefetched.size()) +
+                                    " boxes into L2 that it did not copy afterwards; the first, at " +
+                                    three(b.c[0], b.c[1], b.c[2]) + ": " + note_text(cl, b.note);
                     }
                 for (auto &c : cl.ctas)
                     for (auto &[at, b] : c->mbarriers)
