@@ -155,11 +155,8 @@ static __global__ void __launch_bounds__(kThreads, HD == 256 ? 1 : kCtasPerSm)
      * and the last merges the clusters' partials. */
     __threadfence();
     __syncthreads();
-    if (threadIdx.x == 0) {
-        unsigned *counter = kl::decode::counters(p) + ((int64_t)b * p.num_kv_heads + g) * blocks + blockIdx.y % blocks;
-        last = atomicAdd(counter, 1u) == (unsigned)(clusters * cluster) - 1;
-        if (last) *counter = 0; /* every other CTA of this request has counted: reset for the next launch */
-    }
+    if (threadIdx.x == 0)
+        last = kl::decode::count_last{clusters * cluster}(kl::decode::counter_of(p, b, g, blockIdx.y % blocks));
     __syncthreads();
     if (!last) return;
     __threadfence();

@@ -37,10 +37,10 @@
  * What it cannot see: timing, register limits, a read of an A fragment in flight or a plain copy of an
  * accumulator (they carry poison on: the results fail, unnamed), reads of registers before a wgmma
  * without a wgmma.fence (only writes are seen), plain shared-memory stores' order and authors, the
- * order between clusters (a launch's clusters run one after another, each to its end, so a CTA that
- * reads too early what another cluster writes finds what that cluster wrote, or the previous launch's
- * value, where a GPU running both at once need not), and a misreading of the hardware shared by a
- * kernel and this emulation. */
+ * order between clusters (a launch's clusters run one after another, each to its end: a merge run too
+ * early and then again once every cluster has filed leaves the later, right, output, where a GPU running
+ * them at once may finish them in either order), and a misreading of the hardware shared by a kernel and
+ * this emulation. */
 #pragma once
 #include <cuda.h>
 #include <cuda_bf16.h>

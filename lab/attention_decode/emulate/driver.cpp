@@ -4,9 +4,9 @@
  * lab/attention_decode/module.c gives them). Problems with one query per request and with draft tokens
  * (qo_indptr): q_len 1..8 mixed, q_len = kv_len, an empty request, page sizes 1, 3, 5 and 16, GQA 1 to 8,
  * head_dim 64/128/256, split requests whose last chunk ends before some draft tokens' limits. Each runs
- * twice on one workspace (the merge counters must come back to zero). One-query problems at page 1, 5
- * and 32 (tiles inside a longer page) take both copy paths of the TMA variant (row gathers, page
- * boxes). Cache slots past a request's keys hold NaN, as do the outputs before the launch. Problems on an
+ * twice on one workspace, its partials NaN before the first launch: both launches' outputs are judged,
+ * and each must leave the merge counters at zero. One-query problems at page 1, 5 and 32 (tiles inside
+ * a longer page) take both copy paths of the TMA variant (row gathers, page boxes). Cache slots past a request's keys hold NaN, as do the outputs before the launch. Problems on an
  * FP8 cache (e4m3 codes of N(0, 1) x 24, one scale per kv head a factor of ten from the next, NaN codes
  * past a request's keys; one with qo heads whose q spans 1e-3 .. 1e5) run the FP8 variants;
  * a variant SKIPs the problems it declines as the GPU suite does (FP8 caches and draft tokens for the
@@ -175,7 +175,11 @@ bool check(const problem &pr, const emu::variant &variant, std::string &why)
     if (multi) p.qo_indptr = qo.data(), p.max_q_len = max_q;
     if (pr.fp8) p.k_cache = k8.data(), p.v_cache = v8.data(), p.k_scale = k_scale.data(), p.v_scale = v_scale.data();
     p.workspace_bytes = kl_attention_decode_workspace_bytes(&p, kl_attention_decode_sms());
-    std::vector<unsigned char> workspace(p.workspace_bytes + 16, 0);
+    /* The merge counters zeroed once (the contract), the partials NaN: a merge that reads a partial no split
+     * of this launch wrote fails in the first launch, where the second would find the first's. */
+    const size_t counter_bytes = kl_attention_decode_workspace_for(&p, 0);
+    std::vector<unsigned char> workspace(p.workspace_bytes + 16, 0xFF);
+    std::fill(workspace.begin(), workspace.begin() + (std::ptrdiff_t)counter_bytes, 0);
     p.workspace = workspace.data();
     emu::global_buffers_clear(); /* a copy from outside these fails */
     if (pr.fp8) emu::global_buffer(k8, "k_cache"), emu::global_buffer(v8, "v_cache");
@@ -184,7 +188,33 @@ bool check(const problem &pr, const emu::variant &variant, std::string &why)
     emu::global_buffer(indices, "kv_indices"), emu::global_buffer(last, "kv_last_page_len");
     emu::global_buffer(out, "out"), emu::global_buffer(lse, "lse"), emu::global_buffer(workspace, "workspace");
     emu::global_buffer(k_scale, "k_scale"), emu::global_buffer(v_scale, "v_scale");
-    /* The second launch also asks for the CTAs' timeline (params.trace), which the variants that record one fill */
+
+    std::vector<double> want_out(nq), want_lse(lse.size()), got_out(nq);
+    if (pr.fp8)
+        kl_attention_decode_reference_fp8(q64.data(), k8.data(), v8.data(), k_scale.data(), v_scale.data(), num_pages,
+                                          kv_indptr.data(), indices.data(), last.data(), batch, pr.qo_heads,
+                                          pr.kv_heads, D, pr.page, p.sm_scale, want_out.data(), want_lse.data());
+    else
+        kl_attention_decode_reference_multi(q64.data(), k64.data(), v64.data(), multi ? qo.data() : nullptr,
+                                            kv_indptr.data(), indices.data(), last.data(), batch, pr.qo_heads,
+                                            pr.kv_heads, D, pr.page, p.sm_scale, want_out.data(), want_lse.data());
+    /* The policy's arguments as module.c computes them (kl_attention_decode_bounds): sm_scale times the
+     * largest |q| and |k| (over the attended keys), and the largest |v| there. */
+    auto norm = [D](const double *x) { return std::sqrt(std::inner_product(x, x + D, x, 0.0)); };
+    double q_norm = 0, k_norm = 0, v_max = 0;
+    for (size_t r = 0; r < nq; r += D) q_norm = std::max(q_norm, norm(&q64[r]));
+    const size_t token = (size_t)pr.kv_heads * D; /* elements of one token's row of either cache */
+    for (int b = 0; b < batch; b++)
+        for (int j = 0; j < pr.kv_lens[b]; j++) {
+            const size_t row = ((size_t)indices[kv_indptr[b] + j / pr.page] * pr.page + j % pr.page) * token;
+            for (size_t at = row; at < row + token; at += D) k_norm = std::max(k_norm, norm(&k64[at]));
+            for (size_t at = row; at < row + token; at++) v_max = std::max(v_max, std::fabs(v64[at]));
+        }
+    const double logit = p.sm_scale * q_norm * k_norm;
+
+    /* Two launches on one workspace; each must leave the merge counters at zero and compute out and lse
+     * within the policy. The second also asks for the CTAs' timeline (params.trace), which the variants
+     * that record one fill. */
     static kl_decode_trace trace;
     memset(&trace, 0, sizeof trace);
     for (int launch = 0; launch < 2; launch++) {
@@ -204,46 +234,35 @@ bool check(const problem &pr, const emu::variant &variant, std::string &why)
                                               : emu::last_failure().substr(0, emu::last_failure().find('\n'));
             return false;
         }
-    }
-    std::vector<double> want_out(nq), want_lse(lse.size()), got_out(nq), got_lse(lse.begin(), lse.end());
-    if (pr.fp8)
-        kl_attention_decode_reference_fp8(q64.data(), k8.data(), v8.data(), k_scale.data(), v_scale.data(), num_pages,
-                                          kv_indptr.data(), indices.data(), last.data(), batch, pr.qo_heads,
-                                          pr.kv_heads, D, pr.page, p.sm_scale, want_out.data(), want_lse.data());
-    else
-        kl_attention_decode_reference_multi(q64.data(), k64.data(), v64.data(), multi ? qo.data() : nullptr,
-                                            kv_indptr.data(), indices.data(), last.data(), batch, pr.qo_heads,
-                                            pr.kv_heads, D, pr.page, p.sm_scale, want_out.data(), want_lse.data());
-    for (size_t i = 0; i < nq; i++) got_out[i] = from16(t, out[i]);
-    /* The policy's arguments as module.c computes them (kl_attention_decode_bounds): sm_scale times the
-     * largest |q| and |k| (over the attended keys), and the largest |v| there. */
-    auto norm = [D](const double *x) { return std::sqrt(std::inner_product(x, x + D, x, 0.0)); };
-    double q_norm = 0, k_norm = 0, v_max = 0;
-    for (size_t r = 0; r < nq; r += D) q_norm = std::max(q_norm, norm(&q64[r]));
-    const size_t token = (size_t)pr.kv_heads * D; /* elements of one token's row of either cache */
-    for (int b = 0; b < batch; b++)
-        for (int j = 0; j < pr.kv_lens[b]; j++) {
-            const size_t row = ((size_t)indices[kv_indptr[b] + j / pr.page] * pr.page + j % pr.page) * token;
-            for (size_t at = row; at < row + token; at += D) k_norm = std::max(k_norm, norm(&k64[at]));
-            for (size_t at = row; at < row + token; at++) v_max = std::max(v_max, std::fabs(v64[at]));
+        const std::string nth = launch == 0 ? "the first launch" : "the second launch";
+        for (size_t i = 0; i < counter_bytes; i++)
+            if (workspace[i]) {
+                why = nth + " left a merge counter at " + std::to_string(reinterpret_cast<const unsigned *>(
+                                                              workspace.data())[i / sizeof(unsigned)]) +
+                      ", not zero (counter " + std::to_string(i / sizeof(unsigned)) + ")";
+                return false;
+            }
+        for (size_t i = 0; i < nq; i++) got_out[i] = from16(t, out[i]);
+        const std::vector<double> got_lse(lse.begin(), lse.end());
+        kl_cmp c_out, c_lse;
+        kl_compare(got_out.data(), want_out.data(), (int64_t)nq,
+                   kl_policy_attention_out(t, D, max_kv, logit, v_max, (int64_t)pr.qo_heads * D), &c_out);
+        kl_compare(got_lse.data(), want_lse.data(), (int64_t)lse.size(), kl_policy_attention_lse(D, max_kv, logit),
+                   &c_lse);
+        char s[200];
+        snprintf(s, sizeof s, "out rel_l2 %.3g max_abs %.3g, lse rel_l2 %.3g max_abs %.3g", c_out.rel_l2,
+                 c_out.max_abs, c_lse.rel_l2, c_lse.max_abs);
+        why = s;
+        if (!c_out.pass || !c_lse.pass) {
+            const kl_cmp &bad = c_out.pass ? c_lse : c_out;
+            why = std::to_string(bad.n_bad) + " elements of " + (c_out.pass ? "lse" : "out") +
+                  " outside the attention policy's bound in " + nth + " (" + s + ")";
+            return false;
         }
-    const double logit = p.sm_scale * q_norm * k_norm;
-    kl_cmp c_out, c_lse;
-    kl_compare(got_out.data(), want_out.data(), (int64_t)nq,
-               kl_policy_attention_out(t, D, max_kv, logit, v_max, (int64_t)pr.qo_heads * D), &c_out);
-    kl_compare(got_lse.data(), want_lse.data(), (int64_t)lse.size(), kl_policy_attention_lse(D, max_kv, logit), &c_lse);
-    char s[200];
-    snprintf(s, sizeof s, "out rel_l2 %.3g max_abs %.3g, lse rel_l2 %.3g max_abs %.3g", c_out.rel_l2, c_out.max_abs,
-             c_lse.rel_l2, c_lse.max_abs);
-    why = s;
-    if (c_out.pass && c_lse.pass) {
-        why = trace_fault(trace, variant);
-        return why.empty() ? (why = s, true) : false;
     }
-    const kl_cmp &bad = c_out.pass ? c_lse : c_out;
-    why = std::to_string(bad.n_bad) + " elements of " + (c_out.pass ? "lse" : "out") +
-          " outside the attention policy's bound (" + s + ")";
-    return false;
+    const std::string fault = trace_fault(trace, variant);
+    if (!fault.empty()) why = fault;
+    return fault.empty();
 }
 
 /* What is wrong with a launch's timeline, or "": a CTA's events out of order, or a CTA that ran its key

@@ -202,7 +202,7 @@ MUTANTS = [
         "variant": "v15_balanced_slices",
         "edits": [("const int64_t even = (units + gridDim.x - 1) / gridDim.x,",
                    "const int64_t even = units / gridDim.x,")],
-        "expect": "outside the attention policy's bound",
+        "expect": "left a merge counter at",
     },
     {   # v16: v8's four consumer warps kept in the consumers' stride, with three warps: tiles 3, 7, ...
         # never consumed: a request of 4 to 9 tiles (the first problem's 100 keys) leaves them out of its
@@ -285,13 +285,13 @@ MUTANTS = [
         "name": "mutant_v21_one_field_for_every_group",
         "variant": "v21_merge_tree",
         "edits": [("atomicAdd(counter, 1u << (kGroupBits * group));", "atomicAdd(counter, 1u);")],
-        "expect": "outside the attention policy's bound",
+        "expect": "left a merge counter at",
     },
     {   # v21: the counter not reset: the next launch's groups start from the last one's counts
         "name": "mutant_v21_counter_not_reset",
         "variant": "v21_merge_tree",
         "edits": [("        if (last) *counter = 0; /* every split and every group has counted: reset for the next launch */\n", "")],
-        "expect": "outside the attention policy's bound",
+        "expect": "left a merge counter at",
     },
     {   # v22: a prefetch of a box the CTA never copies (its kv head's first slot, whatever its chunk): the
         # outputs are right and the bytes wasted, so only the emulator's account of prefetched boxes sees it
@@ -301,13 +301,12 @@ MUTANTS = [
                    "    if (warp == CW) {\n        if (boxes && threadIdx.x % 32 == 0) kl::ptx::tma_prefetch_3d(&k_box, 0, g, 0);\n")],
         "expect": "a prefetched box was never loaded",
     },
-    {   # v23: the counter not reset: the next launch's count starts where this one's ended, and no CTA of it
-        # merges the clusters' partials
-        "name": "mutant_v23_counter_not_reset",
+    {   # v23: the count one past the CTAs that count: no CTA merges the clusters' partials, and the counter
+        # is left where the last CTA brought it
+        "name": "mutant_v23_counts_past_the_last",
         "variant": "v23_cluster_prefetch",
-        "edits": [("        if (last) *counter = 0; /* every other CTA of this request has counted: reset for the next launch */\n",
-                   "")],
-        "expect": "outside the attention policy's bound",
+        "edits": [("count_last{clusters * cluster}", "count_last{clusters * cluster + 1}")],
+        "expect": "left a merge counter at",
     },
     {   # v23: a cluster's partial filed under its first split's index, not the cluster's: the final merge
         # reads partials no cluster wrote
