@@ -233,6 +233,22 @@ MUTANTS = [
         "edits": [("(full, empty, 32 * kGatherers, 32)", "(full, empty, 64, 32)")],
         "expect": "deadlock: every live thread of the cluster is blocked",
     },
+    {   # v24: the full barriers count one gatherer's lanes: a stage would be announced full after the first 32
+        # of its 128 arrivals: the other gatherers' arrivals complete later phases, and a consumer waits on a
+        # phase that never comes
+        "name": "mutant_v24_full_counts_one_gatherer",
+        "variant": "v24_four_gatherers",
+        "edits": [("(full, empty, 32 * kGatherers, 32)", "(full, empty, 32, 32)")],
+        "expect": "deadlock: every live thread of the cluster is blocked",
+    },
+    {   # v24: two warps take gatherer 2's share: a quarter of every tile is copied twice and another never,
+        # while every stage still gets its 128 arrivals (the emulator sees the second copy into the same bytes)
+        "name": "mutant_v24_one_share_twice",
+        "variant": "v24_four_gatherers",
+        "edits": [("default: gather(std::integral_constant<int, 3>{}); break;",
+                   "default: gather(std::integral_constant<int, 2>{}); break;")],
+        "expect": "while another copy into it is in flight",
+    },
     {   # v20: the end of a CTA not stamped: its timeline would show the key loop and never the merge
         "name": "mutant_v20_end_not_stamped",
         "variant": "v20_bulk_merge",
