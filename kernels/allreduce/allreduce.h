@@ -108,7 +108,8 @@ struct kl_allreduce_params {
     int64_t n;                   /* elements; 0 is a no-op on every rank */
     enum kl_dtype dtype;         /* KL_F32, KL_F16 or KL_BF16 for x and out */
     struct kl_allreduce_comm *comm;
-    unsigned long long *trace;   /* NULL, or [KL_AR_TRACE_STAMPS] device words: block 0 writes %globaltimer at each phase */
+    unsigned long long *trace;   /* NULL, or [KL_AR_TRACE_STAMPS] device words, zeroed: block 0 writes %globaltimer at
+                                  * each phase, every block raises KL_AR_T_LAST_EXIT to its exit */
 };
 
 /* The phases a custom kernel stamps into params.trace (nanoseconds of %globaltimer), for the
@@ -122,6 +123,7 @@ enum kl_ar_stamp {
     KL_AR_T_GATHERED, /* two-shot: the other chunks copied in */
     KL_AR_T_EXIT,     /* end barrier passed (or none), epoch published */
     KL_AR_T_RELEASED, /* a programmatic dependent's griddepcontrol.wait returned: the previous kernel ended */
+    KL_AR_T_LAST_EXIT, /* the last block's exit: every block's thread 0 raises it to its own exit time (atomicMax) */
     KL_AR_TRACE_STAMPS
 };
 

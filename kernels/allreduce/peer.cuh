@@ -115,6 +115,17 @@ __device__ __forceinline__ void stamp(const peers &P, int k)
     if (P.trace && blockIdx.x == 0 && threadIdx.x == 0) P.trace[k] = globaltimer();
 }
 
+/* Traced calls only, thread 0 of every block, once its block is done: block 0's exit stamp, and the
+ * grid's last exit (a reduction to memory, which the block does not wait for). */
+__device__ __forceinline__ void stamp_block_exit(const peers &P)
+{
+    if (P.trace && threadIdx.x == 0) {
+        const unsigned long long t = globaltimer();
+        if (blockIdx.x == 0) P.trace[KL_AR_T_EXIT] = t;
+        atomicMax(&P.trace[KL_AR_T_LAST_EXIT], t);
+    }
+}
+
 /* This call's number, the same in every block. */
 __device__ __forceinline__ uint32_t begin_call(const peers &P)
 {
@@ -130,7 +141,7 @@ __device__ __forceinline__ uint32_t begin_call(const peers &P)
 __device__ __forceinline__ void end_call(const peers &P, uint32_t e)
 {
     __syncthreads();
-    stamp(P, KL_AR_T_EXIT);
+    stamp_block_exit(P);
     if (threadIdx.x == 0) {
         kl_ar_signal *me = P.signal[P.rank];
         __threadfence(); /* this block's read of epoch, long done, is ordered before its count */
@@ -178,12 +189,12 @@ __device__ __forceinline__ void count_call_done(const peers &P, uint32_t e)
     }
 }
 
-/* Traced calls only: the exit stamp, once every thread of block 0 is done. */
+/* Traced calls only: the exit stamps (stamp_block_exit), once every thread of the block is done. */
 __device__ __forceinline__ void stamp_exit(const peers &P)
 {
     if (P.trace) {
         __syncthreads();
-        stamp(P, KL_AR_T_EXIT);
+        stamp_block_exit(P);
     }
 }
 

@@ -165,8 +165,12 @@ static void ar_graph_story(FILE *f, const cJSON *s)
             "├── data wait    %6s us   the previous set emptied, our slots polled until the peers' stores have "
             "landed, summed and written\n",
             KL_F("%.2f", kl_json_num(g, "wait_ns") * 1e-3));
-    fprintf(f, "└── exit         %6s us   block 0's last thread done\n",
+    const bool tail = isfinite(kl_json_num(g, "tail_ns")); /* runs from before the last block's exit was stamped: none */
+    fprintf(f, "%s exit         %6s us   block 0's last thread done\n", tail ? "├──" : "└──",
             KL_F("%.2f", kl_json_num(g, "exit_ns") * 1e-3));
+    if (tail)
+        fprintf(f, "└── last block   %6s us   block 0's exit to the last block's: the grid ends with its last block\n",
+                KL_F("%.2f", kl_json_num(g, "tail_ns") * 1e-3));
     fprintf(
         f,
         "period           %6s us   one call's entry stamp to the next one's (the timed replays: %s us a call)\n```\n\n",
@@ -521,39 +525,45 @@ static void ar_correctness(FILE *f, const struct kl_guide *md)
     kl_guide_golden_cases(f, md);
 }
 
-/* The fused story (the catalogue's kl_ar_fused_story_size) in world w, each fused variant's call inside a CUDA graph
- * phase by phase (story.graph), under the plain all-reduce of the same bytes the gate judges there,
- * traced in the same run. */
+/* Every traced fused workload (kl_ar_size_traced) in world w, each fused variant's call inside a CUDA graph
+ * phase by phase (story.graph), under the plain all-reduce of the same bytes the gate judges there (where the
+ * catalogue has that size), traced in the same run. */
 static void ar_fused_story(FILE *f, const struct kl_guide *md, const struct kl_targets *t90, int w)
 {
-    char fused_w[64], plain_w[48];
-    kl_ar_workload_name(fused_w, sizeof fused_w, kl_ar_fused_story_size(), w);
-    kl_ar_workload_name(plain_w, sizeof plain_w, kl_ar_fused_story_plain_size(), w);
-    const char *plain = kl_targets_gated_for(t90, md->name, plain_w);
     int said = 0;
-    for (int i = -1; i < md->n_variants; i++) { /* -1: the plain all-reduce, first */
-        const char *v = i < 0 ? plain : md->variants[i];
-        const cJSON *r = v ? kl_guide_row(md, v, i < 0 ? plain_w : fused_w) : NULL;
-        const cJSON *s = r ? kl_json_get(r, "story") : NULL, *g = s ? kl_json_get(s, "graph") : NULL;
-        if (!g || (i >= 0 && plain && strcmp(v, plain) == 0)) continue;
-        if (!said++)
-            fprintf(f,
-                    "One call of `%s` inside a CUDA graph, call after call, for each fused variant, under the plain "
-                    "all-reduce of the same bytes (`%s`, %s) traced in the same run: rank 0, block 0, the median "
-                    "of each phase over a traced replay, in us (the phases of the execution story above). For a fused "
-                    "variant the data wait ends once block 0's row is normalized and written: the residual add, the "
-                    "row's sum of squares across the block and both stores are in it, and a block barrier makes it "
-                    "wait for the block's slowest warp, where a plain call's block 0 stamps for its own thread. A "
-                    "variant that stamps no release shows no start: its boundary runs to its entry. The period, one "
-                    "call's entry to the next, is the figure to compare.\n\n"
-                    "| variant | workload | boundary | start | send | data wait | exit | period | timed replays, us |\n"
-                    "|---|---|---|---|---|---|---|---|---|\n",
-                    fused_w, plain ? plain : "-", plain_w);
-        fprintf(f, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", v, i < 0 ? plain_w : fused_w,
-                KL_F("%.2f", kl_json_num(g, "boundary_ns") * 1e-3), KL_F("%.2f", kl_json_num(g, "start_ns") * 1e-3),
-                KL_F("%.2f", kl_json_num(g, "send_ns") * 1e-3), KL_F("%.2f", kl_json_num(g, "wait_ns") * 1e-3),
-                KL_F("%.2f", kl_json_num(g, "exit_ns") * 1e-3), KL_F("%.2f", kl_json_num(g, "period_ns") * 1e-3),
-                KL_F("%.2f", kl_json_num(s, "graph_us")));
+    for (int fs = KL_AR_PLAIN_SIZES; fs < KL_AR_SIZES; fs++) {
+        char fused_w[64], plain_w[48] = "";
+        kl_ar_workload_name(fused_w, sizeof fused_w, fs, w);
+        const int ps = kl_ar_plain_size_of_fused(fs);
+        if (ps >= 0) kl_ar_workload_name(plain_w, sizeof plain_w, ps, w);
+        const char *plain = ps >= 0 ? kl_targets_gated_for(t90, md->name, plain_w) : NULL;
+        for (int i = -1; i < md->n_variants; i++) { /* -1: the plain all-reduce, first */
+            const char *v = i < 0 ? plain : md->variants[i];
+            const cJSON *r = v ? kl_guide_row(md, v, i < 0 ? plain_w : fused_w) : NULL;
+            const cJSON *s = r ? kl_json_get(r, "story") : NULL, *g = s ? kl_json_get(s, "graph") : NULL;
+            if (!g || (i >= 0 && plain && strcmp(v, plain) == 0)) continue;
+            if (!said++)
+                fprintf(f,
+                        "Each fused workload's call inside a CUDA graph, call after call, for each fused variant that "
+                        "was traced, under the plain all-reduce of the same bytes (the gated plain variant, where the "
+                        "catalogue has that size) traced in the same run: rank 0, block 0, the median of each phase "
+                        "over a traced replay, in us (the phases of the execution story above). For a fused variant "
+                        "the data wait ends once block 0's row is normalized and written: the residual add, the row's "
+                        "sum of squares across the block and both stores are in it, and a block barrier makes it wait "
+                        "for the block's slowest warp, where a plain call's block 0 stamps for its own thread. A "
+                        "variant that stamps no release shows no start: its boundary runs to its entry. The last "
+                        "block is block 0's exit to the grid's last exit (every block stamps its own): what the other "
+                        "blocks take past block 0 (a dash: the run predates that stamp). The period, one call's entry "
+                        "to the next, is the figure to compare.\n\n"
+                        "| variant | workload | boundary | start | send | data wait | exit | last block | period | "
+                        "timed replays, us |\n"
+                        "|---|---|---|---|---|---|---|---|---|---|\n");
+            fprintf(f, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", v, i < 0 ? plain_w : fused_w,
+                    KL_F("%.2f", kl_json_num(g, "boundary_ns") * 1e-3), KL_F("%.2f", kl_json_num(g, "start_ns") * 1e-3),
+                    KL_F("%.2f", kl_json_num(g, "send_ns") * 1e-3), KL_F("%.2f", kl_json_num(g, "wait_ns") * 1e-3),
+                    KL_F("%.2f", kl_json_num(g, "exit_ns") * 1e-3), KL_F("%.2f", kl_json_num(g, "tail_ns") * 1e-3),
+                    KL_F("%.2f", kl_json_num(g, "period_ns") * 1e-3), KL_F("%.2f", kl_json_num(s, "graph_us")));
+        }
     }
     if (said) fprintf(f, "\n");
 }

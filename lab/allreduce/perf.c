@@ -32,8 +32,8 @@
  * minus it, which the gate judges for the fused variant's rows. Residual and weight are one set;
  * x rotates as above. Each rank re-checks its share of the tokens of the checked replay against
  * the float64 reference, under the fused bounds. The sizes the catalogue names for the stories
- * (kl_ar_size_traced: the plain story's, the fused story's and the plain size of its bytes) are traced:
- * block 0's stamps and a traced graph. */
+ * (kl_ar_size_traced: the plain story's, every fused shape and the plain size of its bytes) are traced:
+ * block 0's stamps, the last block's exit, and a traced graph. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdlib.h>
@@ -562,8 +562,8 @@ struct parent_ctx {
 
 static void story_json(cJSON *x, const struct cell *c0, const struct cell *slow)
 {
-    static const char *knames[KL_AR_TRACE_STAMPS] = {"entry", "copied",   "started", "reduced",
-                                                     "mid",   "gathered", "exit",    "released"};
+    static const char *knames[KL_AR_TRACE_STAMPS] = {"entry",    "copied",  "started",  "reduced", "mid",
+                                                     "gathered", "exit",    "released", "last_exit"};
     cJSON *st = cJSON_AddObjectToObject(x, "story");
     cJSON *ns = cJSON_AddObjectToObject(st, "stamps_ns");
     for (int k = 0; k < KL_AR_TRACE_STAMPS; k++)

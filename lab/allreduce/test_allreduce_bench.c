@@ -9,15 +9,15 @@
 #include "lab/allreduce/timeline.h"
 #include "lab/allreduce/workloads.h"
 
-/* Five calls of a graph, 1000 ns apart, each stamped at entry, copied, reduced, exit and (when released)
- * the release from griddepcontrol.wait; call 3 lost its copied stamp. */
+/* Five calls of a graph, 1000 ns apart, each stamped at entry, copied, reduced, exit, the last block's
+ * exit and (when released) the release from griddepcontrol.wait; call 3 lost its copied stamp. */
 static void graph_rows(unsigned long long rows[5][KL_AR_TRACE_STAMPS], bool released)
 {
     memset(rows, 0, sizeof(unsigned long long) * 5 * KL_AR_TRACE_STAMPS);
     for (int i = 0; i < 5; i++) {
         const unsigned long long t = 1000ull * i + 100;
         rows[i][KL_AR_T_ENTRY] = t, rows[i][KL_AR_T_COPIED] = t + 150, rows[i][KL_AR_T_REDUCED] = t + 500;
-        rows[i][KL_AR_T_EXIT] = t + 530;
+        rows[i][KL_AR_T_EXIT] = t + 530, rows[i][KL_AR_T_LAST_EXIT] = t + 600;
         if (released) rows[i][KL_AR_T_RELEASED] = t - 40;
     }
     rows[3][KL_AR_T_COPIED] = 0;
@@ -29,7 +29,8 @@ Test(allreduce, a_graph_call_is_told_phase_by_phase_from_consecutive_calls)
     double ns[KL_AR_GRAPH_PHASES];
     graph_rows(rows, true);
     cr_assert_eq(kl_ar_graph_phases(&rows[0][0], 5, ns), 4, "four calls have a previous one");
-    const double want[KL_AR_GRAPH_PHASES] = {430, 40, 150, 350, 30, 1000}; /* boundary: exit 630 -> release 1060 */
+    /* boundary: exit 630 -> release 1060; tail: block 0's exit to the last block's, within a call */
+    const double want[KL_AR_GRAPH_PHASES] = {430, 40, 150, 350, 30, 70, 1000};
     for (int q = 0; q < KL_AR_GRAPH_PHASES; q++)
         cr_expect_float_eq(ns[q], want[q], 1e-9, "%s: %g, not %g", kl_ar_graph_names[q], ns[q], want[q]);
     graph_rows(rows, false); /* no release stamp: the boundary runs to the entry, no start is told */
@@ -48,7 +49,7 @@ Test(allreduce, the_bench_holds_every_variant_and_the_composite)
                   kl_variant_count("allreduce", false));
 }
 
-Test(allreduce, the_traced_sizes_are_the_stories_and_the_fused_storys_plain_twin)
+Test(allreduce, the_traced_sizes_are_the_stories_and_every_fused_shape_with_its_plain_twin)
 {
     /* The guide sets the fused story's phases under the plain call of the same bytes: both must be traced,
      * and the twin must be that size, or the table compares calls of different bytes. */
@@ -57,8 +58,20 @@ Test(allreduce, the_traced_sizes_are_the_stories_and_the_fused_storys_plain_twin
     cr_assert_str_eq(kl_ar_workload_name(b, sizeof b, kl_ar_fused_story_size(), 2), "add-rmsnorm-t1-h4096-world2");
     cr_assert_str_eq(kl_ar_workload_name(c, sizeof c, kl_ar_fused_story_plain_size(), 2), "8KB-world2");
     cr_assert_eq(kl_ar_size_bytes(kl_ar_fused_story_plain_size()), kl_ar_size_bytes(kl_ar_fused_story_size()));
-    int traced = 0;
-    for (int s = 0; s < KL_AR_SIZES; s++)
+    /* Every fused shape is traced with the plain size of its bytes, where the catalogue has one, so the fused
+     * phase table sets each under its plain call: 512KB for 64 tokens of 4096, none for 16 of 4096 (128 KB). */
+    char t64[48], t16[48];
+    int t64s = -1, t16s = -1, traced = 0;
+    for (int s = 0; s < KL_AR_SIZES; s++) {
         traced += kl_ar_size_traced(s);
-    cr_assert_eq(traced, 3, "%d sizes traced, expected the three stories' sizes", traced);
+        if (!strcmp(kl_ar_workload_name(t64, sizeof t64, s, 2), "add-rmsnorm-t64-h4096-world2")) t64s = s;
+        if (!strcmp(kl_ar_workload_name(t16, sizeof t16, s, 2), "add-rmsnorm-t16-h4096-world2")) t16s = s;
+    }
+    cr_assert(t64s >= 0 && t16s >= 0, "the catalogue lacks the fused shapes this test names");
+    cr_assert_str_eq(kl_ar_workload_name(a, sizeof a, kl_ar_plain_size_of_fused(t64s), 2), "512KB-world2");
+    cr_assert_eq(kl_ar_plain_size_of_fused(t16s), -1, "a plain size for 128 KB");
+    cr_assert_eq(kl_ar_plain_size_of_fused(kl_ar_story_size()), -1, "a plain size is no fused shape");
+    cr_assert(kl_ar_size_traced(t64s) && kl_ar_size_traced(kl_ar_plain_size_of_fused(t64s)) && kl_ar_size_traced(t16s));
+    /* 64KB; the six fused shapes; 8KB, 256KB, 512KB and 1MB (the bytes of t1-h4096, t16-h8192, t64-h4096, t64-h8192) */
+    cr_assert_eq(traced, 11, "%d sizes traced, expected 11", traced);
 }

@@ -4,8 +4,8 @@
 
 #include "lab/allreduce/timeline.h"
 
-const char *const kl_ar_graph_names[KL_AR_GRAPH_PHASES] = {"boundary_ns", "start_ns", "send_ns",
-                                                           "wait_ns",     "exit_ns",  "period_ns"};
+const char *const kl_ar_graph_names[KL_AR_GRAPH_PHASES] = {"boundary_ns", "start_ns", "send_ns",  "wait_ns",
+                                                           "exit_ns",     "tail_ns",  "period_ns"};
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -24,13 +24,15 @@ int kl_ar_graph_phases(const unsigned long long *rows, int calls, double ns[KL_A
         for (int i = 1; d && i < calls; i++) {
             const unsigned long long *a = rows + (size_t)(i - 1) * NT, *b = rows + (size_t)i * NT;
             const unsigned long long released = b[KL_AR_T_RELEASED];
-            const unsigned long long from[KL_AR_GRAPH_PHASES] = {
-                a[KL_AR_T_EXIT], released, b[KL_AR_T_ENTRY], b[KL_AR_T_COPIED], b[KL_AR_T_REDUCED], a[KL_AR_T_ENTRY]};
+            const unsigned long long from[KL_AR_GRAPH_PHASES] = {a[KL_AR_T_EXIT],    released,         b[KL_AR_T_ENTRY],
+                                                                 b[KL_AR_T_COPIED], b[KL_AR_T_REDUCED], b[KL_AR_T_EXIT],
+                                                                 a[KL_AR_T_ENTRY]};
             const unsigned long long to[KL_AR_GRAPH_PHASES] = {released ? released : b[KL_AR_T_ENTRY],
                                                                b[KL_AR_T_ENTRY],
                                                                b[KL_AR_T_COPIED],
                                                                b[KL_AR_T_REDUCED],
                                                                b[KL_AR_T_EXIT],
+                                                               b[KL_AR_T_LAST_EXIT],
                                                                b[KL_AR_T_ENTRY]};
             if (from[q] && to[q] && to[q] >= from[q]) d[n++] = (double)(to[q] - from[q]);
         }

@@ -1,6 +1,6 @@
-/* One call inside a graph replay, phase by phase (lab/allreduce/timeline.c): from the stamps block 0 of
- * each of a graph's calls wrote (KL_AR_T_* of kernels/allreduce/allreduce.h, one row per call), the
- * median of each phase over the calls that have a previous one. */
+/* One call inside a graph replay, phase by phase (lab/allreduce/timeline.c): from the stamps each of a
+ * graph's calls wrote (KL_AR_T_* of kernels/allreduce/allreduce.h, one row per call: block 0's, and the
+ * last block's exit), the median of each phase over the calls that have a previous one. */
 #ifndef KL_ALLREDUCE_TIMELINE_H
 #define KL_ALLREDUCE_TIMELINE_H
 
@@ -9,13 +9,15 @@
 /* The boundary (the previous call's exit stamp to this call's release from griddepcontrol.wait, or to
  * its entry stamp where the variant does not stamp the release), the start (release to entry: x's first
  * unit and the call number), the send (entry to copied), the wait (copied to reduced), the exit (reduced
- * to exit) and the period (the previous call's entry to this one's). */
+ * to exit), the tail (block 0's exit to the last block's: how long the grid outlasts block 0) and the
+ * period (the previous call's entry to this one's). */
 enum {
     KL_AR_GRAPH_BOUNDARY,
     KL_AR_GRAPH_START,
     KL_AR_GRAPH_SEND,
     KL_AR_GRAPH_WAIT,
     KL_AR_GRAPH_EXIT,
+    KL_AR_GRAPH_TAIL,
     KL_AR_GRAPH_PERIOD,
     KL_AR_GRAPH_PHASES
 };

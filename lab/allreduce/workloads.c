@@ -65,11 +65,17 @@ int kl_ar_fused_story_size(void)
     return -1;
 }
 
-int kl_ar_fused_story_plain_size(void) { return plain_size_of(kl_ar_size_bytes(kl_ar_fused_story_size())); }
+int kl_ar_fused_story_plain_size(void) { return kl_ar_plain_size_of_fused(kl_ar_fused_story_size()); }
+
+int kl_ar_plain_size_of_fused(int s) { return s >= N_PLAIN_SIZES && s < N_SIZES ? plain_size_of(kl_ar_size_bytes(s)) : -1; }
 
 bool kl_ar_size_traced(int s)
 {
-    return s >= 0 && (s == kl_ar_story_size() || s == kl_ar_fused_story_size() || s == kl_ar_fused_story_plain_size());
+    if (s < 0 || s >= N_SIZES) return false;
+    if (s >= N_PLAIN_SIZES || s == kl_ar_story_size()) return true; /* every fused shape, the plain story */
+    for (int f = N_PLAIN_SIZES; f < N_SIZES; f++)
+        if (kl_ar_plain_size_of_fused(f) == s) return true; /* the plain call of a fused shape's bytes */
+    return false;
 }
 
 /* Workload i of every one a machine of KL_AR_MAX_RANKS GPUs runs: size i / worlds, world 2 + i % worlds. */

@@ -22,10 +22,13 @@ int64_t kl_ar_size_hidden(int s);
 const char *kl_ar_plain_size_name(int s);
 /* The sizes whose calls the bench traces for the guide's stories (catalogue indices): the plain
  * decode-size call of the execution story (64KB), the fused call of one token of hidden 4096, and the
- * plain size of that fused call's bytes (8KB), traced so the guide can set their phases side by side. */
+ * plain size of that fused call's bytes (8KB), traced so the guide can set their phases side by side;
+ * kl_ar_size_traced adds every other fused shape and the plain size of its bytes where the catalogue
+ * has one (kl_ar_plain_size_of_fused), so the fused phase table covers every fused workload. */
 int kl_ar_story_size(void);
 int kl_ar_fused_story_size(void);
 int kl_ar_fused_story_plain_size(void);
+int kl_ar_plain_size_of_fused(int s); /* the plain size of fused size s's bytes, or -1 */
 bool kl_ar_size_traced(int s);
 /* Whether size s at this world is one --workload asks for: a comma-separated list of names, each a full
  * workload name or one without its world (8KB: every world); true without --workload. */

@@ -30,6 +30,7 @@ grep -Eq "^├── data wait +2\.56 us" "$g" || { echo "the Lamport story lack
 # Its call inside a graph (story.graph): the boundary, the start the release stamp allows, and the period.
 grep -Eq "^├── boundary +0\.48 us +the previous call's exit stamp to this call's griddepcontrol" "$g" \
   && grep -Eq "^├── start +0\.38 us" "$g" && grep -Eq "^period +3\.49 us .*timed replays: 4\.22 us" "$g" \
+  && grep -Eq "^├── exit +0\.03 us" "$g" && grep -Eq "^└── last block +0\.56 us +block 0's exit to the last block's" "$g" \
   || { echo "the story lacks the call inside a graph"; grep -A10 "inside a CUDA graph, call after call" "$g"; exit 1; }
 [ "$(grep -c '^├── flag barrier' "$g")" -eq 1 ] || { echo "a barrier printed in the Lamport story"; exit 1; }
 grep -Eq "^\| 64MB-world2 \| 229\.70 \| 209\.86 \| - \| Lamport one-shot \(v14\) \| NCCL \| 229\.70 \|" "$g" \
@@ -54,45 +55,54 @@ grep -q '^| \[allreduce\](allreduce.md) | .* | `v6_switch` (`v18_lamport_add_rms
 grep -q '^Ungated (no target row): `8MB-world2`, `64MB-world2`.' "$g" || { echo "the guide does not list the ungated sizes"; exit 1; }
 # A fused workload is judged on the fused variant perf/targets names for add-rmsnorm-* (v18), not on
 # v6_switch (which cannot run it) nor on another fused variant: the fixture plus three fused rows, two of
-# them traced (story.graph), and a traced plain row of the same bytes for the fused phase table.
+# them traced (story.graph), and a traced plain row of the same bytes for the fused phase table; v18 again at
+# 64 tokens (512 KB), traced with the last block's exit, under v6's traced 512 KB call.
 mkdir -p "$tmp/fused"
 python3 - "$fixture/allreduce.jsonl" "$tmp/fused/allreduce.jsonl" <<'PY'
 import copy, json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 base = next(r for r in rows if r["variant"] == "v8_lamport_pdl")
 out = open(sys.argv[2], "w")
-def graph(period):
-    return {"graph_us": period / 1000 + 0.1, "graph": {"calls": 19, "boundary_ns": 480, "start_ns": 352, "send_ns": 576,
-                                                      "wait_ns": period - 1440, "exit_ns": 32, "period_ns": period}}
+def graph(period, tail=None):
+    g = {"calls": 19, "boundary_ns": 480, "start_ns": 352, "send_ns": 576, "wait_ns": period - 1440, "exit_ns": 32,
+         "period_ns": period}
+    if tail is not None:
+        g["tail_ns"] = tail
+    return {"graph_us": period / 1000 + 0.1, "graph": g}
 for r in rows:
     if r["variant"] == "v6_switch" and r["workload"] == "8KB-world2":
         r["story"] = graph(2688)
+    if r["variant"] == "v6_switch" and r["workload"] == "512KB-world2":
+        r["story"] = graph(4000, 250)
     out.write(json.dumps(r) + "\n")
-for variant, time, over in (("v12_lamport_add_rmsnorm_early", 4.2, 0.2), ("v18_lamport_add_rmsnorm_early_done", 4.3, 0.3),
-                            ("v10_lamport_add_rmsnorm", 4.9, 0.9)):
+for variant, time, over, tokens in (("v12_lamport_add_rmsnorm_early", 4.2, 0.2, 1), ("v18_lamport_add_rmsnorm_early_done", 4.3, 0.3, 1),
+                                    ("v10_lamport_add_rmsnorm", 4.9, 0.9, 1), ("v18_lamport_add_rmsnorm_early_done", 5.1, 0.9, 64)):
     f = copy.deepcopy(base)
-    f["variant"], f["workload"] = variant, "add-rmsnorm-t1-h4096-world2"
-    f["params"].update({"op": "add_rmsnorm", "tokens": 1, "hidden": 4096, "bytes": 8192, "n": 4096})
+    f["variant"], f["workload"] = variant, f"add-rmsnorm-t{tokens}-h4096-world2"
+    f["params"].update({"op": "add_rmsnorm", "tokens": tokens, "hidden": 4096, "bytes": 8192 * tokens, "n": 4096 * tokens})
     f["time_us"] = {"min": time, "median": time, "max": time}
     f["plain_allreduce_us"], f["over_allreduce_us"] = time - over, over
     for k in ("latency_vs_nccl", "busbw_frac", "nccl_time_us", "story"):
         f.pop(k, None)
     if variant != "v12_lamport_add_rmsnorm_early":
-        f["story"] = graph(int(time * 1000) - 100)
+        f["story"] = graph(int(time * 1000) - 100, 900 if tokens == 64 else None)
     out.write(json.dumps(f) + "\n")
 PY
 "$kl" report --results "$tmp/fused" --out "$tmp/fused_out" > /dev/null
-grep -q '^| \[allreduce\](allreduce.md) | .* | `v6_switch` (`v18_lamport_add_rmsnorm_early_done` on add-rmsnorm-\*): 6 of 9 targets met' "$tmp/fused_out/README.md" \
+grep -q '^| \[allreduce\](allreduce.md) | .* | `v6_switch` (`v18_lamport_add_rmsnorm_early_done` on add-rmsnorm-\*): 6 of 10 targets met' "$tmp/fused_out/README.md" \
   || { echo "README.md does not judge the fused row on v18"; grep allreduce.md "$tmp/fused_out/README.md"; exit 1; }
 grep -Eq '^\| add-rmsnorm-t1-h4096-world2 \| v18_lamport_add_rmsnorm_early_done \| 4\.30 \| 4\.00 \| 0\.30 \| <= 0\.50 \| \*\*pass\*\* \|' "$tmp/fused_out/allreduce.md" \
   && grep -Eq '^\| add-rmsnorm-t1-h4096-world2 \| v10_lamport_add_rmsnorm \| 4\.90 \| 4\.00 \| 0\.90 \| - \| - \|' "$tmp/fused_out/allreduce.md" \
   || { echo "the fused table shows the target on another row than v18's"; grep add-rmsnorm "$tmp/fused_out/allreduce.md"; exit 1; }
-# The fused phase table: the plain 8 KB call first, then each traced fused variant (v12 was not traced).
+# The fused phase table, workload by workload: the plain 8 KB call first, then each traced fused variant (v12
+# was not traced); then the plain 512 KB call and v18 at 64 tokens, whose last-block column is stamped.
 fg=$tmp/fused_out/allreduce.md
-grep -A4 '^| variant | workload | boundary | start | send | data wait | exit | period | timed replays, us |' "$fg" > "$tmp/phases" || true
-sed -n 3p "$tmp/phases" | grep -Eq '^\| v6_switch \| 8KB-world2 \| 0\.48 \| 0\.35 \| 0\.58 \| 1\.25 \| 0\.03 \| 2\.69 \| 2\.79 \|$' \
+grep -A6 '^| variant | workload | boundary | start | send | data wait | exit | last block | period | timed replays, us |' "$fg" > "$tmp/phases" || true
+sed -n 3p "$tmp/phases" | grep -Eq '^\| v6_switch \| 8KB-world2 \| 0\.48 \| 0\.35 \| 0\.58 \| 1\.25 \| 0\.03 \| - \| 2\.69 \| 2\.79 \|$' \
   && sed -n 4p "$tmp/phases" | grep -Eq '^\| v10_lamport_add_rmsnorm \| add-rmsnorm-t1-h4096-world2 \| .* \| 4\.80 \| 4\.90 \|$' \
-  && sed -n 5p "$tmp/phases" | grep -Eq '^\| v18_lamport_add_rmsnorm_early_done \| add-rmsnorm-t1-h4096-world2 \| 0\.48 \| 0\.35 \| 0\.58 \| 2\.76 \| 0\.03 \| 4\.20 \| 4\.30 \|$' \
+  && sed -n 5p "$tmp/phases" | grep -Eq '^\| v18_lamport_add_rmsnorm_early_done \| add-rmsnorm-t1-h4096-world2 \| 0\.48 \| 0\.35 \| 0\.58 \| 2\.76 \| 0\.03 \| - \| 4\.20 \| 4\.30 \|$' \
+  && sed -n 6p "$tmp/phases" | grep -Eq '^\| v6_switch \| 512KB-world2 \| 0\.48 \| 0\.35 \| 0\.58 \| 2\.56 \| 0\.03 \| 0\.25 \| 4\.00 \| 4\.10 \|$' \
+  && sed -n 7p "$tmp/phases" | grep -Eq '^\| v18_lamport_add_rmsnorm_early_done \| add-rmsnorm-t64-h4096-world2 \| 0\.48 \| 0\.35 \| 0\.58 \| 3\.56 \| 0\.03 \| 0\.90 \| 5\.00 \| 5\.10 \|$' \
   && ! grep -q '^| v12_lamport_add_rmsnorm_early | add-rmsnorm-t1-h4096-world2 | 0' "$fg" \
   || { echo "the fused phase table is wrong"; cat "$tmp/phases"; exit 1; }
 # nvidia-smi underlines its header with terminal escapes: the guide keeps the text, not the escapes.
