@@ -29,6 +29,7 @@ struct kl_ceilings {
     int copy_shape;            /* which copy kernel shape was fastest (perf/ceilings.cu) */
     double read_gbs;           /* a pure streaming read: the bound of read-dominated kernels (decode) */
     double read_bytes;         /* size of the read measured */
+    int read_shape;            /* which read kernel shape was fastest (perf/ceilings.cu) */
     double launch_us_stream;   /* empty kernel, back to back on a stream, per launch */
     double launch_us_graph;    /* empty kernel inside a CUDA graph, per launch */
     int sm_clock_mhz, mem_clock_mhz, max_sm_clock_mhz; /* NVML when available, else 0 */
