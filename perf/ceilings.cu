@@ -55,9 +55,9 @@ static __global__ void copy_four(const uint4 *__restrict__ src, uint4 *__restric
 
 /* The read ceiling is the best of two read shapes at 4, 8 and 16 blocks of 512 threads an SM: as for
  * the copy, no single shape reads fastest on every GPU, and a ceiling a kernel can beat judges nothing.
- * Both read every 16-byte word once, folded into one word per thread with XOR
- * so the compiler must keep every load; the fold is stored only when it equals a value random data
- * never produces, so almost nothing is written.
+ * Both read every 16-byte word once, folded into one word per thread with XOR so the compiler must keep
+ * every load; the fold is stored only when it equals a value random data never produces, so almost
+ * nothing is written.
  *   0  grid-stride loop, eight independent loads per thread in flight
  *   1  grid-stride loop, one load per step, marked streaming (ld.global.cs: the line is evicted first) */
 static __global__ void read_stride8(const uint4 *__restrict__ src, size_t n, uint4 *sink)
