@@ -249,6 +249,20 @@ MUTANTS = [
                    "default: gather(std::integral_constant<int, 2>{}); break;")],
         "expect": "while another copy into it is in flight",
     },
+    {   # v25: the full barriers count one gatherer's lanes: the other three gatherers' arrivals complete later
+        # phases, and a consumer waits on a phase that never comes
+        "name": "mutant_v25_full_counts_one_gatherer",
+        "variant": "v25_fp8_gatherers",
+        "edits": [("(full, empty, 32 * kGatherers, 32 * HB)", "(full, empty, 32, 32 * HB)")],
+        "expect": "deadlock: every live thread of the cluster is blocked",
+    },
+    {   # v25: the tiles' rows gathered at kv head 0's offset for every CTA: a CTA of heads 4..7 reads heads 0..3
+        "name": "mutant_v25_gathers_the_first_head_group",
+        "variant": "v25_fp8_gatherers",
+        "edits": [("&k_box, &v_box, &k_row, &v_row, false, p, b, g0, t0, t1, ring_at, full, empty);",
+                   "&k_box, &v_box, &k_row, &v_row, false, p, b, 0, t0, t1, ring_at, full, empty);")],
+        "expect": "outside the attention policy's bound",
+    },
     {   # v20: the end of a CTA not stamped: its timeline would show the key loop and never the merge
         "name": "mutant_v20_end_not_stamped",
         "variant": "v20_bulk_merge",
