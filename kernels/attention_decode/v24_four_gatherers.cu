@@ -17,6 +17,7 @@
 #include <stdio.h>
 
 #include <type_traits>
+#include <utility>
 
 #include "kernels/attention_decode/bf16_ring_tile.cuh"
 #include "kernels/attention_decode/decode.cuh"
@@ -71,12 +72,9 @@ static __global__ void __launch_bounds__(kThreads, HD == 256 ? 1 : kCtasPerSm)
             kl::decode::produce_page_tiles<STAGES, S::BLOCKS, 64, 1, true, true, kGatherers, G.value, true>(
                 &k_box, &v_box, &k_row, &v_row, false, p, b, g, t0, t1, ring_at, full, empty);
         };
-        switch (warp - CW) {
-        case 0: gather(std::integral_constant<int, 0>{}); break;
-        case 1: gather(std::integral_constant<int, 1>{}); break;
-        case 2: gather(std::integral_constant<int, 2>{}); break;
-        default: gather(std::integral_constant<int, 3>{}); break;
-        }
+        [&]<int... G>(std::integer_sequence<int, G...>) { /* warp CW + G runs gatherer G's instantiation */
+            ((warp - CW == G ? gather(std::integral_constant<int, G>{}) : void()), ...);
+        }(std::make_integer_sequence<int, kGatherers>{});
     } else {
         uint32_t qf[S::KSTEPS][2];
         kl::decode::bf16_ring::q_operand<T, HD>(p, b, h0, nh, qf);

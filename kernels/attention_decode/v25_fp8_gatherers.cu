@@ -19,6 +19,7 @@
 #include <stdio.h>
 
 #include <type_traits>
+#include <utility>
 
 #include "kernels/attention_decode/decode.cuh"
 #include "kernels/attention_decode/fp8_ring_tile.cuh"
@@ -92,12 +93,9 @@ static __global__ void __launch_bounds__(gather_ring_shape<HB>::THREADS, kCtasPe
             kl::decode::produce_page_tiles<STAGES, 1, 128, HB, true, true, kGatherers, G.value, true>(
                 &k_box, &v_box, &k_row, &v_row, false, p, b, g0, t0, t1, ring_at, full, empty);
         };
-        switch (warp - S::PRODUCER) {
-        case 0: gather(std::integral_constant<int, 0>{}); break;
-        case 1: gather(std::integral_constant<int, 1>{}); break;
-        case 2: gather(std::integral_constant<int, 2>{}); break;
-        default: gather(std::integral_constant<int, 3>{}); break;
-        }
+        [&]<int... G>(std::integer_sequence<int, G...>) { /* warp CW + G runs gatherer G's instantiation */
+            ((warp - S::PRODUCER == G ? gather(std::integral_constant<int, G>{}) : void()), ...);
+        }(std::make_integer_sequence<int, kGatherers>{});
     } else {
         /* q as the fp16 B operand, and the scores in log2 units with this head's k_scale folded in. */
         uint32_t qf[HD / 16][2];

@@ -241,12 +241,12 @@ MUTANTS = [
         "edits": [("(full, empty, 32 * kGatherers, 32)", "(full, empty, 32, 32)")],
         "expect": "deadlock: every live thread of the cluster is blocked",
     },
-    {   # v24: two warps take gatherer 2's share: a quarter of every tile is copied twice and another never,
-        # while every stage still gets its 128 arrivals (the emulator sees the second copy into the same bytes)
+    {   # v24: the last two warps both take gatherer 2's share: a quarter of every tile is copied twice and
+        # another never, while every stage still gets its 128 arrivals (the emulator sees the second copy into
+        # the same bytes)
         "name": "mutant_v24_one_share_twice",
         "variant": "v24_four_gatherers",
-        "edits": [("default: gather(std::integral_constant<int, 3>{}); break;",
-                   "default: gather(std::integral_constant<int, 2>{}); break;")],
+        "edits": [("((warp - CW == G ?", "((min(warp - CW, kGatherers - 2) == G ?")],
         "expect": "while another copy into it is in flight",
     },
     {   # v25: the full barriers count one gatherer's lanes: the other three gatherers' arrivals complete later
