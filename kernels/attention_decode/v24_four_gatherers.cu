@@ -1,16 +1,17 @@
 /* v24_four_gatherers: v19 with four gathering warps, and every tile gathered: no tensor-map boxes.
  *
- * What changed from v19, and why: v19 brings a page-16 tile as four 16-row boxes issued by one lane
- * (TMA) and a page-1 tile by one warp's cp.async copies. Four CTAs an SM each hold six stages, so the
- * ring has room for the bytes a fast memory needs asked for at once, but few threads ask: four lanes an
- * SM issue the boxes, four warps the gathers. Here warps 3 .. 6 gather every tile, whole or not, with
+ * What changed from v19, and why: v19 brings a page-16 tile as four 16-row boxes, one from each of its
+ * producer warp's first four lanes (TMA), and a page-1 tile by that warp's cp.async copies. Four CTAs an
+ * SM each hold six stages, so the ring has room for the bytes a fast memory needs asked for at once,
+ * but few threads ask: one producer warp a CTA, a few lanes of it for the boxes. Here warps 3 .. 6
+ * gather every tile, whole or not, with
  * v18's lean copies (page_ring.cuh's GATHERERS: each takes a quarter of a tile's instructions and
  * arrives with its 32 lanes, so a full barrier counts 128 arrivals); sixteen warps an SM then keep
  * 16-byte copies in flight. The consumers are v19's. The cost: three more warps' slot look-ups and
  * waits on every stage's empty barrier, and registers: four CTAs of 224 threads leave a thread 72
  * (ptxas spills a few values at head_dim 128).
- * Why faster (the prediction): the page-16 batches move toward the read ceiling where one lane's boxes
- * held them (the H200 more than the H100); page 1, already gathered by cp.async, moves little.
+ * Why faster (the prediction): the page-16 batches move toward the read ceiling where the boxes held
+ * them (the H200 more than the H100); page 1, already gathered by cp.async, moves little.
  * Bound: the read bandwidth. bf16/fp16, head_dim 64/128/256, sm_90a (fp32: cudaErrorNotSupported).
  * Run alone: build/kernlab bench attention_decode --variant v24_four_gatherers --workload b64-kv8k-p16 */
 #include <stdint.h>

@@ -1,16 +1,17 @@
 /* v25_fp8_gatherers: v14_fp8_early_release whose tiles come from four gathering warps' cp.async copies
- * instead of one lane's boxes, in two CTAs an SM with deeper rings.
+ * instead of one warp's boxes, in two CTAs an SM with deeper rings.
  *
- * What changed from v14, and why: v24_four_gatherers does this for 16-bit caches: a tile's bytes asked
- * of memory by 128 threads' 16-byte copies rather than issued as 16-row boxes by one lane. Here warps
- * HB .. HB + 3 gather every tile of the HB heads, whole or not, with page_ring.cuh's lean copies (each
- * takes a quarter of a tile's instructions and arrives with its 32 lanes: a full barrier counts 128
- * arrivals). The consumers are v14's (a warp a kv head, its codes copied to registers before the stage
- * goes back). Four more warps a CTA do not fit three CTAs an SM beside the consumers' registers, so
- * there are two, each with a 96 KB ring (six stages at four heads): the bytes an SM holds asked for stay
- * v14's three 64 KB rings' worth. The split, the finish and the clusters of two along y are v14's.
- * Why faster (the prediction): b64-kv8k-p16-fp8 moves toward the read ceiling where one lane's boxes held
- * v14 (the H200 more than the H100); the cost is two CTAs an SM instead of three at the tail of a split.
+ * What changed from v14, and why: v24_four_gatherers does this for 16-bit caches: a tile's bytes
+ * asked of memory by 128 threads' 16-byte copies rather than as 16-row boxes from a few lanes of one
+ * warp. Here warps HB .. HB + 3 gather every tile of the HB heads, whole or not, with page_ring.cuh's
+ * lean copies (each takes a quarter of a tile's instructions and arrives with its 32 lanes: a full
+ * barrier counts 128 arrivals). The consumers are v14's (a warp a kv head, its codes copied to
+ * registers before the stage goes back). Four more warps a CTA do not fit three CTAs an SM beside the
+ * consumers' registers, so there are two, each with a 96 KB ring (six stages at four heads): the bytes
+ * an SM holds asked for stay v14's three 64 KB rings' worth. The split, the finish and the clusters of
+ * two along y are v14's.
+ * Why faster (the prediction): b64-kv8k-p16-fp8 moves toward the read ceiling where the boxes held v14
+ * (the H200 more than the H100); the cost is two CTAs an SM instead of three at the tail of a split.
  * Bound: the read bandwidth on K/V at one byte an element, plus q, out and the page table.
  * bf16/fp16 q and out, head_dim 128 (else cudaErrorNotSupported), a GQA group of at most 8 qo heads, one
  * query token per request, sm_90a.
@@ -68,7 +69,8 @@ static __global__ void __launch_bounds__(gather_ring_shape<HB>::THREADS, kCtasPe
     uint64_t *full = reinterpret_cast<uint64_t *>(ring + S::RING), *empty = full + STAGES; /* after the ring */
     const uint32_t ring_at = kl::ptx::smem_addr(ring);
     __shared__ bool last; /* this CTA merges the request's partials */
-    kl::decode::init_ring_then_wait<STAGES>(full, empty, 32 * kGatherers, 32 * HB); /* overlaps the previous kernel's tail */
+    /* overlaps the previous kernel's tail */
+    kl::decode::init_ring_then_wait<STAGES>(full, empty, 32 * kGatherers, 32 * HB);
 
     const int group = (int)(p.num_qo_heads / p.num_kv_heads), g0 = blockIdx.y * HB;
     const int b = blockIdx.x, n = kl::decode::kv_len(p, b), split = blockIdx.z;
