@@ -6,7 +6,8 @@
  * head_dim 64/128/256, split requests whose last chunk ends before some draft tokens' limits. Each runs
  * twice on one workspace, its partials NaN before the first launch: both launches' outputs are judged,
  * and each must leave the merge counters at zero. One-query problems at page 1, 5 and 32 (tiles inside
- * a longer page) take both copy paths of the TMA variant (row gathers, page boxes). Cache slots past a request's keys hold NaN, as do the outputs before the launch. Problems on an
+ * a longer page) take both copy paths of the TMA variant (row gathers, page boxes). Cache slots past a
+ * request's keys hold NaN, as do the outputs before the launch. Problems on an
  * FP8 cache (e4m3 codes of N(0, 1) x 24, one scale per kv head a factor of ten from the next, NaN codes
  * past a request's keys; one with qo heads whose q spans 1e-3 .. 1e5) run the FP8 variants;
  * a variant SKIPs the problems it declines as the GPU suite does (FP8 caches and draft tokens for the
