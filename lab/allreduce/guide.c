@@ -527,9 +527,35 @@ static void ar_correctness(FILE *f, const struct kl_guide *md)
 
 /* Every traced fused workload (kl_ar_size_traced) in world w, each fused variant's call inside a CUDA graph
  * phase by phase (story.graph), under the plain all-reduce of the same bytes the gate judges there (where the
- * catalogue has that size), traced in the same run. */
-static void ar_fused_story(FILE *f, const struct kl_guide *md, const struct kl_targets *t90, int w)
+ * catalogue has that size), traced in the same run: the phases' medians, or (means) their means, story.graph's
+ * mean, with their sum (a run that predates the means has no such table). */
+static void ar_fused_story(FILE *f, const struct kl_guide *md, const struct kl_targets *t90, int w, bool means)
 {
+    static const char medians_header[] =
+        "Each fused workload's call inside a CUDA graph, call after call, for each fused variant that "
+        "was traced, under the plain all-reduce of the same bytes (the gated plain variant, where the "
+        "catalogue has that size) traced in the same run: rank 0, block 0, the median of each phase "
+        "over a traced replay, in us (the phases of the execution story above). For a fused variant "
+        "the data wait ends once block 0's row is normalized and written: the residual add, the row's "
+        "sum of squares across the block and both stores are in it, and a block barrier makes it wait "
+        "for the block's slowest warp, where a plain call's block 0 stamps for its own thread. A "
+        "variant that stamps no release shows no start: its boundary runs to its entry. The last "
+        "block is block 0's exit to the grid's last exit (every block stamps its own): what the other "
+        "blocks take past block 0 (a dash: the run predates that stamp). The period, one call's entry "
+        "to the next, is the figure to compare.\n\n"
+        "| variant | workload | boundary | start | send | data wait | exit | last block | period | "
+        "timed replays, us |\n"
+        "|---|---|---|---|---|---|---|---|---|---|\n";
+    static const char means_header[] =
+        "The same calls' phases as means over the replay's calls, in us. Where the calls vary, the "
+        "medians above need not add up to the median period; the means of boundary, start, send, data "
+        "wait and exit add up to the mean time from one call's exit to the next's, which is the mean "
+        "period but for the first and last calls' difference in length spread over the calls. A phase "
+        "whose mean stands well above its median is one that some calls pay much longer.\n\n"
+        "| variant | workload | boundary | start | send | data wait | exit | sum of the five | period | "
+        "last block |\n"
+        "|---|---|---|---|---|---|---|---|---|---|\n";
+    static const char *const phases[] = {"boundary_ns", "start_ns", "send_ns", "wait_ns", "exit_ns"};
     int said = 0;
     for (int fs = KL_AR_PLAIN_SIZES; fs < KL_AR_SIZES; fs++) {
         char fused_w[64], plain_w[48] = "";
@@ -541,28 +567,27 @@ static void ar_fused_story(FILE *f, const struct kl_guide *md, const struct kl_t
             const char *v = i < 0 ? plain : md->variants[i];
             const cJSON *r = v ? kl_guide_row(md, v, i < 0 ? plain_w : fused_w) : NULL;
             const cJSON *s = r ? kl_json_get(r, "story") : NULL, *g = s ? kl_json_get(s, "graph") : NULL;
+            if (g && means) g = kl_json_get(g, "mean");
             if (!g || (i >= 0 && plain && strcmp(v, plain) == 0)) continue;
-            if (!said++)
-                fprintf(f,
-                        "Each fused workload's call inside a CUDA graph, call after call, for each fused variant that "
-                        "was traced, under the plain all-reduce of the same bytes (the gated plain variant, where the "
-                        "catalogue has that size) traced in the same run: rank 0, block 0, the median of each phase "
-                        "over a traced replay, in us (the phases of the execution story above). For a fused variant "
-                        "the data wait ends once block 0's row is normalized and written: the residual add, the row's "
-                        "sum of squares across the block and both stores are in it, and a block barrier makes it wait "
-                        "for the block's slowest warp, where a plain call's block 0 stamps for its own thread. A "
-                        "variant that stamps no release shows no start: its boundary runs to its entry. The last "
-                        "block is block 0's exit to the grid's last exit (every block stamps its own): what the other "
-                        "blocks take past block 0 (a dash: the run predates that stamp). The period, one call's entry "
-                        "to the next, is the figure to compare.\n\n"
-                        "| variant | workload | boundary | start | send | data wait | exit | last block | period | "
-                        "timed replays, us |\n"
-                        "|---|---|---|---|---|---|---|---|---|---|\n");
-            fprintf(f, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", v, i < 0 ? plain_w : fused_w,
-                    KL_F("%.2f", kl_json_num(g, "boundary_ns") * 1e-3), KL_F("%.2f", kl_json_num(g, "start_ns") * 1e-3),
-                    KL_F("%.2f", kl_json_num(g, "send_ns") * 1e-3), KL_F("%.2f", kl_json_num(g, "wait_ns") * 1e-3),
-                    KL_F("%.2f", kl_json_num(g, "exit_ns") * 1e-3), KL_F("%.2f", kl_json_num(g, "tail_ns") * 1e-3),
-                    KL_F("%.2f", kl_json_num(g, "period_ns") * 1e-3), KL_F("%.2f", kl_json_num(s, "graph_us")));
+            if (!said++) fprintf(f, "%s", means ? means_header : medians_header);
+            if (!means) {
+                fprintf(f, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", v, i < 0 ? plain_w : fused_w,
+                        KL_F("%.2f", kl_json_num(g, "boundary_ns") * 1e-3),
+                        KL_F("%.2f", kl_json_num(g, "start_ns") * 1e-3), KL_F("%.2f", kl_json_num(g, "send_ns") * 1e-3),
+                        KL_F("%.2f", kl_json_num(g, "wait_ns") * 1e-3), KL_F("%.2f", kl_json_num(g, "exit_ns") * 1e-3),
+                        KL_F("%.2f", kl_json_num(g, "tail_ns") * 1e-3),
+                        KL_F("%.2f", kl_json_num(g, "period_ns") * 1e-3), KL_F("%.2f", kl_json_num(s, "graph_us")));
+                continue;
+            }
+            double sum = 0.; /* a phase not stamped (no release: no start) adds nothing; its boundary holds it */
+            fprintf(f, "| %s | %s |", v, i < 0 ? plain_w : fused_w);
+            for (size_t q = 0; q < sizeof phases / sizeof *phases; q++) {
+                const double ns = kl_json_num(g, phases[q]);
+                if (isfinite(ns)) sum += ns;
+                fprintf(f, " %s |", KL_F("%.2f", ns * 1e-3));
+            }
+            fprintf(f, " %s | %s | %s |\n", KL_F("%.2f", sum * 1e-3), KL_F("%.2f", kl_json_num(g, "period_ns") * 1e-3),
+                    KL_F("%.2f", kl_json_num(g, "tail_ns") * 1e-3));
         }
     }
     if (said) fprintf(f, "\n");
@@ -604,7 +629,7 @@ static void ar_fused(FILE *f, const struct kl_guide *md, const struct kl_targets
                  : "Not measured yet: `build/kernlab bench allreduce --variant v18_lamport_add_rmsnorm_early_done` "
                    "on two GPUs writes these rows.\n");
     for (int wi = 0; wi < nw; wi++)
-        ar_fused_story(f, md, t90, worlds[wi]);
+        ar_fused_story(f, md, t90, worlds[wi], false), ar_fused_story(f, md, t90, worlds[wi], true);
 }
 
 static int write_guide(const struct kl_guide_room *room, struct kl_guide *md)

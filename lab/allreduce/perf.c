@@ -72,6 +72,7 @@ struct cell {
     unsigned long long trace[KL_AR_TRACE_STAMPS]; /* the story's stamps (ns of %globaltimer), 0 when not traced */
     double trace_eager_us;
     double graph_ns[KL_AR_GRAPH_PHASES]; /* the story's call inside a graph: median ns of each phase (NAN: not stamped) */
+    double graph_mean_ns[KL_AR_GRAPH_PHASES]; /* and its mean ns over the same calls */
     int graph_calls;               /* how many calls those medians are over (0: not traced) */
     int profiled;
     char json[3072]; /* rank 0: {"launch":{...},"kernels_per_launch":k,...counters} */
@@ -231,8 +232,8 @@ static void check_fused(const unsigned char *out, const unsigned char *ro, int64
 
 /* The story's call inside a graph: the same per_graph calls captured again, each with its own row of
  * stamps, replayed GRAPH_REPLAYS times after a rank barrier; the last replay's rows give each phase's
- * median over calls 1 .. per_graph - 1 (out->graph_ns, out->graph_calls). A stamp costs block 0's
- * thread 0 a timer read and a store, so these calls are not the timed ones. */
+ * median and mean over calls 1 .. per_graph - 1 (out->graph_ns, out->graph_mean_ns, out->graph_calls). A stamp costs
+ * block 0's thread 0 a timer read and a store, so these calls are not the timed ones. */
 #define GRAPH_REPLAYS 3
 static int graph_story(struct kl_rank *r, struct kl_allreduce_comm *c, struct call_ctx *k, char *xs, size_t bytes,
                        int sets, int per_graph, struct cell *out)
@@ -244,7 +245,7 @@ static int graph_story(struct kl_rank *r, struct kl_allreduce_comm *c, struct ca
     cudaGraphExec_t ge = NULL;
     int ret = -1;
     for (int q = 0; q < KL_AR_GRAPH_PHASES; q++)
-        out->graph_ns[q] = NAN;
+        out->graph_ns[q] = out->graph_mean_ns[q] = NAN;
     out->graph_calls = 0;
     if (per_graph < 2) return free(h), 0; /* no call has a previous one to be measured from */
     if (!h) goto out;
@@ -265,7 +266,7 @@ static int graph_story(struct kl_rank *r, struct kl_allreduce_comm *c, struct ca
         if (cudaGraphLaunch(ge, c->stream) != cudaSuccess) goto out;
     if (cudaStreamSynchronize(c->stream) != cudaSuccess) goto out;
     if (cudaMemcpy(h, trace, words * sizeof *h, cudaMemcpyDeviceToHost) != cudaSuccess) goto out;
-    out->graph_calls = kl_ar_graph_phases(h, per_graph, out->graph_ns);
+    out->graph_calls = kl_ar_graph_phases(h, per_graph, out->graph_ns, out->graph_mean_ns);
     ret = 0;
 out:
     k->trace = NULL;
@@ -575,8 +576,11 @@ static void story_json(cJSON *x, const struct cell *c0, const struct cell *slow)
     if (c0->graph_calls) { /* rank 0's call inside a graph, phase by phase (a phase not stamped is left out) */
         cJSON *g = cJSON_AddObjectToObject(st, "graph");
         cJSON_AddNumberToObject(g, "calls", c0->graph_calls);
-        for (int q = 0; q < KL_AR_GRAPH_PHASES; q++)
+        cJSON *m = cJSON_AddObjectToObject(g, "mean");
+        for (int q = 0; q < KL_AR_GRAPH_PHASES; q++) {
             if (isfinite(c0->graph_ns[q])) cJSON_AddNumberToObject(g, kl_ar_graph_names[q], c0->graph_ns[q]);
+            if (isfinite(c0->graph_mean_ns[q])) cJSON_AddNumberToObject(m, kl_ar_graph_names[q], c0->graph_mean_ns[q]);
+        }
     }
 }
 

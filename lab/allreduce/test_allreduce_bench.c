@@ -28,16 +28,49 @@ Test(allreduce, a_graph_call_is_told_phase_by_phase_from_consecutive_calls)
     unsigned long long rows[5][KL_AR_TRACE_STAMPS];
     double ns[KL_AR_GRAPH_PHASES];
     graph_rows(rows, true);
-    cr_assert_eq(kl_ar_graph_phases(&rows[0][0], 5, ns), 4, "four calls have a previous one");
+    cr_assert_eq(kl_ar_graph_phases(&rows[0][0], 5, ns, NULL), 4, "four calls have a previous one");
     /* boundary: exit 630 -> release 1060; tail: block 0's exit to the last block's, within a call */
     const double want[KL_AR_GRAPH_PHASES] = {430, 40, 150, 350, 30, 70, 1000};
     for (int q = 0; q < KL_AR_GRAPH_PHASES; q++)
         cr_expect_float_eq(ns[q], want[q], 1e-9, "%s: %g, not %g", kl_ar_graph_names[q], ns[q], want[q]);
     graph_rows(rows, false); /* no release stamp: the boundary runs to the entry, no start is told */
-    kl_ar_graph_phases(&rows[0][0], 5, ns);
+    kl_ar_graph_phases(&rows[0][0], 5, ns, NULL);
     cr_expect_float_eq(ns[KL_AR_GRAPH_BOUNDARY], 470, 1e-9, "boundary without a release: %g", ns[KL_AR_GRAPH_BOUNDARY]);
     cr_expect(isnan(ns[KL_AR_GRAPH_START]), "a start told without a release stamp: %g", ns[KL_AR_GRAPH_START]);
-    cr_expect_eq(kl_ar_graph_phases(&rows[0][0], 1, ns), 0, "one call has no previous one");
+    cr_expect_eq(kl_ar_graph_phases(&rows[0][0], 1, ns, NULL), 0, "one call has no previous one");
+}
+
+Test(allreduce, the_phases_means_add_up_to_the_period_where_their_medians_do_not)
+{
+    /* Seven calls whose phases are those above, but two calls wait 600 ns longer for the data and two
+     * others start 600 ns later after the previous call's exit: four periods of six are 600 ns longer, so
+     * the median period is, while the median of every phase is not. The means tell where the time went. */
+    enum { CALLS = 7 };
+    const unsigned long long more_wait[CALLS] = {0, 600, 0, 600, 0, 0, 0};
+    const unsigned long long later_start[CALLS] = {0, 600, 0, 0, 0, 600, 0};
+    unsigned long long rows[CALLS][KL_AR_TRACE_STAMPS];
+    memset(rows, 0, sizeof rows);
+    unsigned long long t = 100;
+    for (int i = 0; i < CALLS; i++) {
+        if (i) t = rows[i - 1][KL_AR_T_EXIT] + 430 + later_start[i] + 40; /* boundary, then the start */
+        rows[i][KL_AR_T_RELEASED] = t - 40, rows[i][KL_AR_T_ENTRY] = t, rows[i][KL_AR_T_COPIED] = t + 150;
+        rows[i][KL_AR_T_REDUCED] = t + 500 + more_wait[i], rows[i][KL_AR_T_EXIT] = rows[i][KL_AR_T_REDUCED] + 30;
+        rows[i][KL_AR_T_LAST_EXIT] = rows[i][KL_AR_T_EXIT] + 70;
+    }
+    double median[KL_AR_GRAPH_PHASES], mean[KL_AR_GRAPH_PHASES];
+    cr_assert_eq(kl_ar_graph_phases(&rows[0][0], CALLS, median, mean), CALLS - 1);
+    const double want_median[KL_AR_GRAPH_PHASES] = {430, 40, 150, 350, 30, 70, 1600};
+    const double want_mean[KL_AR_GRAPH_PHASES] = {630, 40, 150, 550, 30, 70, 1400};
+    double sum = 0.;
+    for (int q = 0; q < KL_AR_GRAPH_PHASES; q++) {
+        cr_expect_float_eq(median[q], want_median[q], 1e-9, "median %s: %g, not %g", kl_ar_graph_names[q], median[q],
+                           want_median[q]);
+        cr_expect_float_eq(mean[q], want_mean[q], 1e-9, "mean %s: %g, not %g", kl_ar_graph_names[q], mean[q],
+                           want_mean[q]);
+        if (q != KL_AR_GRAPH_TAIL && q != KL_AR_GRAPH_PERIOD) sum += mean[q];
+    }
+    cr_expect_float_eq(sum, mean[KL_AR_GRAPH_PERIOD], 1e-9, "the means add up to %g, the mean period is %g", sum,
+                       mean[KL_AR_GRAPH_PERIOD]);
 }
 
 Test(allreduce, the_bench_holds_every_variant_and_the_composite)

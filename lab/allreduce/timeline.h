@@ -1,6 +1,6 @@
 /* One call inside a graph replay, phase by phase (lab/allreduce/timeline.c): from the stamps each of a
  * graph's calls wrote (KL_AR_T_* of kernels/allreduce/allreduce.h, one row per call: block 0's, and the
- * last block's exit), the median of each phase over the calls that have a previous one. */
+ * last block's exit), the median and the mean of each phase over the calls that have a previous one. */
 #ifndef KL_ALLREDUCE_TIMELINE_H
 #define KL_ALLREDUCE_TIMELINE_H
 
@@ -25,8 +25,11 @@ enum {
 extern const char *const kl_ar_graph_names[KL_AR_GRAPH_PHASES];
 
 /* rows: calls x KL_AR_TRACE_STAMPS stamps (0: not stamped). ns[q]: phase q's median over calls 1 ..
- * calls - 1 whose two stamps are there and in order, NAN where none is; returns how many calls the
- * period is over (0: nothing to tell). */
-int kl_ar_graph_phases(const unsigned long long *rows, int calls, double ns[KL_AR_GRAPH_PHASES]);
+ * calls - 1 whose two stamps are there and in order, NAN where none is; mean[q] (unless mean is NULL):
+ * its mean over the same calls. The means of boundary, start, send, wait and exit add up to the mean
+ * period where every call stamped every phase; their medians need not, when the calls vary. Returns
+ * how many calls the period is over (0: nothing to tell). */
+int kl_ar_graph_phases(const unsigned long long *rows, int calls, double ns[KL_AR_GRAPH_PHASES],
+                       double mean[KL_AR_GRAPH_PHASES]);
 
 #endif

@@ -63,11 +63,15 @@ import copy, json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 base = next(r for r in rows if r["variant"] == "v8_lamport_pdl")
 out = open(sys.argv[2], "w")
-def graph(period, tail=None):
+def graph(period, tail=None, long_boundary=None):
     g = {"calls": 19, "boundary_ns": 480, "start_ns": 352, "send_ns": 576, "wait_ns": period - 1440, "exit_ns": 32,
          "period_ns": period}
-    if tail is not None:
+    if tail is not None:  # a run that stamps the last block's exit records the means too
         g["tail_ns"] = tail
+        g["mean"] = {k: v for k, v in g.items() if k != "calls"}
+        if long_boundary:  # some calls start long after the previous call's exit: the means carry it
+            g["mean"]["boundary_ns"] += long_boundary
+            g["mean"]["period_ns"] += long_boundary
     return {"graph_us": period / 1000 + 0.1, "graph": g}
 for r in rows:
     if r["variant"] == "v6_switch" and r["workload"] == "8KB-world2":
@@ -85,7 +89,7 @@ for variant, time, over, tokens in (("v12_lamport_add_rmsnorm_early", 4.2, 0.2, 
     for k in ("latency_vs_nccl", "busbw_frac", "nccl_time_us", "story"):
         f.pop(k, None)
     if variant != "v12_lamport_add_rmsnorm_early":
-        f["story"] = graph(int(time * 1000) - 100, 900 if tokens == 64 else None)
+        f["story"] = graph(int(time * 1000) - 100, 900 if tokens == 64 else None, 1150 if tokens == 64 else None)
     out.write(json.dumps(f) + "\n")
 PY
 "$kl" report --results "$tmp/fused" --out "$tmp/fused_out" > /dev/null
@@ -105,6 +109,13 @@ sed -n 3p "$tmp/phases" | grep -Eq '^\| v6_switch \| 8KB-world2 \| 0\.48 \| 0\.3
   && sed -n 7p "$tmp/phases" | grep -Eq '^\| v18_lamport_add_rmsnorm_early_done \| add-rmsnorm-t64-h4096-world2 \| 0\.48 \| 0\.35 \| 0\.58 \| 3\.56 \| 0\.03 \| 0\.90 \| 5\.00 \| 5\.10 \|$' \
   && ! grep -q '^| v12_lamport_add_rmsnorm_early | add-rmsnorm-t1-h4096-world2 | 0' "$fg" \
   || { echo "the fused phase table is wrong"; cat "$tmp/phases"; exit 1; }
+# The same calls' means, only for the rows that record them (the 512 KB call and v18 at 64 tokens), with the
+# five phases' sum beside the period: v18's boundary carries the time its median period hides.
+grep -A4 '^| variant | workload | boundary | start | send | data wait | exit | sum of the five | period | last block |' "$fg" > "$tmp/means" || true
+sed -n 3p "$tmp/means" | grep -Eq '^\| v6_switch \| 512KB-world2 \| 0\.48 \| 0\.35 \| 0\.58 \| 2\.56 \| 0\.03 \| 4\.00 \| 4\.00 \| 0\.25 \|$' \
+  && sed -n 4p "$tmp/means" | grep -Eq '^\| v18_lamport_add_rmsnorm_early_done \| add-rmsnorm-t64-h4096-world2 \| 1\.63 \| 0\.35 \| 0\.58 \| 3\.56 \| 0\.03 \| 6\.15 \| 6\.15 \| 0\.90 \|$' \
+  && [ "$(sed -n 5p "$tmp/means")" = "" ] \
+  || { echo "the fused phases' means table is wrong"; cat "$tmp/means"; exit 1; }
 # nvidia-smi underlines its header with terminal escapes: the guide keeps the text, not the escapes.
 mkdir -p "$tmp/esc"
 sed 's/"nvidia_smi_topo":"\\t/"nvidia_smi_topo":"\\t\\u001b[4m/; s/GPU1\\n/GPU1\\u001b[0m\\n/' "$fixture/allreduce.jsonl" > "$tmp/esc/allreduce.jsonl"
