@@ -160,14 +160,20 @@ __device__ __forceinline__ void gather_rows_lean(const unsigned char *k_lane, co
  * PREFETCH (v22, even, 2 to 2 (AHEAD - 1)): with each whole tile's boxes, the same boxes of tile i + PREFETCH,
  * when that tile is whole too, asked into L2 (tma_prefetch_3d); its slots are group k + PREFETCH / 2's, in
  * ahead[] since an earlier group, so the prefetch waits on no page-table load. Its copies then find their
- * lines in L2, and the memory has the ring's bytes plus PREFETCH tiles asked for at once. */
+ * lines in L2, and the memory has the ring's bytes plus PREFETCH tiles asked for at once.
+ * INTERLEAVE (v26): that many producer warps run this loop side by side on whole groups, this one taking
+ * groups group0, group0 + INTERLEAVE, ...: each of its tiles is all its own (one warp's copies, 32
+ * arrivals a full barrier), and every warp runs the same instructions, where GATHERERS needs one
+ * instantiation a warp. STAGES is a multiple of 2 x INTERLEAVE (and ring_pos 0), so that each stage's
+ * tiles are always the same warp's: a warp waits for every round of its stages in turn. A warp that
+ * skipped a round could wait on a stage two rounds ahead of its consumers, and the empty barrier's
+ * parity would read that round's phase as done. */
 template <int STAGES, int BLOCKS, int COLS, int HEADS = 1, bool CP_ASYNC_ROWS = false, bool EVICT_FIRST = false,
-          int GATHERERS = 1, int G = 0, bool LEAN = false, int PREFETCH = 0>
-__device__ __forceinline__ void produce_page_tiles(const CUtensorMap *k_box, const CUtensorMap *v_box,
-                                                   const CUtensorMap *k_row, const CUtensorMap *v_row, bool boxes,
-                                                   const kl_attention_decode_params &p, int b, int g0, int t0, int t1,
-                                                   uint32_t ring_at, uint64_t *full, uint64_t *empty,
-                                                   uint32_t ring_pos = 0)
+          int GATHERERS = 1, int G = 0, bool LEAN = false, int PREFETCH = 0, int INTERLEAVE = 1>
+__device__ __forceinline__ void
+produce_page_tiles(const CUtensorMap *k_box, const CUtensorMap *v_box, const CUtensorMap *k_row,
+                   const CUtensorMap *v_row, bool boxes, const kl_attention_decode_params &p, int b, int g0, int t0,
+                   int t1, uint32_t ring_at, uint64_t *full, uint64_t *empty, uint32_t ring_pos = 0, int group0 = 0)
 {
 #if KL_SM90A
     constexpr int AHEAD = 4, COPIES = 2 * HEADS * BLOCKS; /* boxes of a whole tile: (K or V, head, block) */
@@ -175,7 +181,14 @@ __device__ __forceinline__ void produce_page_tiles(const CUtensorMap *k_box, con
     constexpr uint32_t STAGE_BYTES = 2 * TILE_HALF;
     static_assert(COPIES <= 32, "one box a lane");
     static_assert(PREFETCH % 2 == 0 && PREFETCH / 2 < AHEAD, "a prefetched tile's slots are in ahead[]");
+    static_assert(INTERLEAVE == 1 || (PREFETCH == 0 && GATHERERS == 1),
+                  "a group's tiles are one warp's, prefetch none");
+    static_assert(INTERLEAVE == 1 || STAGES % (2 * INTERLEAVE) == 0,
+                  "a stage's rounds all one warp's: their parity is waited in turn");
     const int lane = threadIdx.x % 32, tiles = (t1 - t0 + 15) / 16, groups = (tiles + 1) / 2;
+    /* this warp's n-th group, and how many it takes (all of them unless INTERLEAVE > 1) */
+    auto group_of = [&](int n) { return INTERLEAVE > 1 ? group0 + INTERLEAVE * n : n; };
+    const int my_groups = INTERLEAVE > 1 ? (groups - group0 + INTERLEAVE - 1) / INTERLEAVE : groups;
     const int32_t *pages = p.kv_indices + p.kv_indptr[b];
     const int ps = (int)p.page_size;
     auto slot_of = [&](int k) {
@@ -203,14 +216,15 @@ __device__ __forceinline__ void produce_page_tiles(const CUtensorMap *k_box, con
     };
     int ahead[AHEAD];
 #pragma unroll
-    for (int k = 0; k < AHEAD; k++) ahead[k] = slot_of(k);
-    for (int k0 = 0; k0 < groups; k0 += AHEAD) {
+    for (int k = 0; k < AHEAD; k++)
+        ahead[k] = slot_of(group_of(k));
+    for (int n0 = 0; n0 < my_groups; n0 += AHEAD) {
 #pragma unroll
         for (int kk = 0; kk < AHEAD; kk++) {
-            const int k = k0 + kk;
-            if (k >= groups) break;
+            const int n = n0 + kk, k = group_of(n);
+            if (n >= my_groups) break;
             const int slots = ahead[kk];
-            ahead[kk] = slot_of(k + AHEAD);
+            ahead[kk] = slot_of(group_of(n + AHEAD));
 #pragma unroll
             for (int half = 0; half < 2; half++) {
                 const int i = 2 * k + half, r = (int)ring_pos + i, st = r % STAGES; /* r: the ring's tile */

@@ -249,6 +249,20 @@ MUTANTS = [
         "edits": [("((warp - CW == G ?", "((min(warp - CW, kGatherers - 2) == G ?")],
         "expect": "while another copy into it is in flight",
     },
+    {   # v26: the full barriers count v24's four gatherers' lanes, where one warp gathers a tile: no stage is
+        # ever full, and the consumers wait on it forever
+        "name": "mutant_v26_full_counts_four_warps",
+        "variant": "v26_tile_gatherers",
+        "edits": [("(full, empty, 32, 32)", "(full, empty, 32 * kGatherers, 32)")],
+        "expect": "deadlock: every live thread of the cluster is blocked",
+    },
+    {   # v26: every gathering warp starts at group 0: groups 0, 3, ... are copied three times over (and the
+        # others never), the second copy into a stage while the first is in flight
+        "name": "mutant_v26_every_warp_from_group_0",
+        "variant": "v26_tile_gatherers",
+        "edits": [("full, empty, 0, warp - CW);", "full, empty, 0, 0);")],
+        "expect": "while another copy into it is in flight",
+    },
     {   # v25: the full barriers count one gatherer's lanes: the other three gatherers' arrivals complete later
         # phases, and a consumer waits on a phase that never comes
         "name": "mutant_v25_full_counts_one_gatherer",
