@@ -1,7 +1,8 @@
 /* The ceilings of this GPU, measured at the start of every bench run (lab/CONTRACTS.md section 6):
  * targets are fractions of what this machine does, not of a datasheet.
  *   copy      our own streaming copy, 16-byte accesses, 1 GiB in and 1 GiB out: bytes = 2 GiB
- *   read      our own streaming read of 2 GiB, 16-byte accesses, the best of two shapes and three grids
+ *   read      our own streaming read of 2 GiB, the best of three shapes (16-byte loads, or bulk copies into
+ *             shared memory on sm_90) and three grids
  *   gemm      cuBLAS bf16 x bf16 -> bf16 (fp32 accumulate), 8192^3, on random data
  *   launch    an empty kernel: per launch back to back on a stream, and inside a CUDA graph */
 #include <cublas_v2.h>
@@ -10,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "kernels/ptx_sm90.cuh"
 #include "lab/core/device.h"
 #include "perf/bench.h"
 
@@ -53,13 +55,18 @@ static __global__ void copy_four(const uint4 *__restrict__ src, uint4 *__restric
     }
 }
 
-/* The read ceiling is the best of two read shapes at 4, 8 and 16 blocks of 512 threads an SM: as for
- * the copy, no single shape reads fastest on every GPU, and a ceiling a kernel can beat judges nothing.
- * Both read every 16-byte word once, folded into one word per thread with XOR so the compiler must keep
- * every load; the fold is stored only when it equals a value random data never produces, so almost
- * nothing is written.
+/* The read ceiling is the best of three read shapes at 4, 8 and 16 blocks an SM: as for the copy, no
+ * single shape reads fastest on every GPU, and a ceiling a kernel can beat judges nothing. Shapes 0 and
+ * 1 (blocks of 512 threads) read every 16-byte word once, folded into one word per thread with XOR so
+ * the compiler must keep every load; the fold is stored only when it equals a value random data never
+ * produces, so almost nothing is written. Shape 2 reads the way the Hopper kernels that read fastest do:
+ * the bytes land in shared memory through the copy engine of each SM, and no thread touches them.
  *   0  grid-stride loop, eight independent loads per thread in flight
- *   1  grid-stride loop, one load per step, marked streaming (ld.global.cs: the line is evicted first) */
+ *   1  grid-stride loop, one load per step, marked streaming (ld.global.cs: the line is evicted first)
+ *   2  sm_90: one thread a block issues bulk copies (cp.async.bulk) of chunks taken by the grid's
+ *      stride into a ring of READ_BULK_STAGES stages, each counted on its mbarrier, and waits for a
+ *      stage's copy to land before it reuses the stage: READ_BULK_SM_BYTES of each SM's shared memory
+ *      in flight, whatever the grid */
 static __global__ void read_stride8(const uint4 *__restrict__ src, size_t n, uint4 *sink)
 {
     const size_t stride = (size_t)gridDim.x * blockDim.x, tid = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
@@ -90,18 +97,49 @@ static __global__ void read_streaming(const uint4 *__restrict__ src, size_t n, u
     if ((acc.x & acc.y & acc.z & acc.w) == 0xdeadbeefu) sink[tid % 1024] = acc;
 }
 
+#define READ_BULK_STAGES 4
+#define READ_BULK_SM_BYTES (192 << 10)
+
+static __global__ void read_bulk(const uint4 *__restrict__ src, size_t n, uint32_t chunk_bytes)
+{
+#if KL_SM90A
+    using namespace kl::ptx;
+    extern __shared__ __align__(128) unsigned char ring[];
+    __shared__ __align__(8) uint64_t landed[READ_BULK_STAGES];
+    if (threadIdx.x != 0) return;
+    for (int s = 0; s < READ_BULK_STAGES; s++)
+        mbar_init(&landed[s], 1);
+    mbar_init_fence();
+    const size_t chunk16 = chunk_bytes / 16, chunks = (n + chunk16 - 1) / chunk16;
+    uint32_t k = 0; /* this block's copies so far: copy k uses stage k % STAGES, in round k / STAGES */
+    for (size_t c = blockIdx.x; c < chunks; c += gridDim.x, k++) {
+        const int s = (int)(k % READ_BULK_STAGES);
+        if (k >= READ_BULK_STAGES) mbar_wait(&landed[s], (int)((k / READ_BULK_STAGES - 1) & 1)); /* its last copy */
+        const uint32_t bytes = (uint32_t)(c * chunk16 + chunk16 <= n ? chunk16 : n - c * chunk16) * 16;
+        mbar_arrive_expect(&landed[s], bytes);
+        bulk_load(smem_addr(ring + (size_t)s * chunk_bytes), src + c * chunk16, bytes, &landed[s]);
+    }
+    for (uint32_t j = k > READ_BULK_STAGES ? k - READ_BULK_STAGES : 0; j < k; j++) /* the copies still in flight */
+        mbar_wait(&landed[j % READ_BULK_STAGES], (int)((j / READ_BULK_STAGES) & 1));
+#endif
+}
+
 struct read_ctx {
     const uint4 *src;
     uint4 *sink;
     size_t n;
     int blocks, shape;
+    uint32_t chunk_bytes; /* shape 2: a stage of the ring */
 };
 
 static int launch_read(void *p, int set, cudaStream_t s)
 {
     struct read_ctx *c = (struct read_ctx *)p;
     if (c->shape == 0) read_stride8<<<c->blocks, 512, 0, s>>>(c->src, c->n, c->sink);
-    else read_streaming<<<c->blocks, 512, 0, s>>>(c->src, c->n, c->sink);
+    else if (c->shape == 1)
+        read_streaming<<<c->blocks, 512, 0, s>>>(c->src, c->n, c->sink);
+    else
+        read_bulk<<<c->blocks, 32, READ_BULK_STAGES * c->chunk_bytes, s>>>(c->src, c->n, c->chunk_bytes);
     return (int)cudaGetLastError();
 }
 
@@ -223,18 +261,25 @@ extern "C" int kl_ceilings_measure(struct kl_ceilings *c, FILE *progress, struct
     }
     cudaFree((void *)cc.src), cudaFree(cc.dst);
 
-    /* read: 2 GiB, best of two shapes at three grid sizes (4, 8 and 16 blocks of 512 threads per SM) */
+    /* read: 2 GiB, best of three shapes (the bulk copies on sm_90 only) at three grid sizes (4, 8 and 16
+     * blocks an SM) */
     {
         const size_t rbytes = (size_t)2 << 30;
-        struct read_ctx rc = {nullptr, nullptr, rbytes / 16, 0, 0};
+        struct read_ctx rc = {nullptr, nullptr, rbytes / 16, 0, 0, 0};
         if (cudaMalloc((void **)&rc.src, rbytes) || cudaMalloc((void **)&rc.sink, 1024 * 16))
             return kl_fail(err, "cudaMalloc of 2 GiB for the read ceiling failed");
         fill_random<<<1024, 256>>>((__nv_bfloat16 *)rc.src, rbytes / 2, 3);
         if (progress) fprintf(progress, "ceilings: read 2 GiB ...\n");
         c->read_bytes = (double)rbytes;
-        for (rc.shape = 0; rc.shape < 2; rc.shape++)
+        const int shapes = c->dev.cc >= 90 ? 3 : 2;
+        if (shapes == 3 && cudaFuncSetAttribute(read_bulk, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                READ_BULK_SM_BYTES / 4) != cudaSuccess)
+            return kl_fail(err, "the bulk read's shared memory (%d KB a block) was refused",
+                           READ_BULK_SM_BYTES / 4 >> 10);
+        for (rc.shape = 0; rc.shape < shapes; rc.shape++)
             for (int per_sm = 4; per_sm <= 16; per_sm *= 2) {
                 rc.blocks = c->dev.sms * per_sm;
+                rc.chunk_bytes = READ_BULK_SM_BYTES / per_sm / READ_BULK_STAGES; /* 12, 6 or 3 KB */
                 if (kl_time(launch_read, &rc, 1, 20, false, &t, err)) return -1;
                 const double gbs = c->read_bytes / (t.median_us * 1e-6) / 1e9;
                 if (progress)
