@@ -11,7 +11,7 @@
  * were still reading). Head_dim 256 gets six stages too, for the same reason (one CTA an SM has room).
  * Each warp looks up only its own groups' slots, and three tiles' copies are issued at once by three
  * warps where v24 issued one tile's by four. A CTA has 192 threads, so four CTAs an SM leave a thread
- * more registers than v24's 224. The consumers and the split are v24's.
+ * more registers than v24's CTAs of 224 do. The consumers and the split are v24's.
  * Why faster (the prediction): if v24's instruction-fetch stalls come from its four copies of the
  * producer loop, one copy removes them and the page-16 batches keep v24's bytes in flight with fewer
  * stalls; if they do not, v26 runs as v24 does.

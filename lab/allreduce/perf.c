@@ -232,8 +232,8 @@ static void check_fused(const unsigned char *out, const unsigned char *ro, int64
 
 /* The story's call inside a graph: the same per_graph calls captured again, each with its own row of
  * stamps, replayed GRAPH_REPLAYS times after a rank barrier; the last replay's rows give each phase's
- * median and mean over calls 1 .. per_graph - 1 (out->graph_ns, out->graph_mean_ns, out->graph_calls). A stamp costs
- * block 0's thread 0 a timer read and a store, so these calls are not the timed ones. */
+ * median and mean over calls 1 .. per_graph - 1 (out->graph_ns, out->graph_mean_ns, out->graph_calls).
+ * A stamp costs block 0's thread 0 a timer read and a store, so these calls are not the timed ones. */
 #define GRAPH_REPLAYS 3
 static int graph_story(struct kl_rank *r, struct kl_allreduce_comm *c, struct call_ctx *k, char *xs, size_t bytes,
                        int sets, int per_graph, struct cell *out)

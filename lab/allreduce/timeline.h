@@ -26,9 +26,10 @@ extern const char *const kl_ar_graph_names[KL_AR_GRAPH_PHASES];
 
 /* rows: calls x KL_AR_TRACE_STAMPS stamps (0: not stamped). ns[q]: phase q's median over calls 1 ..
  * calls - 1 whose two stamps are there and in order, NAN where none is; mean[q] (unless mean is NULL):
- * its mean over the same calls. The means of boundary, start, send, wait and exit add up to the mean
- * period where every call stamped every phase; their medians need not, when the calls vary. Returns
- * how many calls the period is over (0: nothing to tell). */
+ * its mean over the same calls. Where every call stamped every phase, the means of boundary, start,
+ * send, wait and exit add up to the mean time from one call's exit to the next's, the mean period but
+ * for the first and last calls' difference in length spread over the calls; their medians need not add
+ * up when the calls vary. Returns how many calls the period is over (0: nothing to tell). */
 int kl_ar_graph_phases(const unsigned long long *rows, int calls, double ns[KL_AR_GRAPH_PHASES],
                        double mean[KL_AR_GRAPH_PHASES]);
 
