@@ -66,7 +66,8 @@ static __global__ void copy_four(const uint4 *__restrict__ src, uint4 *__restric
  *   2  sm_90: one thread a block issues bulk copies (cp.async.bulk) of chunks taken by the grid's
  *      stride into a ring of READ_BULK_STAGES stages, each counted on its mbarrier, and waits for a
  *      stage's copy to land before it reuses the stage: READ_BULK_SM_BYTES of each SM's shared memory
- *      in flight, whatever the grid */
+ *      in flight, whatever the grid. Built without sm_90a its body is empty: block 0 marks the sink
+ *      when the copies ran, and a shape that did not mark it is not a measurement. */
 static __global__ void read_stride8(const uint4 *__restrict__ src, size_t n, uint4 *sink)
 {
     const size_t stride = (size_t)gridDim.x * blockDim.x, tid = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
@@ -99,8 +100,9 @@ static __global__ void read_streaming(const uint4 *__restrict__ src, size_t n, u
 
 #define READ_BULK_STAGES 4
 #define READ_BULK_SM_BYTES (192 << 10)
+#define READ_BULK_RAN 0x600dc0dau
 
-static __global__ void read_bulk(const uint4 *__restrict__ src, size_t n, uint32_t chunk_bytes)
+static __global__ void read_bulk(const uint4 *__restrict__ src, size_t n, uint32_t chunk_bytes, uint4 *sink)
 {
 #if KL_SM90A
     using namespace kl::ptx;
@@ -121,6 +123,7 @@ static __global__ void read_bulk(const uint4 *__restrict__ src, size_t n, uint32
     }
     for (uint32_t j = k > READ_BULK_STAGES ? k - READ_BULK_STAGES : 0; j < k; j++) /* the copies still in flight */
         mbar_wait(&landed[j % READ_BULK_STAGES], (int)((j / READ_BULK_STAGES) & 1));
+    if (blockIdx.x == 0) sink[0] = make_uint4(READ_BULK_RAN, 0, 0, 0);
 #endif
 }
 
@@ -139,7 +142,7 @@ static int launch_read(void *p, int set, cudaStream_t s)
     else if (c->shape == 1)
         read_streaming<<<c->blocks, 512, 0, s>>>(c->src, c->n, c->sink);
     else
-        read_bulk<<<c->blocks, 32, READ_BULK_STAGES * c->chunk_bytes, s>>>(c->src, c->n, c->chunk_bytes);
+        read_bulk<<<c->blocks, 32, READ_BULK_STAGES * c->chunk_bytes, s>>>(c->src, c->n, c->chunk_bytes, c->sink);
     return (int)cudaGetLastError();
 }
 
@@ -280,7 +283,14 @@ extern "C" int kl_ceilings_measure(struct kl_ceilings *c, FILE *progress, struct
             for (int per_sm = 4; per_sm <= 16; per_sm *= 2) {
                 rc.blocks = c->dev.sms * per_sm;
                 rc.chunk_bytes = READ_BULK_SM_BYTES / per_sm / READ_BULK_STAGES; /* 12, 6 or 3 KB */
+                uint4 ran = make_uint4(0, 0, 0, 0);
+                if (rc.shape == 2) cudaMemset(rc.sink, 0, sizeof ran);
                 if (kl_time(launch_read, &rc, 1, 20, false, &t, err)) return -1;
+                if (rc.shape == 2 && (cudaMemcpy(&ran, rc.sink, sizeof ran, cudaMemcpyDeviceToHost) != cudaSuccess ||
+                                      ran.x != READ_BULK_RAN)) {
+                    if (progress) fprintf(progress, "ceilings: read shape 2 did not run (built without sm_90a)\n");
+                    break;
+                }
                 const double gbs = c->read_bytes / (t.median_us * 1e-6) / 1e9;
                 if (progress)
                     fprintf(progress, "ceilings: read shape %d, %d blocks per SM: %.0f GB/s\n", rc.shape, per_sm, gbs);
