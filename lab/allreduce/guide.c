@@ -570,24 +570,22 @@ static void ar_fused_story(FILE *f, const struct kl_guide *md, const struct kl_t
             if (g && means) g = kl_json_get(g, "mean");
             if (!g || (i >= 0 && plain && strcmp(v, plain) == 0)) continue;
             if (!said++) fprintf(f, "%s", means ? means_header : medians_header);
-            if (!means) {
-                fprintf(f, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", v, i < 0 ? plain_w : fused_w,
-                        KL_F("%.2f", kl_json_num(g, "boundary_ns") * 1e-3),
-                        KL_F("%.2f", kl_json_num(g, "start_ns") * 1e-3), KL_F("%.2f", kl_json_num(g, "send_ns") * 1e-3),
-                        KL_F("%.2f", kl_json_num(g, "wait_ns") * 1e-3), KL_F("%.2f", kl_json_num(g, "exit_ns") * 1e-3),
-                        KL_F("%.2f", kl_json_num(g, "tail_ns") * 1e-3),
-                        KL_F("%.2f", kl_json_num(g, "period_ns") * 1e-3), KL_F("%.2f", kl_json_num(s, "graph_us")));
-                continue;
-            }
-            double sum = 0.; /* a phase not stamped (no release: no start) adds nothing; its boundary holds it */
+            /* the five phases (their sum in the means: a phase not stamped, no start without a release, adds
+             * nothing, its boundary holding it), then the medians' last block, period and timed replays, or the
+             * means' sum, period and last block */
+            double sum = 0.;
             fprintf(f, "| %s | %s |", v, i < 0 ? plain_w : fused_w);
             for (size_t q = 0; q < sizeof phases / sizeof *phases; q++) {
                 const double ns = kl_json_num(g, phases[q]);
                 if (isfinite(ns)) sum += ns;
                 fprintf(f, " %s |", KL_F("%.2f", ns * 1e-3));
             }
-            fprintf(f, " %s | %s | %s |\n", KL_F("%.2f", sum * 1e-3), KL_F("%.2f", kl_json_num(g, "period_ns") * 1e-3),
-                    KL_F("%.2f", kl_json_num(g, "tail_ns") * 1e-3));
+            const double tail = kl_json_num(g, "tail_ns") * 1e-3, period = kl_json_num(g, "period_ns") * 1e-3;
+            if (means)
+                fprintf(f, " %s | %s | %s |\n", KL_F("%.2f", sum * 1e-3), KL_F("%.2f", period), KL_F("%.2f", tail));
+            else
+                fprintf(f, " %s | %s | %s |\n", KL_F("%.2f", tail), KL_F("%.2f", period),
+                        KL_F("%.2f", kl_json_num(s, "graph_us")));
         }
     }
     if (said) fprintf(f, "\n");

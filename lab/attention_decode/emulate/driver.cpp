@@ -7,15 +7,13 @@
  * twice on one workspace, its partials NaN before the first launch: both launches' outputs are judged,
  * and each must leave the merge counters at zero. One-query problems at page 1, 5 and 32 (tiles inside
  * a longer page) take both copy paths of the TMA variant (row gathers, page boxes). Cache slots past a
- * request's keys hold NaN, as do the outputs before the launch. Problems on an
- * FP8 cache (e4m3 codes of N(0, 1) x 24, one scale per kv head a factor of ten from the next, NaN codes
- * past a request's keys; one with qo heads whose q spans 1e-3 .. 1e5) run the FP8 variants;
- * a variant SKIPs the problems it declines as the GPU suite does (FP8 caches and draft tokens for the
- * 16-bit variants, 16-bit caches for the FP8 one), and must run at least one.
- *   decode_emulator [--problem N] [NAME...]   the variants named, or all of them
- *   decode_emulator --mutants [NAME...]       every planted bug of mutants.py must fail with its expected
- *                                             message on a problem its variant passes
- *   decode_emulator --list                    the variants and mutants built in */
+ * request's keys hold NaN, as do the outputs before the launch. Problems on an FP8 cache (e4m3 codes of N(0, 1) x 24,
+ * one scale per kv head a factor of ten from the next, NaN codes past a request's keys; one with qo heads whose q spans
+ * 1e-3 .. 1e5) run the FP8 variants; a variant SKIPs the problems it declines as the GPU suite does (FP8 caches and
+ * draft tokens for the 16-bit variants, 16-bit caches for the FP8 one), and must run at least one. decode_emulator
+ * [--problem N] [NAME...]   the variants named, or all of them decode_emulator --mutants [NAME...]       every planted
+ * bug of mutants.py must fail with its expected message on a problem its variant passes decode_emulator --list the
+ * variants and mutants built in */
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
