@@ -89,6 +89,28 @@ static void gate_summary(char *buf, size_t len, const struct kl_guide *on, const
     if (ungated[0]) o += (size_t)snprintf(buf + o, o < len ? len - o : 0, "; ungated: %s", ungated);
 }
 
+/* The gated figure r over the ceiling its module is judged on, the ceiling named: the streaming read
+ * where a target of the workload is read_frac (a kernel that reads and writes almost nothing, as decode
+ * attention), the GEMM rate for a compute-bound row, else the copy. */
+static void bound_cell(char *buf, size_t len, const cJSON *r, const struct kl_targets *t, const char *module,
+                       const char *workload)
+{
+    if (kl_json_num(r, "device.cc") == 0) { /* the CPU: the gate's own metric */
+        snprintf(buf, len, "%s", KL_F("%.2f", kl_row_frac_of_bound(r)));
+        return;
+    }
+    const struct kl_target *rows[KL_MAX_TARGETS_PER_WORKLOAD];
+    const int n = t ? kl_targets_for(t, module, workload, rows, KL_MAX_TARGETS_PER_WORKLOAD) : 0;
+    bool read = false;
+    for (int k = 0; k < n; k++)
+        read |= strcmp(rows[k]->metric, "read_frac") == 0;
+    if (read)
+        snprintf(buf, len, "%s of read", KL_F("%.2f", kl_json_num(r, "read_frac")));
+    else
+        snprintf(buf, len, "%s of %s", KL_F("%.2f", kl_row_frac_of_bound(r)),
+                 kl_row_compute_bound(r) ? "GEMM" : "copy");
+}
+
 int kl_rep_write_index(const char *out, struct kl_guide *mods, int n, const struct kl_targets *t90, bool story)
 {
     char path[1300];
@@ -120,7 +142,11 @@ int kl_rep_write_index(const char *out, struct kl_guide *mods, int n, const stru
                "cpu.csv for modules that run on the CPU), on every workload with a target, as `kernlab bench MODULE "
                "--gate` does: how many targets it met, then every miss, every target with no results row (not "
                "measured: a workload the targets file names that this device's results lack counts too) and every "
-               "workload without a target row (ungated). The figure column is the same variant on the module's headline workload.\n\n"
+               "workload without a target row (ungated). The figure column is the same variant on the module's "
+               "headline workload, and the bound column that figure "
+               "over the ceiling it is judged against, named: the streaming read where the workload's target is "
+               "read_frac, the GEMM rate for compute-bound work, the copy for other memory-bound work (environment.md "
+               "gives each).\n\n"
                "| module | what | variants measured | gated variant's figure | of its bound | gate |\n"
                "|---|---|---|---|---|---|\n");
     int unmeasured = 0;
@@ -147,7 +173,7 @@ int kl_rep_write_index(const char *out, struct kl_guide *mods, int n, const stru
             const cJSON *r0 = w ? kl_guide_first_row(&on, w) : NULL;
             const char *gated = kl_targets_gated(kl_rep_targets_of(r0, t90), m->name);
             const cJSON *r = gated && w ? kl_guide_row(&on, gated, w) : NULL;
-            char one[200] = "-", pre[80] = "", g[2048];
+            char one[200] = "-", pre[80] = "", g[2048], of_bound[64] = "-";
             if (kl_guide_multi(md)) snprintf(pre, sizeof pre, "%s%s: ", d ? "; " : "", md->labels[d]);
             if (!r)
                 snprintf(one, sizeof one, "%s on %s: not measured", gated ? gated : "(no gated variant)", w ? w : "-");
@@ -160,10 +186,10 @@ int kl_rep_write_index(const char *out, struct kl_guide *mods, int n, const stru
             else
                 snprintf(one, sizeof one, "%s on %s: %s GB/s%s", gated, w, KL_F("%.0f", kl_row_gbs(r)), kl_row_throttled(r));
             if (own_figure) m->guide->index_figure(one, sizeof one, &on, gated);
+            if (r && !own_figure) bound_cell(of_bound, sizeof of_bound, r, kl_rep_targets_of(r, t90), m->name, w);
             gate_summary(g, sizeof g, &on, t90);
             of += (size_t)snprintf(fig + of, of < sizeof fig ? sizeof fig - of : 0, "%s%s", pre, one);
-            ob += (size_t)snprintf(bound + ob, ob < sizeof bound ? sizeof bound - ob : 0, "%s%s", pre,
-                                   r && !own_figure ? KL_F("%.2f", kl_row_frac_of_bound(r)) : "-");
+            ob += (size_t)snprintf(bound + ob, ob < sizeof bound ? sizeof bound - ob : 0, "%s%s", pre, of_bound);
             og += (size_t)snprintf(gate + og, og < sizeof gate ? sizeof gate - og : 0, "%s%s", pre, g);
         }
         fprintf(f, "| [%s](%s.md) | %s | %d | %s | %s | %s |\n", m->name, m->name, m->summary, measured_nv, fig, bound,

@@ -470,6 +470,39 @@ def check_gate(readme, rows, targets):
 
 # ---- the story ----
 
+def check_bound(readme, rows, targets):
+    """README.md's bound cells: the figure column's row over the ceiling its workload is judged on (the
+    read where a target is read_frac, the GEMM rate where the row is compute-bound, else the copy), named."""
+    checked = 0
+    for t in tables(readme, "| module |"):
+        module = re.sub(r"^\[(\w+)\].*", r"\1", t["module"])
+        figs = [f for f in t.get("gated variant's figure", "").split("; ") if " on " in f]
+        bounds = t.get("of its bound", "").split("; ")
+        for fig, cell in zip(figs, bounds):
+            m = re.match(r"(?:(\w+): )?(\S+) on (\S+): ", fig)  # "H200: v11_by_shape on b64-kv8k-p16: 4362 GB/s"
+            if not m or cell == "-":
+                continue
+            dev = next((k[3] for k in rows if k[0] == module and k[1] == m.group(2) and k[2] == m.group(3)
+                        and (not m.group(1) or m.group(1) in k[3])), None)
+            r = rows.get((module, m.group(2), m.group(3), dev))
+            if r is None or num(r, "device.cc") == 0:
+                continue
+            metrics = {x["metric"] for x in find_targets(targets["sm_90"], module, m.group(3))}
+            tflops = num(r, "flops") / (num(r, "time_us.median") * 1e6)
+            compute = num(r, "flops") / num(r, "bytes") > num(r, "device.gemm_tflops") * 1e3 / num(r, "device.copy_gbs")
+            if "read_frac" in metrics:
+                want = c_round("%.2f", num(r, "read_frac")) + " of read"
+            elif compute:
+                want = c_round("%.2f", tflops / num(r, "device.gemm_tflops")) + " of GEMM"
+            else:
+                want = c_round("%.2f", gbs(num(r, "bytes"), num(r, "time_us.median")) / num(r, "device.copy_gbs")) + " of copy"
+            got = cell.split(": ", 1)[1] if ": " in cell else cell
+            if got != want:
+                fail(f"README.md: {module} bound", f"reads {cell!r}; the results give {want!r} on {dev}")
+            checked += 1
+    return checked
+
+
 def story_copy_gbs(rows, device, commit):
     """The copy bandwidth the story's HBM figures are a share of: a row of the story's own commit from
     its device first (the shorter commit a prefix of the longer, 7 characters or more), else the first
@@ -679,7 +712,8 @@ def check_all(guides, results, targets_dir):
             check_story_lines(name, text, rows, module, labels) + check_module_measurements(name, text, rows, module, labels) + \
             check_launch_timelines(name, text, rows, module, labels) + \
             check_ladder(name, text, rows, module, labels)
-    counts["README.md"] = check_gate(open(os.path.join(guides, "README.md")).read(), rows, targets)
+    readme = open(os.path.join(guides, "README.md")).read()
+    counts["README.md"] = check_gate(readme, rows, targets) + check_bound(readme, rows, targets)
     story = os.path.join(results, "story.json")
     if os.path.exists(story):
         check_path = os.path.join(results, "story-check.json")
