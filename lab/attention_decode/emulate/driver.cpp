@@ -94,11 +94,12 @@ bool fp8_variant(const emu::variant &v)
 
 /* v9_fp8_tma_pages, v10_fp8_page_heads and v14_fp8_early_release read rows of 128 codes (one
  * 128-byte swizzle row): they decline head_dim 64; v14 holds a tile's codes in registers and declines
- * 256 too, as does v25_fp8_gatherers, which keeps v14's consumers. */
+ * 256 too, as do v25_fp8_gatherers and v27_fp8_tile_gatherers, which keep v14's consumers. */
 bool declines_head_dim(const problem &pr, const emu::variant &v)
 {
     const std::string &n = v.mutant_of.empty() ? v.name : v.mutant_of;
-    if (n == "v14_fp8_early_release" || n == "v25_fp8_gatherers") return pr.head_dim != 128;
+    if (n == "v14_fp8_early_release" || n == "v25_fp8_gatherers" || n == "v27_fp8_tile_gatherers")
+        return pr.head_dim != 128;
     return pr.head_dim == 64 && (n == "v9_fp8_tma_pages" || n == "v10_fp8_page_heads");
 }
 

@@ -277,6 +277,20 @@ MUTANTS = [
                    "&k_box, &v_box, &k_row, &v_row, false, p, b, 0, t0, t1, ring_at, full, empty);")],
         "expect": "outside the attention policy's bound",
     },
+    {   # v27: the full barriers count v25's four gatherers' lanes, where one warp gathers a tile: no stage is
+        # ever full, and the consumers wait on it forever
+        "name": "mutant_v27_full_counts_four_warps",
+        "variant": "v27_fp8_tile_gatherers",
+        "edits": [("(full, empty, 32, 32 * HB);", "(full, empty, 32 * 4, 32 * HB);")],
+        "expect": "deadlock: every live thread of the cluster is blocked",
+    },
+    {   # v27: every gathering warp starts at group 0: groups 0, 3, ... are copied three times over (and the
+        # others never), the second copy into a stage while the first is in flight
+        "name": "mutant_v27_every_warp_from_group_0",
+        "variant": "v27_fp8_tile_gatherers",
+        "edits": [("full, empty, 0, warp - S::PRODUCER);", "full, empty, 0, 0);")],
+        "expect": "while another copy into it is in flight",
+    },
     {   # v20: the end of a CTA not stamped: its timeline would show the key loop and never the merge
         "name": "mutant_v20_end_not_stamped",
         "variant": "v20_bulk_merge",
