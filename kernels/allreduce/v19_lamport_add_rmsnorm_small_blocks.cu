@@ -9,8 +9,8 @@
  * k, k + B, k + 2B, k + 3B of the row (B the block's threads, U units a thread: 4 where the row has 512
  * units or more, so that B is at least 128; 2 from 256; else 1), which keeps each warp's accesses
  * contiguous and brings a row of 4096 to 4 warps and a row of 8192 to 8, one block and no cluster.
- * Each thread sends its U units to every peer, then issues every peer's poll of all U units before
- * the first wait, adds, stores residual_out, and sums its squares unit by unit. The block's sum: each
+ * Each thread sends its U units to the peer, then issues its polls of all U units before the first
+ * wait, adds, stores residual_out, and sums its squares unit by unit. The block's sum: each
  * warp's sum (five shuffles) into shared memory, one barrier, then every thread reads the at most 8
  * parts as float4 words and adds them in warp order: no shuffles after the barrier. The call is
  * counted done right after the sends (v17, v18).

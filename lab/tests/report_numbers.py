@@ -468,8 +468,6 @@ def check_gate(readme, rows, targets):
     return checked
 
 
-# ---- the story ----
-
 def check_bound(readme, rows, targets):
     """README.md's bound cells: the figure column's row over the ceiling its workload is judged on (the
     read where a target is read_frac, the GEMM rate where the row is compute-bound, else the copy), named."""
@@ -502,6 +500,8 @@ def check_bound(readme, rows, targets):
             checked += 1
     return checked
 
+
+# ---- the story ----
 
 def story_copy_gbs(rows, device, commit):
     """The copy bandwidth the story's HBM figures are a share of: a row of the story's own commit from
@@ -756,8 +756,8 @@ def plant_inverse_steps(path):
 
 def self_test(guides, results, targets_dir):
     """The old DRAM % (the counter's range-averaged throughput) planted into rmsnorm.md, each step's
-    ratio turned upside down in attention_prefill.md's ladder, and its CTA timeline's period one cycle
-    off, must fail."""
+    ratio turned upside down in attention_prefill.md's ladder, its CTA timeline's period one cycle off,
+    and README.md's decode bound taken over the copy, must fail."""
     tmp = tempfile.mkdtemp()
     try:
         planted = os.path.join(tmp, "guides")
@@ -788,13 +788,23 @@ def self_test(guides, results, targets_dir):
         off = re.sub(r"one tile every (\d+) cycles", lambda m: f"one tile every {int(m.group(1)) + 1} cycles", text,
                      count=1)
         open(pf, "w").write(off)
+        # README's decode bound over the copy instead of the read its gate judges
+        rp = os.path.join(planted, "README.md")
+        readme = open(rp).read()
+        copy_bound = re.sub(r"(\| \[attention_decode\][^\n]*?\| (?:\w+: )?)([0-9.]+) of read", r"\g<1>9.99 of copy", readme,
+                            count=1)
+        open(rp, "w").write(copy_bound)
         global FAILS
         FAILS = []
         check_all(planted, results, targets_dir)
         caught = [f for f in FAILS if "DRAM % reads" in f]
         caught_steps = [f for f in FAILS if "speed-up (previous / this) reads" in f]
         caught_period = [f for f in FAILS if "CTA timeline: the per-tile averages read" in f]
+        caught_bound = [f for f in FAILS if "README.md: attention_decode bound" in f]
         FAILS = []
+        if copy_bound == readme or not caught_bound:
+            fail("self-test", "planted a copy fraction in README.md's decode bound: " +
+                 ("README.md has no decode bound of read" if copy_bound == readme else "not caught"))
         if off == text or not caught_period:
             fail("self-test", "planted a CTA timeline period one cycle off: " +
                  ("attention_prefill.md has no period line" if off == text else "not caught"))
