@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <numeric>
 #include <random>
 #include <string>
@@ -85,20 +86,33 @@ const std::vector<problem> &problems()
     return ps;
 }
 
-/* The FP8 variants' names say so; they take only FP8 caches. */
+bool check(const problem &pr, const emu::variant &variant, std::string &why);
+
+/* Whether v takes FP8 caches (and only them). The ladder's FP8 rungs say so in their names; a variant
+ * whose name does not (a learner's copy of an FP8 rung, `kernlab new-variant ... --from v14_fp8_...`) is
+ * asked: it takes them when it runs the first FP8 problem. Asked once a variant. */
 bool fp8_variant(const emu::variant &v)
 {
     const std::string &n = v.mutant_of.empty() ? v.name : v.mutant_of;
-    return n.find("fp8") != std::string::npos;
+    if (n.find("fp8") != std::string::npos) return true;
+    static std::map<std::string, bool> asked;
+    if (auto it = asked.find(n); it != asked.end()) return it->second;
+    asked[n] = false; /* while asking, an FP8 problem it declines reads as another cache's */
+    const auto probe = std::find_if(problems().begin(), problems().end(), [](const problem &pr) { return pr.fp8; });
+    std::string why;
+    const emu::variant *self = emu::find_variant(n);
+    return asked[n] = probe != problems().end() && self && check(*probe, *self, why) && why.rfind("skip:", 0) != 0;
 }
 
 /* v9_fp8_tma_pages, v10_fp8_page_heads and v14_fp8_early_release read rows of 128 codes (one
  * 128-byte swizzle row): they decline head_dim 64; v14 holds a tile's codes in registers and declines
- * 256 too, as do v25_fp8_gatherers and v27_fp8_tile_gatherers, which keep v14's consumers. */
+ * 256 too, as do v25_fp8_gatherers and v27_fp8_tile_gatherers, which keep v14's consumers. An FP8
+ * variant whose name does not say so (a learner's copy of one of them) may decline any head_dim but 128. */
 bool declines_head_dim(const problem &pr, const emu::variant &v)
 {
     const std::string &n = v.mutant_of.empty() ? v.name : v.mutant_of;
-    if (n == "v14_fp8_early_release" || n == "v25_fp8_gatherers" || n == "v27_fp8_tile_gatherers")
+    if (n == "v14_fp8_early_release" || n == "v25_fp8_gatherers" || n == "v27_fp8_tile_gatherers" ||
+        (n.find("fp8") == std::string::npos && fp8_variant(v)))
         return pr.head_dim != 128;
     return pr.head_dim == 64 && (n == "v9_fp8_tma_pages" || n == "v10_fp8_page_heads");
 }
