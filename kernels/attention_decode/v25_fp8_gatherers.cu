@@ -38,7 +38,7 @@ constexpr int kCtasPerSm = 2;
  * STAGES tiles of 16 tokens, each the K tiles of the HB heads then their V tiles, a head tile one
  * block of 16 rows x 128 codes (head_dim 128). */
 template <int HB> struct gather_ring_shape {
-    static constexpr int HD = 128, CW = HB, THREADS = 32 * (CW + kGatherers), PRODUCER = CW;
+    static constexpr int HD = 128, CW = HB, THREADS = 32 * (CW + kGatherers);
     static constexpr uint32_t HEAD_TILE = 16 * 128;        /* one head's K (or V) of a tile */
     static constexpr uint32_t TILE_HALF = HB * HEAD_TILE;  /* the heads' K (or V) */
     static constexpr uint32_t STAGE_BYTES = 2 * TILE_HALF; /* a stage: K then V */
@@ -88,7 +88,7 @@ static __global__ void __launch_bounds__(gather_ring_shape<HB>::THREADS, kCtasPe
     float o[HD / 16][4] = {}; /* the online softmax: O^T, m, l (fp8_ring_tile.cuh) */
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0}; /* heads 2 tq and 2 tq + 1 */
 
-    if (warp >= S::PRODUCER) {
+    if (warp >= S::CW) {
         /* gatherer G = warp - HB: <..., HB heads, cp.async rows, evict-first copies, G of 4, lean copies>;
          * boxes false: whole tiles are gathered too */
         auto gather = [&](auto G) {
@@ -96,7 +96,7 @@ static __global__ void __launch_bounds__(gather_ring_shape<HB>::THREADS, kCtasPe
                 &k_box, &v_box, &k_row, &v_row, false, p, b, g0, t0, t1, ring_at, full, empty);
         };
         [&]<int... G>(std::integer_sequence<int, G...>) { /* warp CW + G runs gatherer G's instantiation */
-            ((warp - S::PRODUCER == G ? gather(std::integral_constant<int, G>{}) : void()), ...);
+            ((warp - S::CW == G ? gather(std::integral_constant<int, G>{}) : void()), ...);
         }(std::make_integer_sequence<int, kGatherers>{});
     } else {
         /* q as the fp16 B operand, and the scores in log2 units with this head's k_scale folded in. */

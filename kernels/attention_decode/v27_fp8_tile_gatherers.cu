@@ -40,7 +40,7 @@ constexpr int kCtasPerSm = 2;
  * STAGES tiles of 16 tokens, each the K tiles of the HB heads then their V tiles, a head tile one
  * block of 16 rows x 128 codes (head_dim 128). */
 template <int HB> struct gather_ring_shape {
-    static constexpr int HD = 128, CW = HB, THREADS = 32 * (CW + kGatherers), PRODUCER = CW;
+    static constexpr int HD = 128, CW = HB, THREADS = 32 * (CW + kGatherers);
     static constexpr uint32_t HEAD_TILE = 16 * 128;        /* one head's K (or V) of a tile */
     static constexpr uint32_t TILE_HALF = HB * HEAD_TILE;  /* the heads' K (or V) */
     static constexpr uint32_t STAGE_BYTES = 2 * TILE_HALF; /* a stage: K then V */
@@ -91,12 +91,12 @@ static __global__ void __launch_bounds__(gather_ring_shape<HB>::THREADS, kCtasPe
     float o[HD / 16][4] = {};                           /* the online softmax: O^T, m, l (fp8_ring_tile.cuh) */
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0}; /* heads 2 tq and 2 tq + 1 */
 
-    if (warp >= S::PRODUCER) {
+    if (warp >= S::CW) {
         /* groups warp - HB, warp - HB + kGatherers, ... of the chunk, whole: <..., HB heads, cp.async rows,
          * evict-first copies, one warp a tile, lean copies, no prefetch, kGatherers taking turns>; boxes false:
          * whole tiles are gathered too */
         kl::decode::produce_page_tiles<STAGES, 1, 128, HB, true, true, 1, 0, true, 0, kGatherers>(
-            &k_box, &v_box, &k_row, &v_row, false, p, b, g0, t0, t1, ring_at, full, empty, 0, warp - S::PRODUCER);
+            &k_box, &v_box, &k_row, &v_row, false, p, b, g0, t0, t1, ring_at, full, empty, 0, warp - S::CW);
     } else {
         /* q as the fp16 B operand, and the scores in log2 units with this head's k_scale folded in. */
         uint32_t qf[HD / 16][2];

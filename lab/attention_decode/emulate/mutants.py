@@ -288,7 +288,7 @@ MUTANTS = [
         # others never), the second copy into a stage while the first is in flight
         "name": "mutant_v27_every_warp_from_group_0",
         "variant": "v27_fp8_tile_gatherers",
-        "edits": [("full, empty, 0, warp - S::PRODUCER);", "full, empty, 0, 0);")],
+        "edits": [("full, empty, 0, warp - S::CW);", "full, empty, 0, 0);")],
         "expect": "while another copy into it is in flight",
     },
     {   # v20: the end of a CTA not stamped: its timeline would show the key loop and never the merge
