@@ -159,5 +159,5 @@ static cudaError_t launch(const struct kl_attention_decode_params *p, cudaStream
 }
 
 KL_VARIANT(attention_decode, v26_tile_gatherers, launch, .min_cc = 90,
-           .summary = "v24 whose four gathering warps take turns by group of two tiles, each tile one warp's "
-                      "copies: one producer loop for all four, 32 arrivals a full barrier");
+           .summary = "v24 with three gathering warps that take turns by group of two tiles, each tile one warp's "
+                      "copies: one producer loop for all three, 32 arrivals a full barrier");
