@@ -48,7 +48,8 @@ SHARDS = 6  # extra.cmake compiles variants_0.cpp .. variants_5.cpp
 STATIC_TYPES = ("unsigned char|bool|int|unsigned|float|double|"
                 "int8_t|uint8_t|int16_t|uint16_t|int32_t|uint32_t|int64_t|uint64_t")
 # variants a module's mutants file asks for beside those that include kernels/ptx_*.cuh or a helper (a fused
-# store variant reaches pdl_wait through kernels/common.cuh alone): load_mutants fills it
+# store variant reaches pdl_wait through kernels/common.cuh alone), by name or by a header they include (so a
+# learner's copy of one is emulated too): load_mutants fills it
 ALSO_EMULATED = set()
 # the CUDA built-ins of emulator.h that take their caller's site
 SITED_BUILTINS = {"__syncthreads", "__syncwarp", "__shfl_xor_sync"}
@@ -251,13 +252,13 @@ def emulated_launches(text):
 
 def tensor_core_variants(src, helpers):
     """(name, path) of the variant files that include a helper header or kernels/ptx_*.cuh, or that the mutants
-    file names in ALSO_EMULATED, in number order."""
+    file names in ALSO_EMULATED (the file's name, or a header it includes), in number order."""
     def number(path):
         m = re.match(r"v(\d+)_", os.path.basename(path))
         return int(m.group(1)) if m else 1 << 30
     out = []
     for path in sorted(glob.glob(os.path.join(src, KERNELS, "v*_*.cu")), key=number):
-        if any(i in helpers or i in PTX for i in INCLUDE.findall(read(path))) or \
+        if any(i in helpers or i in PTX or i in ALSO_EMULATED for i in INCLUDE.findall(read(path))) or \
                 os.path.basename(path)[:-3] in ALSO_EMULATED:
             out.append((os.path.basename(path)[:-3], path))
     return out

@@ -4,8 +4,9 @@ problems in order and passes only if the mutant fails with `expect` in the first
 problem its variant passes."""
 
 # v6_bulk_ring includes kernels/ptx_sm90.cuh; v4, v5 and v7 reach the emulation only through
-# kernels/common.cuh (pdl_wait, launch_pdl), so they are named here
-ALSO_EMULATED = ["v4_rope_quant_store", "v5_tile_inflight", "v7_token_walk"]
+# kernels/common.cuh (pdl_wait, launch_pdl), so the fused family is named here by its header: every variant that
+# includes it, a learner's copy of v7 too
+ALSO_EMULATED = ["kernels/store/fused_pairs.cuh"]
 
 MUTANTS = [
     {   # one element a thread (shapes without whole 16-byte chunks): e4m3 without saturation, so a K value
