@@ -10,7 +10,9 @@
 - a static __shared__ array of a plain type (several in one declaration too) becomes one place in the CTA's
   shared bytes, and any other static __shared__ declaration stops the generator (compiled as is it would
   be one variable per thread);
-- a macro a unit defines ends with the unit (a shard compiles several units in one file).
+- a macro a unit defines ends with the unit (a shard compiles several units in one file);
+- a variant that includes a header a mutants file names in ALSO_EMULATED is emulated (store's fused family,
+  and a learner's copy of one of them), and one that does not is not.
 Usage: test_gen.py SOURCE_DIR MUTANTS"""
 import os
 import shutil
@@ -129,6 +131,27 @@ def main():
         check(r.returncode != 0 and "helper_ptx" in r.stderr and "kernels/ptx_" in r.stderr,
               "inline PTX in a helper header (outside kernels/ptx_*.cuh) stops the generator, naming it")
         open(softmax, "w").write(s)
+    finally:
+        shutil.rmtree(tmp)
+    check_also_emulated(src)
+
+
+def check_also_emulated(src):
+    """store's mutants file names its fused family by the header the family includes."""
+    tmp = tempfile.mkdtemp()
+    try:
+        shutil.copytree(os.path.join(src, "kernels", "store"), os.path.join(tmp, "kernels", "store"))
+        for name in ("ptx_sm80.cuh", "ptx_sm90.cuh"):
+            shutil.copy(os.path.join(src, "kernels", name), os.path.join(tmp, "kernels", name))
+        store = os.path.join(tmp, "kernels", "store")
+        shutil.copy(os.path.join(store, "v7_token_walk.cu"), os.path.join(store, "v8_learner.cu"))
+        listed = subprocess.run([sys.executable, GEN, "--list", tmp, os.path.join(src, "lab", "store", "emulate", "mutants.py")],
+                                capture_output=True, text=True)
+        names = listed.stdout.split()
+        check(listed.returncode == 0 and all(v in names for v in ("v4_rope_quant_store", "v5_tile_inflight",
+                                                                  "v7_token_walk", "v8_learner")),
+              "the variants that include a header ALSO_EMULATED names are emulated, a learner's copy too")
+        check("v3_pdl_one_trip" not in names, "a variant that includes none of them and no tensor-core header is not")
     finally:
         shutil.rmtree(tmp)
 
