@@ -149,7 +149,7 @@ int kl_attention_decode_sms(void)
 
 const char *const *kl_attention_decode_by_shape(const struct kl_attention_decode_params *p, int sms)
 {
-    static const char *const fp8[] = {"v14_fp8_early_release", "v10_fp8_page_heads", "v7_fp8_f16_mma", NULL};
+    static const char *const fp8[] = {"v27_fp8_tile_gatherers", "v10_fp8_page_heads", "v7_fp8_f16_mma", NULL};
     static const char *const pages16_split[] = {"v13_cluster_merge", "v8_tma_pages", "v4_tensor_cores", NULL};
     static const char *const pages16[] = {"v26_tile_gatherers", "v8_tma_pages", "v4_tensor_cores", NULL};
     static const char *const gather[] = {"v19_one_gatherer", "v12_cp_async_gather", "v4_tensor_cores", NULL};

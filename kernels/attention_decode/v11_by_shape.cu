@@ -1,16 +1,16 @@
 /* v11_by_shape: for each call, the rung this lab measured fastest on that kind of call, as a serving
  * engine picks its decode kernel by the batch's shape: no new kernel, a choice among v4, v7, v8, v10
  * and the later rungs built for the calls v8 serves worst: v12 and v19 (the page sizes v8 gathers) and
- * v13 (batches so small that their keys are split), v14 (the FP8 rung after v10), and v26 (gathering
- * warps that each copy whole tiles into a six-stage ring).
+ * v13 (batches so small that their keys are split), v26 (gathering warps that each copy whole tiles
+ * into a six-stage ring) and v27 (v26's gathering on FP8 pages).
  *
  * What changed from v10, and why: no single rung runs every workload at its best. v8_tma_pages reads a
  * 16-bit cache fastest where every tile is 16 slots of one page, but it declines draft tokens and
  * gathers other page sizes one 128-byte box per row, below v4's cp.async gather; v4_tensor_cores takes
- * every 16-bit call; the FP8 rungs take only e4m3 caches, v14 at head_dim 128, v10 at 128 and 256, v7
+ * every 16-bit call; the FP8 rungs take only e4m3 caches, v27 at head_dim 128, v10 at 128 and 256, v7
  * at 64 too.
  * Here the call goes, in order of preference (kl_attention_decode_by_shape, params.c), to
- *   an e4m3 cache:                                      v14_fp8_early_release, else v10, else v7
+ *   an e4m3 cache:                                      v27_fp8_tile_gatherers, else v10, else v7
  *   one query a request, page size a multiple of 16,
  *     too few (request, kv head) pairs for 3 CTAs an SM: v13_cluster_merge, else v8, else v4
  *     enough pairs:                                     v26_tile_gatherers, else v8, else v4

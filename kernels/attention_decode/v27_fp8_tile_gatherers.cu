@@ -36,7 +36,7 @@ namespace
 constexpr int kGatherers = 3; /* producer warps a CTA: warps HB .. HB + 2, taking turns by group */
 constexpr int kCtasPerSm = 2;
 
-/* A CTA: HB consumer warps (warp w computes kv head w of the CTA) and four gathering warps; a ring of
+/* A CTA: HB consumer warps (warp w computes kv head w of the CTA) and three gathering warps; a ring of
  * STAGES tiles of 16 tokens, each the K tiles of the HB heads then their V tiles, a head tile one
  * block of 16 rows x 128 codes (head_dim 128). */
 template <int HB> struct gather_ring_shape {

@@ -195,8 +195,8 @@ Test(attention_decode, by_shape_sends_each_kind_of_call_to_its_rung)
         {8, 64, false, false, "v19_one_gatherer", "v12_cp_async_gather", "v4_tensor_cores"},
         {1, 1, true, false, "v4_tensor_cores", NULL, NULL},
         {16, 1, true, false, "v4_tensor_cores", NULL, NULL},
-        {16, 1, false, true, "v14_fp8_early_release", "v10_fp8_page_heads", "v7_fp8_f16_mma"},
-        {1, 64, false, true, "v14_fp8_early_release", "v10_fp8_page_heads", "v7_fp8_f16_mma"},
+        {16, 1, false, true, "v27_fp8_tile_gatherers", "v10_fp8_page_heads", "v7_fp8_f16_mma"},
+        {1, 64, false, true, "v27_fp8_tile_gatherers", "v10_fp8_page_heads", "v7_fp8_f16_mma"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         p.page_size = cases[i].page, p.batch = cases[i].batch, p.qo_indptr = cases[i].draft ? qo : NULL;
