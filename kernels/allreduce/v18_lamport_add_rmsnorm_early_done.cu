@@ -31,174 +31,26 @@
  * Expect: v16 less one L2 round trip at 16 tokens and more (one token of a row that fits a block runs
  * one block, which counts nothing); at hidden 8192, v16 (which ran v15) less v15's chunk branches,
  * plus one exchange of the slices' sums through distributed shared memory.
+ * The kernel and its launcher are in kernels/allreduce/fused_early_done.cuh, which v20 shares: this
+ * file gives them the row's sum of squares, fused_rows.cuh's block_row_sum.
  * Run alone: build/kernlab bench allreduce --variant v18_lamport_add_rmsnorm_early_done */
-#include "kernels/allreduce/fused_rows.cuh"
-#include "kernels/variant.h"
+#include "kernels/allreduce/fused_early_done.cuh"
 
 using namespace kl_ar;
 
-constexpr int kMaxSlices = 8;   /* blocks a row may span (a portable cluster) */
-constexpr int kMinThreads = 128; /* the fewest threads a block gets while a row has blocks to spare */
-
-template <typename T, bool ALIGNED, int K>
-static __global__ void __launch_bounds__(kThreads)
-    fused_v18(const T *x, const T *residual, const T *weight, T *out, T *residual_out, int64_t tokens, int64_t hidden,
-              float eps, peers P, lamport_bufs L, char *own)
-{
-#if KL_SM90A
-    constexpr int V = 16 / sizeof(T); /* elements per unit */
-    __shared__ float parts[2][32];
-    __shared__ float slice_sums[2][kMaxSlices];
-    __shared__ __align__(8) uint64_t sums_in[2]; /* by row parity: all K slices' sums have landed */
-    if constexpr (K > 1) {
-        if (threadIdx.x == 0) { /* one arrival a phase, which comes with the bytes it awaits */
-            kl::ptx::mbar_init(&sums_in[0], 1), kl::ptx::mbar_init(&sums_in[1], 1);
-            kl::ptx::mbar_init_fence();
-            kl::ptx::mbar_arrive_expect(&sums_in[0], 4 * K), kl::ptx::mbar_arrive_expect(&sums_in[1], 4 * K);
-        }
-        kl::ptx::cluster_arrive_release(); /* waited for before the first st.async */
+/* The row's sum (fused_rows.cuh's block_row_sum): each warp's part by five shuffles, one barrier, then
+ * every warp adds the parts across its lanes by five more. */
+struct shuffled_row_sum {
+    static __device__ __forceinline__ float sum(float v, int parity)
+    {
+        __shared__ float parts[2][32];
+        return block_row_sum(v, parts, parity);
     }
-    const int slice = K > 1 ? (int)kl::ptx::cluster_rank() : 0;
-    const int64_t row_units = hidden / V, first = blockIdx.x / K, step = gridDim.x / K;
-    const int64_t u = (int64_t)slice * blockDim.x + threadIdx.x; /* this thread's unit of every row */
-    const bool mine = u < row_units;
-    const uint4 zero = make_uint4(0, 0, 0, 0);
-    kl::pdl_release(); /* the next call may launch now; it waits for this grid in its pdl_wait */
-    const uint4 wt = mine ? chunk_bits(weight + u * V, V, ALIGNED) : zero; /* no kernel writes it */
-    kl::pdl_wait(); /* the previous kernel has ended: x, residual, the epoch and the bookkeeping are final */
-    stamp(P, KL_AR_T_RELEASED);
-    /* This block's first row, asked for before the call number (it does not depend on it). */
-    int64_t j = first * row_units + u; /* the unit of the row in the flat [tokens, hidden] buffer */
-    uint4 xb = mine ? chunk_bits(x + j * V, V, ALIGNED) : zero;
-    uint4 res = mine ? chunk_bits(residual + j * V, V, ALIGNED) : zero;
-    const uint32_t e = begin_call_unfenced(P);
-    const uint32_t set = e % KL_AR_LAMPORT_SETS, previous = (e + KL_AR_LAMPORT_SETS - 1) % KL_AR_LAMPORT_SETS;
-    kl_ar_signal *me = P.signal[P.rank];
-    const uint64_t previous_bytes = me->lamport_dirty[previous]; /* read before block 0 records this call's */
-
-    /* Send: our rows into our slot of this call's set in every peer's buffer. */
-    if (mine)
-        for (int64_t t = first; t < tokens; t += step) {
-            const int64_t jt = t * row_units + u;
-            send_to_peers<uint4>(L, P, set, jt, unit_sendable<T>(t == first ? xb : chunk_bits(x + jt * V, V, ALIGNED)));
-        }
-    stamp(P, KL_AR_T_COPIED);
-    count_call_done(P, e); /* this block has read the call number: count it done now, not at the end */
-
-    /* Off the critical path, while the peers' data travels: empty the set the previous call used. */
-    empty_own_set(own, P, previous, previous_bytes);
-    if (blockIdx.x == 0 && threadIdx.x == 0) me->lamport_dirty[set] = (uint64_t)(tokens * hidden) * sizeof(T);
-    if constexpr (K > 1) kl::ptx::cluster_wait(); /* every block of the cluster has started, its mbarriers set */
-
-    /* Receive, add, normalize, a row at a time. Every thread runs every row (the barriers need them
-     * all); a thread past the row's end adds nothing. */
-    int parity = 0;
-    for (int64_t t = first; t < tokens; t += step, parity ^= 1) {
-        float r[V], sum_sq = 0.f;
-        if (mine) {
-            if (t != first) {
-                j = t * row_units + u;
-                xb = chunk_bits(x + j * V, V, ALIGNED), res = chunk_bits(residual + j * V, V, ALIGNED);
-            }
-            uint4 w[KL_AR_MAX_RANKS];
-#pragma unroll
-            for (int s = 0; s < KL_AR_MAX_RANKS; s++)
-                if (s < P.world && s != P.rank) w[s] = ld_volatile_v4(own_slot<uint4>(own, P, set, s) + j);
-            float acc[V];
-#pragma unroll
-            for (int s = 0; s < KL_AR_MAX_RANKS; s++) { /* in rank order, from rank 0's value */
-                if (s >= P.world) break;
-                if (s != P.rank && unit_empty<T>(w[s]))
-                    w[s] = wait_unit<T>(P, own_slot<uint4>(own, P, set, s) + j, e, s);
-                const uint4 v = s == P.rank ? unit_sendable<T>(xb) : w[s];
-#pragma unroll
-                for (int k = 0; k < V; k++)
-                    acc[k] = s == 0 ? kl::elem_f32<T>(v, k) : acc[k] + kl::elem_f32<T>(v, k);
-            }
-#pragma unroll
-            for (int k = 0; k < V; k++) {
-                r[k] = acc[k] + kl::elem_f32<T>(res, k);
-                sum_sq += r[k] * r[k];
-            }
-            store_chunk<T>(residual_out + j * V, r, V, ALIGNED);
-        }
-        float total = block_row_sum(sum_sq, parts, parity);
-        if constexpr (K > 1) { /* this slice's sum into every block of the cluster, then theirs, in slice order */
-            if (threadIdx.x < K)
-                kl::ptx::st_async_f32(&slice_sums[parity][slice], &sums_in[parity], threadIdx.x, total);
-            const int nth_use = (int)((t - first) / step) >> 1; /* of this parity's mbarrier */
-            kl::ptx::mbar_wait_cluster(&sums_in[parity], nth_use & 1);
-            total = 0.f;
-#pragma unroll
-            for (int k = 0; k < K; k++)
-                total += slice_sums[parity][k];
-            if (threadIdx.x == 0) kl::ptx::mbar_arrive_expect(&sums_in[parity], 4 * K); /* armed for row t + 2 step */
-        }
-        const float inv_rms = rsqrtf(total / (float)hidden + eps);
-        if (mine) store_normed<T>(out + j * V, r, inv_rms, wt, V, ALIGNED);
-    }
-    stamp(P, KL_AR_T_REDUCED);
-    stamp_exit(P);
-#endif
-}
-
-template <typename T, bool ALIGNED, int K>
-static cudaError_t launch_k(const struct kl_allreduce_add_rmsnorm_params *p, unsigned threads, cudaStream_t stream)
-{
-    /* one block a row (K = 1) is no cluster: no device limit to ask */
-    const int64_t most = K > 1 ? max_clusters<fused_v18<T, ALIGNED, K>, K>(threads) : INT64_MAX;
-    const int64_t clusters = fused_clusters(p, K, threads, most, "v18_lamport_add_rmsnorm_early_done");
-    if (clusters == 0) return cudaErrorInvalidConfiguration;
-    cudaLaunchAttribute attr[2] = {};
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    attr[1].id = cudaLaunchAttributeClusterDimension;
-    attr[1].val.clusterDim.x = K, attr[1].val.clusterDim.y = 1, attr[1].val.clusterDim.z = 1;
-    cudaLaunchConfig_t cfg = {dim3((unsigned)(clusters * K)), dim3(threads), 0, stream, attr, K > 1 ? 2u : 1u};
-    return cudaLaunchKernelEx(&cfg, fused_v18<T, ALIGNED, K>, (const T *)p->ar.x, (const T *)p->residual,
-                              (const T *)p->weight, (T *)p->ar.out, (T *)p->residual_out, p->num_tokens, p->hidden,
-                              p->eps, make_peers(&p->ar), make_lamport(&p->ar),
-                              (char *)p->ar.comm->lamport[p->ar.comm->rank]);
-}
-
-template <typename T, bool ALIGNED>
-static cudaError_t launch_t(const struct kl_allreduce_add_rmsnorm_params *p, int K, unsigned threads,
-                            cudaStream_t stream)
-{
-    return K == 1   ? launch_k<T, ALIGNED, 1>(p, threads, stream)
-           : K == 2 ? launch_k<T, ALIGNED, 2>(p, threads, stream)
-           : K == 4 ? launch_k<T, ALIGNED, 4>(p, threads, stream)
-                    : launch_k<T, ALIGNED, 8>(p, threads, stream);
-}
+};
 
 static cudaError_t launch(const struct kl_allreduce_add_rmsnorm_params *p, cudaStream_t stream)
 {
-    /* The checks, the grid, sh.C (the fewest blocks of kThreads threads that cover a row, up to
-     * kMaxSlices; wider is an error) and the alignment. */
-    fused_shape sh;
-    cudaError_t rc =
-        fused_launch_shape(p, stream, kThreads, kMaxSlices, "v18_lamport_add_rmsnorm_early_done", &sh);
-    if (rc != cudaSuccess || sh.grid == 0) return rc;
-    const int64_t V = 16 / (int64_t)kl_dtype_size(p->ar.dtype), units = p->hidden / V;
-    if (p->hidden % V != 0) {
-        /* Not this variant's rows: v15 runs the call (found by name, so this file stays one file). */
-        const auto v15 = (kl_allreduce_ops_fn)kl_variant_launcher("allreduce", "v15_lamport_add_rmsnorm_in_registers",
-                                                                  "v18_lamport_add_rmsnorm_early_done");
-        return v15 ? v15()->add_rmsnorm(p, stream) : cudaErrorInvalidValue;
-    }
-    /* K blocks a row: 1 when the row fits one block; else as many as keep a block at kMinThreads or
-     * more, then fewer while the tokens' clusters would take more blocks than the communicator has
-     * (an SM each), never below sh.C. */
-    int K = sh.C == 1 ? 1 : kMaxSlices;
-    while (K > sh.C && units / K < kMinThreads)
-        K /= 2;
-    while (K > sh.C && p->num_tokens * K > p->ar.comm->blocks)
-        K /= 2;
-    const unsigned threads = (unsigned)(((units + K - 1) / K + 31) / 32 * 32);
-    KL_DISPATCH_FLOAT(p->ar.dtype, T, {
-        rc = sh.aligned ? launch_t<T, true>(p, K, threads, stream) : launch_t<T, false>(p, K, threads, stream);
-    });
-    return rc;
+    return launch_early_done<shuffled_row_sum>(p, stream, "v18_lamport_add_rmsnorm_early_done");
 }
 
 KL_AR_FUSED_OPS(ops, launch, KL_AR_NEEDS_PEERS | KL_AR_NEEDS_LAMPORT)

@@ -42,4 +42,4 @@ static cudaError_t launch(const struct kl_attention_decode_params *p, cudaStream
 
 KL_VARIANT(attention_decode, v11_by_shape, launch, .min_cc = 80,
            .summary = "by shape: v26 on whole 16-slot pages with one query (v13 where the batch is too small to "
-                      "fill the SMs), v19 on other pages, v4 for draft tokens, v14 (else v10, v7) on e4m3 caches");
+                      "fill the SMs), v19 on other pages, v4 for draft tokens, v27 (else v10, v7) on e4m3 caches");
