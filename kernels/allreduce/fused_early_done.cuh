@@ -16,6 +16,20 @@ namespace kl_ar
 constexpr int kEarlyDoneMaxSlices = 8;    /* blocks a row may span (a portable cluster) */
 constexpr int kEarlyDoneMinThreads = 128; /* the fewest threads a block gets while a row has blocks to spare */
 
+/* The 16 floats at p (shared memory, 16-byte aligned, the same address in every thread: four broadcast
+ * float4 loads) added in a fixed tree: the same bits in every thread. For ROW_SUMs that end with the
+ * warps' parts in shared memory (v20, v21). */
+__device__ __forceinline__ float sum16_in_tree(const float *p)
+{
+    float q[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const float4 w = reinterpret_cast<const float4 *>(p)[k];
+        q[k] = (w.x + w.y) + (w.z + w.w);
+    }
+    return (q[0] + q[1]) + (q[2] + q[3]);
+}
+
 template <typename T, bool ALIGNED, int K, class ROW_SUM>
 static __global__ void __launch_bounds__(kThreads)
     fused_early_done(const T *x, const T *residual, const T *weight, T *out, T *residual_out, int64_t tokens,

@@ -55,13 +55,7 @@ struct stored_row_sum {
             warp_total[parity][threadIdx.x] = (s4[0] + s4[1]) + (s4[2] + s4[3]);
         }
         __syncthreads();
-        float q[4];
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const float4 w = reinterpret_cast<const float4 *>(warp_total[parity])[k];
-            q[k] = (w.x + w.y) + (w.z + w.w);
-        }
-        return (q[0] + q[1]) + (q[2] + q[3]);
+        return sum16_in_tree(warp_total[parity]);
     }
 };
 

@@ -14,6 +14,7 @@
 #include <cjson/cJSON.h>
 
 #include "lab/allreduce/allreduce_module.h"
+#include "lab/allreduce/fixed_sums.h"
 #include "lab/core/testing.h"
 #include "perf/bench.h"
 
@@ -183,6 +184,52 @@ Test(allreduce, the_fused_target_judges_the_time_over_the_plain_allreduce_and_sm
     cr_assert(r.gate_pass, "0.3 us over the plain all-reduce missed a 0.5 us target");
     cJSON_Delete(r.extra);
     kl_targets_free(&t);
+}
+
+/* v21's warp sum of a row's sum of squares (kernels/allreduce/fixed_sums.cuh, run on the host): the
+ * same bits whatever the order of the 32 parts, within its bound of the exact sum (2^-21 for the
+ * fixed point, 2^-24 for the one rounding, and what a subnormal result rounds), and a float sum's
+ * infinities and NaN. Parts span exponents from subnormal to 2^40, zeros among them. */
+static uint32_t xorshift(uint32_t *s)
+{
+    *s ^= *s << 13, *s ^= *s >> 17, *s ^= *s << 5;
+    return *s;
+}
+
+Test(allreduce, fixed_point_warp_sums_are_order_free_and_within_their_bound)
+{
+    uint32_t seed = 12345;
+    for (int set = 0; set < 2000; set++) {
+        float v[32], shuffled[32];
+        const int span = 1 + (int)(xorshift(&seed) % 180); /* binades between the largest and smallest */
+        const int high = -140 + span + (int)(xorshift(&seed) % 40);
+        double exact = 0;
+        for (int i = 0; i < 32; i++) {
+            const uint32_t r = xorshift(&seed);
+            v[i] = r % 17 == 0 ? 0.f : ldexpf(1.f + (float)(r >> 9) * 0x1p-23f, high - (int)(r % (uint32_t)span));
+            exact += v[i];
+        }
+        const float got = kl_ar_fixed_sum32(v);
+        cr_assert(fabs(got - exact) <= (0x1p-21 + 0x1p-24) * exact + 0x1p-149, "set %d: %.9g, exact %.9g", set, got,
+                  exact);
+        for (int i = 0; i < 32; i++) /* another order: a rotation, then pairs swapped */
+            shuffled[i] = v[((i + set) % 32) ^ 1];
+        const float again = kl_ar_fixed_sum32(shuffled);
+        cr_assert(memcmp(&got, &again, sizeof got) == 0, "set %d: %a in one order, %a in another", set, got, again);
+    }
+    float v[32] = {0};
+    cr_assert(kl_ar_fixed_sum32(v) == 0.f && !signbit(kl_ar_fixed_sum32(v)), "32 zeros");
+    v[3] = 0x1p-149f, v[9] = 0x1p-149f; /* subnormals add exactly */
+    cr_assert_eq(kl_ar_fixed_sum32(v), 0x1p-148f);
+    v[7] = 3.f;
+    cr_assert_eq(kl_ar_fixed_sum32(v), 3.f, "2^-148 is below 3's scale");
+    v[5] = INFINITY;
+    cr_assert(isinf(kl_ar_fixed_sum32(v)));
+    v[6] = NAN;
+    cr_assert(isnan(kl_ar_fixed_sum32(v)));
+    for (int i = 0; i < 32; i++)
+        v[i] = 0x1.fffffep127f; /* the float sum overflows: so does this one */
+    cr_assert(isinf(kl_ar_fixed_sum32(v)));
 }
 
 Test(allreduce, there_are_at_least_two_fused_mutants)
