@@ -9,7 +9,12 @@
  *                          8 to a chunk) the last 4 elements are neither summed nor written, and
  *                          the row's mean of squares misses them
  *   fused_never_empty      the Lamport slots are never reset to the sentinel: call e + 3 reads
- *                          call e's data at once (the buffer not cleared) */
+ *                          call e's data at once (the buffer not cleared)
+ * and one that is v18's kernel (kernels/allreduce/fused_early_done.cuh, which v20 and v21 run with
+ * sums of their own) with a row sum that misses a warp:
+ *   fused_row_sum_misses_a_warp  the block's last warp's part of the row's sum of squares is left
+ *                          out, so its norm divides by too small a mean (a one-warp row by eps) */
+#include "kernels/allreduce/fused_early_done.cuh"
 #include "kernels/allreduce/lamport.cuh"
 #include "lab/core/registry.h"
 
@@ -83,3 +88,22 @@ KL_VARIANT(allreduce, mutant_fused_tail_dropped, ops<TAIL_DROPPED>, .min_cc = 70
            .summary = "fused: each row stops at its last whole 16-byte chunk (an odd hidden's tail lost)", .mutant = 1);
 KL_VARIANT(allreduce, mutant_fused_never_empty, ops<NEVER_EMPTY>, .min_cc = 70,
            .summary = "fused: Lamport slots never reset, call e + 3 reads call e's data", .mutant = 1);
+
+/* v18's row sum with the last warp's part dropped. */
+struct row_sum_missing_a_warp {
+    static __device__ __forceinline__ float sum(float v, int parity)
+    {
+        __shared__ float parts[2][32];
+        return block_row_sum(threadIdx.x / 32 == blockDim.x / 32 - 1 ? 0.f : v, parts, parity);
+    }
+};
+
+static cudaError_t launch_missing_a_warp(const struct kl_allreduce_add_rmsnorm_params *p, cudaStream_t stream)
+{
+    return launch_early_done<row_sum_missing_a_warp>(p, stream, "mutant_fused_row_sum_misses_a_warp");
+}
+
+KL_AR_FUSED_OPS(ops_missing_a_warp, launch_missing_a_warp, KL_AR_NEEDS_PEERS | KL_AR_NEEDS_LAMPORT)
+
+KL_VARIANT(allreduce, mutant_fused_row_sum_misses_a_warp, ops_missing_a_warp, .min_cc = 90,
+           .summary = "fused: v18's kernel whose row sum of squares leaves out the block's last warp", .mutant = 1);
