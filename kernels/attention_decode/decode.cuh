@@ -137,6 +137,66 @@ __device__ __forceinline__ void merge_partials(const kl_attention_decode_params 
     merge_partials_at<T>(p, nh, splits, w, 1, [=](int h) { return out_row{b, h0, h}; });
 }
 
+/* The end of a variant whose WARPS warps each kept an online softmax over part of a chunk for up to COLS
+ * columns (v4_tensor_cores, v28_draft_tile_gatherers): column c < nh is query row at(c), and warp w has
+ * written its state for column c as row w * COLS + c of mrg (HD + 2 floats: the unnormalised acc, the
+ * running max m in log2 units, the sum l). The warps' rows are merged on their common max (a warp with
+ * no tile has m = -inf and weighs 0) into the nh rows after them; a request in one split then writes
+ * out and lse; a split files its partials under its query rows (q_rows: the workspace's query slots a
+ * request) and counts them on `counter`, and the block that brings the count to `splits` merges them
+ * all (merge_partials_at: v4's scheme). Every thread of the block calls it; `last` is a flag in the
+ * kernel's shared memory; mrg needs room for (WARPS + 1) x COLS rows and for the merge's weights. */
+template <typename T, int HD, int WARPS, int COLS, typename At>
+__device__ __forceinline__ void finish_rows(const kl_attention_decode_params &p, float *mrg, bool &last, int nh, At at,
+                                            unsigned *counter, int split, int splits, int64_t q_rows)
+{
+    constexpr int ROW = HD + 2;
+    float *res = mrg + WARPS * COLS * ROW;
+    __syncthreads();
+    for (int i = threadIdx.x; i < nh * ROW; i += blockDim.x) {
+        const int h = i / ROW, d = i % ROW;
+        float mx = -INFINITY, sum = 0;
+        for (int w = 0; w < WARPS; w++)
+            mx = fmaxf(mx, mrg[(w * COLS + h) * ROW + HD]);
+        for (int w = 0; w < WARPS; w++) {
+            const float *row = mrg + (w * COLS + h) * ROW;
+            sum += (d == HD ? 0.f : row[d]) * (mx == -INFINITY ? 0.f : exp2f(row[HD] - mx));
+        }
+        res[i] = d == HD ? mx : sum;
+    }
+    __syncthreads();
+
+    if (splits == 1) { /* the whole request in this block: write the output */
+        for (int i = threadIdx.x; i < nh * HD; i += blockDim.x) {
+            const int h = i / HD, d = i % HD;
+            const out_row o = at(h);
+            const float *r = res + h * ROW;
+            static_cast<T *>(p.out)[((int64_t)o.row * p.num_qo_heads + o.h0 + o.h) * HD + d] =
+                kl::from_f32<T>(r[d] / r[HD + 1]);
+            if (d == 0)
+                p.lse[(int64_t)o.row * p.num_qo_heads + o.h0 + o.h] = (r[HD] + log2f(r[HD + 1])) * 0.69314718056f;
+        }
+        return;
+    }
+    for (int i = threadIdx.x; i < nh * ROW; i += blockDim.x) {
+        const out_row o = at(i / ROW);
+        partial(p, split, o.row, o.h0 + o.h, q_rows)[i % ROW] = res[i];
+    }
+    /* Publish the partials, then count them: the fence makes this thread's partial stores visible
+     * device-wide before the barrier lets thread 0 increment the counter; the block that brings the
+     * count to `splits` reads every partial after its own fence, through L2. */
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        last = atomicAdd(counter, 1u) == (unsigned)splits - 1;
+        if (last) *counter = 0; /* every other block of this request has counted: reset for the next launch */
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    merge_partials_at<T>(p, nh, splits, mrg, q_rows, at);
+}
+
 /* out = 0 and lse = -inf for a request with no keys (the empty sum). */
 template <typename T>
 __device__ __forceinline__ void write_empty(const kl_attention_decode_params &p, int b, int h, int lane, int lanes)

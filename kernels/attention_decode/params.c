@@ -153,7 +153,7 @@ const char *const *kl_attention_decode_by_shape(const struct kl_attention_decode
     static const char *const pages16_split[] = {"v13_cluster_merge", "v8_tma_pages", "v4_tensor_cores", NULL};
     static const char *const pages16[] = {"v26_tile_gatherers", "v8_tma_pages", "v4_tensor_cores", NULL};
     static const char *const gather[] = {"v19_one_gatherer", "v12_cp_async_gather", "v4_tensor_cores", NULL};
-    static const char *const draft[] = {"v4_tensor_cores", NULL};
+    static const char *const draft[] = {"v28_draft_tile_gatherers", "v4_tensor_cores", NULL};
     if (p->k_scale) return fp8;
     if (p->qo_indptr) return draft;
     if (p->page_size % 16) return gather;

@@ -2,20 +2,20 @@
  * engine picks its decode kernel by the batch's shape: no new kernel, a choice among v4, v7, v8, v10
  * and the later rungs built for the calls v8 serves worst: v12 and v19 (the page sizes v8 gathers) and
  * v13 (batches so small that their keys are split), v26 (gathering warps that each copy whole tiles
- * into a six-stage ring) and v27 (v26's gathering on FP8 pages).
+ * into a six-stage ring), v27 (v26's gathering on FP8 pages) and v28 (v26's ring for draft tokens).
  *
  * What changed from v10, and why: no single rung runs every workload at its best. v8_tma_pages reads a
  * 16-bit cache fastest where every tile is 16 slots of one page, but it declines draft tokens and
  * gathers other page sizes one 128-byte box per row, below v4's cp.async gather; v4_tensor_cores takes
- * every 16-bit call; the FP8 rungs take only e4m3 caches, v27 at head_dim 128, v10 at 128 and 256, v7
- * at 64 too.
+ * every 16-bit call, and v28 every 16-bit call with draft tokens on sm_90; the FP8 rungs take only
+ * e4m3 caches, v27 at head_dim 128, v10 at 128 and 256, v7 at 64 too.
  * Here the call goes, in order of preference (kl_attention_decode_by_shape, params.c), to
  *   an e4m3 cache:                                      v27_fp8_tile_gatherers, else v10, else v7
  *   one query a request, page size a multiple of 16,
  *     too few (request, kv head) pairs for 3 CTAs an SM: v13_cluster_merge, else v8, else v4
  *     enough pairs:                                     v26_tile_gatherers, else v8, else v4
  *   one query a request, any other page size (page 1):  v19_one_gatherer, else v12, else v4
- *   draft tokens (qo_indptr):                           v4_tensor_cores
+ *   draft tokens (qo_indptr):                           v28_draft_tile_gatherers, else v4
  * "else": the next one where a rung is not built, needs a newer device, or declines the shape
  * (cudaErrorNotSupported, before it launches anything). The choice reads only the params and the SM
  * count, never the lengths on the device, so a graph captured for one batch replays with any lengths.
@@ -42,4 +42,5 @@ static cudaError_t launch(const struct kl_attention_decode_params *p, cudaStream
 
 KL_VARIANT(attention_decode, v11_by_shape, launch, .min_cc = 80,
            .summary = "by shape: v26 on whole 16-slot pages with one query (v13 where the batch is too small to "
-                      "fill the SMs), v19 on other pages, v4 for draft tokens, v27 (else v10, v7) on e4m3 caches");
+                      "fill the SMs), v19 on other pages, v28 (else v4) for draft tokens, v27 (else v10, v7) on "
+                      "e4m3 caches");

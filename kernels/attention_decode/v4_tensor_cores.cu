@@ -228,7 +228,7 @@ static __device__ __forceinline__ void attend_v4(const kl_attention_decode_param
 
     /* Each warp's state to shared memory (COLS rows per warp): l summed over the lanes sharing a
      * column first. */
-    float *mrg = reinterpret_cast<float *>(smem), *res = mrg + S::WARPS * S::COLS * S::ROW;
+    float *mrg = reinterpret_cast<float *>(smem);
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
 #pragma unroll
@@ -244,51 +244,9 @@ static __device__ __forceinline__ void attend_v4(const kl_attention_decode_param
         }
         if (gq == 0) w0[HD] = m[nt][0], w0[HD + 1] = l[nt][0], w1[HD] = m[nt][1], w1[HD + 1] = l[nt][1];
     }
-    __syncthreads();
-    /* The warps merged: res[h] = (acc on the common max, that max, the sum). */
-    for (int i = threadIdx.x; i < nh * S::ROW; i += S::THREADS) {
-        const int h = i / S::ROW, d = i % S::ROW;
-        float mx = -INFINITY, sum = 0;
-        for (int w = 0; w < S::WARPS; w++) mx = fmaxf(mx, mrg[(w * S::COLS + h) * S::ROW + HD]);
-        for (int w = 0; w < S::WARPS; w++) {
-            const float *row = mrg + (w * S::COLS + h) * S::ROW;
-            sum += (d == HD ? 0.f : row[d]) * (mx == -INFINITY ? 0.f : exp2f(row[HD] - mx));
-        }
-        res[i] = d == HD ? mx : sum;
-    }
-    __syncthreads();
-
-    if (splits == 1) { /* the whole request in this block: write the output */
-        for (int i = threadIdx.x; i < nh * HD; i += S::THREADS) {
-            const int h = i / HD, d = i % HD;
-            const kl::decode::out_row o = at(h);
-            const float *r = res + h * S::ROW;
-            static_cast<T *>(p.out)[((int64_t)o.row * p.num_qo_heads + o.h0 + o.h) * HD + d] =
-                kl::from_f32<T>(r[d] / r[HD + 1]);
-            if (d == 0)
-                p.lse[(int64_t)o.row * p.num_qo_heads + o.h0 + o.h] = (r[HD] + log2f(r[HD + 1])) * 0.69314718056f;
-        }
-        return;
-    }
-    for (int i = threadIdx.x; i < nh * S::ROW; i += S::THREADS) {
-        const kl::decode::out_row o = at(i / S::ROW);
-        kl::decode::partial(p, split, o.row, o.h0 + o.h, q_rows)[i % S::ROW] = res[i];
-    }
-    /* Publish the partial, then count it. The fence makes this thread's partial stores visible
-     * device-wide before the barrier lets thread 0 increment the counter; the block that brings
-     * the count to `splits` reads every partial after its own fence, through L2. */
-    __threadfence();
-    __syncthreads();
     __shared__ bool last;
-    if (threadIdx.x == 0) {
-        unsigned *counter = kl::decode::counters(p) + ((int64_t)b * p.num_kv_heads + g) * blocks + blockIdx.y % blocks;
-        last = atomicAdd(counter, 1u) == (unsigned)splits - 1;
-        if (last) *counter = 0; /* every other block of this request has counted: reset for the next launch */
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    kl::decode::merge_partials_at<T>(p, nh, splits, reinterpret_cast<float *>(smem), q_rows, at);
+    unsigned *counter = kl::decode::counters(p) + ((int64_t)b * p.num_kv_heads + g) * blocks + blockIdx.y % blocks;
+    kl::decode::finish_rows<T, HD, S::WARPS, S::COLS>(p, mrg, last, nh, at, counter, split, splits, q_rows);
 }
 
 /* One query token per request (qo_indptr NULL). */

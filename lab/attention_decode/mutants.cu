@@ -21,6 +21,8 @@
  * is v4_tensor_cores itself, recompiled with its draft tokens' causal limit one key late:
  *   v4_draft_sees_its_successor  query i of q_len sees kv_len - q_len + 2 + i keys (tensor-core
  *                         path, the mask applied on the score tile); one token per request unchanged
+ * and v28_draft_tile_gatherers the same way (its consumers' per-column limits, on sm_90):
+ *   v28_draft_sees_its_successor
  * and v6_fp8_tensor_cores (FP8 caches only) recompiled with one scale wrong:
  *   v6_no_k_scale         the score scale is sm_scale alone: the logits off by 1 / k_scale
  *   v6_head0_k_scale      kv head 0's k_scale for every kv head (a factor of ten on the goldens)
@@ -144,6 +146,20 @@ namespace v4_shifted {
 
 KL_VARIANT(attention_decode, mutant_v4_draft_sees_its_successor, v4_shifted::launch, .min_cc = 80,
            .summary = "v4_tensor_cores with each draft token's causal limit one key late", .mutant = 1);
+
+/* v28 the same way (KL_DECODE_V28_CAUSAL_SHIFT 1). */
+#pragma push_macro("KL_VARIANT")
+#undef KL_VARIANT
+#define KL_VARIANT(...) static_assert(true, "registered below under the mutant's name")
+#define KL_DECODE_V28_CAUSAL_SHIFT 1
+namespace v28_shifted
+{
+#include "kernels/attention_decode/v28_draft_tile_gatherers.cu"
+}
+#pragma pop_macro("KL_VARIANT")
+
+KL_VARIANT(attention_decode, mutant_v28_draft_sees_its_successor, v28_shifted::launch, .min_cc = 90,
+           .summary = "v28_draft_tile_gatherers with each draft token's causal limit one key late", .mutant = 1);
 
 /* v6 three times, each with one scale wrong (KL_DECODE_V6_BUG), and v8 with its reads unswizzled
  * (KL_DECODE_V8_BUG 1), registered under the mutants' names. */

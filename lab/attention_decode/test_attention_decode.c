@@ -193,8 +193,9 @@ Test(attention_decode, by_shape_sends_each_kind_of_call_to_its_rung)
         {16, 1, false, false, "v13_cluster_merge", "v8_tma_pages", "v4_tensor_cores"},
         {1, 1, false, false, "v19_one_gatherer", "v12_cp_async_gather", "v4_tensor_cores"},
         {8, 64, false, false, "v19_one_gatherer", "v12_cp_async_gather", "v4_tensor_cores"},
-        {1, 1, true, false, "v4_tensor_cores", NULL, NULL},
-        {16, 1, true, false, "v4_tensor_cores", NULL, NULL},
+        {1, 1, true, false, "v28_draft_tile_gatherers", "v4_tensor_cores", NULL},
+        {16, 1, true, false, "v28_draft_tile_gatherers", "v4_tensor_cores", NULL},
+        {16, 64, true, false, "v28_draft_tile_gatherers", "v4_tensor_cores", NULL},
         {16, 1, false, true, "v27_fp8_tile_gatherers", "v10_fp8_page_heads", "v7_fp8_f16_mma"},
         {1, 64, false, true, "v27_fp8_tile_gatherers", "v10_fp8_page_heads", "v7_fp8_f16_mma"},
     };
@@ -650,18 +651,18 @@ ParameterizedTest(int *i, attention_decode_gpu, repeated_launches_give_identical
 
 Test(attention_decode_gpu, the_draft_token_variants_take_draft_tokens)
 {
-    /* v0_naive and v4_tensor_cores declare several query tokens per request, and v11_by_shape hands
-     * them to v4: on such a problem they must run (and match the reference), not decline it as the
-     * others do. */
+    /* v0_naive, v4_tensor_cores and v28_draft_tile_gatherers declare several query tokens per request,
+     * and v11_by_shape hands them to v28 (v4 below sm_90): on such a problem they must run (and match the
+     * reference), not decline it as the others do. */
     if (!kl_have_gpu()) cr_skip_test("no CUDA device");
-    const char *takes[3] = {"v0_naive", "v4_tensor_cores", "v11_by_shape"};
+    const char *takes[4] = {"v0_naive", "v4_tensor_cores", "v28_draft_tile_gatherers", "v11_by_shape"};
     const int64_t lens[4] = {37, 8, 300, 5}, q_lens[4] = {3, 8, 1, 5};
     struct kl_attention_decode_problem *p =
         kl_attention_decode_problem_random_multi(4, 32, 8, 128, 16, lens, q_lens, KL_BF16, 1, 13);
     struct kl_outputs want = {0};
     struct kl_err err;
     kl_attention_decode_run_reference(p, &want, &err);
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         const struct kl_variant *v = kl_variant_find("attention_decode", takes[i]);
         cr_assert(v, "%s is not registered", takes[i]);
         if (kl_test_skip_reason(v)) continue;

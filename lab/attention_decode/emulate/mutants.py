@@ -18,11 +18,34 @@ MUTANTS = [
                    "(rb + 8 * nt + 2 * tq + e) / group + KL_DECODE_V4_CAUSAL_SHIFT - 1)")],
         "expect": "outside the attention policy's bound",
     },
-    {   # a split's partial filed under the request instead of the query row: draft rows overwrite each other
-        "name": "mutant_partial_per_request",
+    {   # the splits' partials laid out for one query a request: a split's draft rows past the batch land on the
+        # next split's rows
+        "name": "mutant_partials_laid_out_for_one_query",
         "variant": "v4_tensor_cores",
-        "edits": [("kl::decode::partial(p, split, o.row, o.h0 + o.h, q_rows)[i % S::ROW] = res[i];",
-                   "kl::decode::partial(p, split, b, o.h0 + o.h, q_rows)[i % S::ROW] = res[i];")],
+        "edits": [("(p, mrg, last, nh, at, counter, split, splits, q_rows);",
+                   "(p, mrg, last, nh, at, counter, split, splits, 1 + 0 * q_rows);")],
+        "expect": "outside the attention policy's bound",
+    },
+    {   # v28: a draft token that sees its successor: the causal limit one key late
+        "name": "mutant_v28_draft_sees_its_successor",
+        "variant": "v28_draft_tile_gatherers",
+        "edits": [("(rb + 8 * nt + 2 * tq + e) / group + KL_DECODE_V28_CAUSAL_SHIFT)",
+                   "(rb + 8 * nt + 2 * tq + e) / group + KL_DECODE_V28_CAUSAL_SHIFT + 1)")],
+        "expect": "outside the attention policy's bound",
+    },
+    {   # v28: every n-tile's columns take the first n-tile's causal limits: the second tile's later tokens
+        # miss their last keys
+        "name": "mutant_v28_one_limit_for_every_tile",
+        "variant": "v28_draft_tile_gatherers",
+        "edits": [("(rb + 8 * nt + 2 * tq + e) / group + KL_DECODE_V28_CAUSAL_SHIFT)",
+                   "(rb + 0 * nt + 2 * tq + e) / group + KL_DECODE_V28_CAUSAL_SHIFT)")],
+        "expect": "outside the attention policy's bound",
+    },
+    {   # v28: a split's partials counted on the kv head's first block of rows: with two blocks the counter
+        # reaches the split count early, and a block merges partials not yet written
+        "name": "mutant_v28_counter_of_block_0",
+        "variant": "v28_draft_tile_gatherers",
+        "edits": [("((int64_t)b * p.num_kv_heads + g) * blocks + hb;", "((int64_t)b * p.num_kv_heads + g) * blocks + 0 * hb;")],
         "expect": "outside the attention policy's bound",
     },
     {   # FP8: the score scale without k_scale (the codes' dot product taken as the logits' own)
