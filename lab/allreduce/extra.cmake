@@ -23,12 +23,14 @@ add_test(NAME allreduce_shared_device
                  $<TARGET_FILE:kl_gpu_guard> $<TARGET_FILE:test_allreduce> --filter "allreduce_multigpu/*" -j1)
 set_tests_properties(allreduce_shared_device PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 RESOURCE_LOCK gpu
                      WORKING_DIRECTORY ${PROJECT_SOURCE_DIR} TIMEOUT 2400)
-# v14, v15, v16, v17, v18 and v19 keep every address in registers: ptxas reports no stack frame and no spills in any of
-# their functions (a run-time index into a by-value array would put a copy of it in local memory).
+# v14 to v21 keep every address in registers: ptxas reports no stack frame and no spills in any of their functions (a
+# run-time index into a by-value array would put a copy of it in local memory).
 add_test(NAME allreduce_stack_frames
          COMMAND bash ${PROJECT_SOURCE_DIR}/lab/allreduce/stack_frames.sh ${CMAKE_CUDA_COMPILER}
                  kernels/allreduce/v14_lamport_in_registers.cu kernels/allreduce/v15_lamport_add_rmsnorm_in_registers.cu
                  kernels/allreduce/v16_lamport_add_rmsnorm_unit_rows.cu kernels/allreduce/v17_lamport_early_done.cu
                  kernels/allreduce/v18_lamport_add_rmsnorm_early_done.cu
-                 kernels/allreduce/v19_lamport_add_rmsnorm_small_blocks.cu)
+                 kernels/allreduce/v19_lamport_add_rmsnorm_small_blocks.cu
+                 kernels/allreduce/v20_lamport_add_rmsnorm_stored_sums.cu
+                 kernels/allreduce/v21_lamport_add_rmsnorm_integer_sums.cu)
 set_tests_properties(allreduce_stack_frames PROPERTIES LABELS cpu WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
