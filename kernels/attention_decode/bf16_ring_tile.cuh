@@ -1,14 +1,13 @@
 /* The consumer warp's arithmetic of the decode variants that read 16-bit pages from a ring of
- * shared-memory stages (v8_tma_pages, v12_cp_async_gather, v13_cluster_merge and the 16-bit rungs after them): q as
- * the B operand, one online-softmax update over a 16-token tile in a stage, and the warp's state written for
- * finish_cta. The layout is
- * page_ring.cuh's: a K or V tile is HD / 64 blocks of 16 rows x 64 columns, 16-byte chunk c of row r
- * stored at chunk c ^ (r % 8) (the 128-byte swizzle; each tile 1024-byte aligned), so the 8 rows one
- * ldmatrix phase reads sit in 8 different bank groups with no padding. Lane (gq, tq) = (lane / 4,
- * lane % 4) of the mma fragments: the scores' columns 2 tq, 2 tq + 1 are qo heads 2 tq, 2 tq + 1 of
- * the kv head's group, its rows gq and gq + 8 the tile's tokens (v4_tensor_cores says why the GQA
- * group is the mma's N dimension). With draft tokens (v28_draft_tile_gatherers) the columns are rows of
- * the group x q_len, in n-tiles of 8, as in v4. */
+ * shared-memory stages (v8_tma_pages, v12_cp_async_gather, v13_cluster_merge and the 16-bit rungs
+ * after them): q as the B operand, one online-softmax update over a 16-token tile in a stage, and the
+ * warp's state written for finish_cta. The layout is page_ring.cuh's: a K or V tile is HD / 64 blocks
+ * of 16 rows x 64 columns, 16-byte chunk c of row r stored at chunk c ^ (r % 8) (the 128-byte swizzle;
+ * each tile 1024-byte aligned), so the 8 rows one ldmatrix phase reads sit in 8 different bank groups
+ * with no padding. Lane (gq, tq) = (lane / 4, lane % 4) of the mma fragments: the scores' columns 2
+ * tq, 2 tq + 1 are qo heads 2 tq, 2 tq + 1 of the kv head's group, its rows gq and gq + 8 the tile's
+ * tokens (v4_tensor_cores says why the GQA group is the mma's N dimension). With draft tokens
+ * (v28_draft_tile_gatherers) the columns are rows of the group x q_len, in n-tiles of 8, as in v4. */
 #pragma once
 
 #include <stdint.h>
