@@ -152,8 +152,7 @@ KL_VARIANT(attention_decode, mutant_v4_draft_sees_its_successor, v4_shifted::lau
 #undef KL_VARIANT
 #define KL_VARIANT(...) static_assert(true, "registered below under the mutant's name")
 #define KL_DECODE_V28_CAUSAL_SHIFT 1
-namespace v28_shifted
-{
+namespace v28_shifted {
 #include "kernels/attention_decode/v28_draft_tile_gatherers.cu"
 }
 #pragma pop_macro("KL_VARIANT")
