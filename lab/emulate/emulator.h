@@ -539,8 +539,13 @@ inline uint32_t __float_as_uint(float f)
     return u;
 }
 [[noreturn]] inline void __trap() { ::emu::fail("__trap()"); }
-/* the C++ form of the runtime call (cuda_runtime.h declares it for nvcc only) */
+/* the C++ forms of the runtime calls (cuda_runtime.h declares them for nvcc only) */
 template <class T> inline cudaError_t cudaFuncSetAttribute(T *func, enum cudaFuncAttribute attr, int value)
 {
     return ::cudaFuncSetAttribute((const void *)func, attr, value);
+}
+template <class T>
+inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, T *func, int block_size, size_t smem)
+{
+    return ::cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, (const void *)func, block_size, smem);
 }

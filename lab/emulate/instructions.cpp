@@ -135,7 +135,11 @@ void start_copy_into(cta &c, uint32_t ch, uint32_t n, const char *what, uint32_t
              "the other copy: " + writer_of(c, ch));
     if (cur->last_acquire) {
         auto it = c.mbarriers.find(cur->last_acquire->off);
-        if (it != c.mbarriers.end()) it->second.guards[ch] = 1, it->second.guards_any = true;
+        if (it != c.mbarriers.end()) {
+            std::vector<uint8_t> &guards = it->second.guards;
+            if (ch >= guards.size()) guards.resize(c.chunks.size(), 0); /* a static array placed after the init */
+            guards[ch] = 1, it->second.guards_any = true;
+        }
     }
     k.state = kInFlight, k.note = n;
 }
@@ -657,7 +661,9 @@ void land_copy(mbarrier &b, const mbarrier::copy &cp)
  * product may still be reading them. */
 void release(cta &c, mbarrier &b, uint32_t n)
 {
-    for (uint32_t ch = 0; ch < c.chunks.size(); ch++) {
+    /* guards covers the chunks the CTA had at the barrier's init (and any it guarded since): the static
+     * arrays a kernel places later are never a stage */
+    for (uint32_t ch = 0; ch < b.guards.size(); ch++) {
         if (!b.guards[ch]) continue;
         chunk &k = c.chunks[ch];
         if (k.readers)
