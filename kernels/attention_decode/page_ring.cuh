@@ -167,13 +167,16 @@ __device__ __forceinline__ void gather_rows_lean(const unsigned char *k_lane, co
  * instantiation a warp. STAGES is a multiple of 2 x INTERLEAVE (and ring_pos 0), so that each stage's
  * tiles are always the same warp's: a warp waits for every round of its stages in turn. A warp that
  * skipped a round could wait on a stage two rounds ahead of its consumers, and the empty barrier's
- * parity would read that round's phase as done. */
+ * parity would read that round's phase as done. flips (v29, whose CTAs run this loop once a work item, each
+ * from stage 0): bit st set when stage st has taken an odd number of rounds before this call, so round
+ * r / STAGES of it waits on the parity of its round counted from the launch. */
 template <int STAGES, int BLOCKS, int COLS, int HEADS = 1, bool CP_ASYNC_ROWS = false, bool EVICT_FIRST = false,
           int GATHERERS = 1, int G = 0, bool LEAN = false, int PREFETCH = 0, int INTERLEAVE = 1>
-__device__ __forceinline__ void
-produce_page_tiles(const CUtensorMap *k_box, const CUtensorMap *v_box, const CUtensorMap *k_row,
-                   const CUtensorMap *v_row, bool boxes, const kl_attention_decode_params &p, int b, int g0, int t0,
-                   int t1, uint32_t ring_at, uint64_t *full, uint64_t *empty, uint32_t ring_pos = 0, int group0 = 0)
+__device__ __forceinline__ void produce_page_tiles(const CUtensorMap *k_box, const CUtensorMap *v_box,
+                                                   const CUtensorMap *k_row, const CUtensorMap *v_row, bool boxes,
+                                                   const kl_attention_decode_params &p, int b, int g0, int t0, int t1,
+                                                   uint32_t ring_at, uint64_t *full, uint64_t *empty,
+                                                   uint32_t ring_pos = 0, int group0 = 0, uint32_t flips = 0)
 {
 #if KL_SM90A
     constexpr int AHEAD = 4, COPIES = 2 * HEADS * BLOCKS; /* boxes of a whole tile: (K or V, head, block) */
@@ -233,7 +236,7 @@ produce_page_tiles(const CUtensorMap *k_box, const CUtensorMap *v_box, const CUt
                 const int first = __shfl_sync(0xffffffffu, slots, 16 * half); /* the tile's token 0 */
                 /* Round r / STAGES of stage st: wait until its consumers handed back round r / STAGES
                  * - 1 (round 0 passes: a fresh barrier's parity-1 phase counts as done). */
-                kl::ptx::mbar_wait(&empty[st], (r / STAGES & 1) ^ 1);
+                kl::ptx::mbar_wait(&empty[st], (r / STAGES & 1) ^ 1 ^ (flips >> st & 1));
                 const bool whole = boxes && 16 * i + 16 <= t1 - t0;
                 const uint32_t stage = ring_at + st * STAGE_BYTES;
                 if (CP_ASYNC_ROWS && !whole) {

@@ -286,6 +286,19 @@ MUTANTS = [
         "edits": [("full, empty, 0, warp - CW);", "full, empty, 0, 0);")],
         "expect": "while another copy into it is in flight",
     },
+    {   # v29: the ring's flips forgotten between work items: a stage's next round waits on a parity its barrier
+        # has already shown, so a consumer reads the stage before its copies land
+        "name": "mutant_v29_forgets_the_flips",
+        "variant": "v29_device_plan",
+        "edits": [("flips ^= odd_rounds<STAGES>(", "flips ^= 0 * odd_rounds<STAGES>(")],
+        "expect": "after its stage was handed back",
+    },
+    {   # v29: a request with no keys gets no item: its output (and lse) are never written
+        "name": "mutant_v29_empty_request_has_no_item",
+        "variant": "v29_device_plan",
+        "edits": [("return n > 0 ? (n + chunk - 1) / chunk : 1;", "return n > 0 ? (n + chunk - 1) / chunk : 0;")],
+        "expect": "outside the attention policy's bound",
+    },
     {   # v25: the full barriers count one gatherer's lanes: the other three gatherers' arrivals complete later
         # phases, and a consumer waits on a phase that never comes
         "name": "mutant_v25_full_counts_one_gatherer",
