@@ -157,9 +157,11 @@ struct kl_decode_split kl_attention_decode_split_waves(const struct kl_attention
 
 /* Workspace for any split plan of this shape (the `sms` argument is kept for plans that depend
  * on the device): per (request, query slot < q_rows, qo head, split) a partial output of
- * head_dim floats plus its max and sum, and one merge counter per (request, kv head, block of 8
- * of the group x q_rows rows). Zero it once: kernels leave the counters at zero (the partials hold
- * what the last launch wrote). */
+ * head_dim floats plus its max and sum, one merge counter per (request, kv head, block of 8
+ * of the group x q_rows rows), and after them KL_DECODE_SCHEDULER_WORDS words where a persistent
+ * variant counts the work items its CTAs have taken. Zero it once: kernels leave the counters and
+ * those words at zero (the partials hold what the last launch wrote). */
+#define KL_DECODE_SCHEDULER_WORDS 2
 size_t kl_attention_decode_workspace_bytes(const struct kl_attention_decode_params *p, int sms);
 /* The workspace a plan of `splits` needs (launchers check workspace_bytes against it). */
 size_t kl_attention_decode_workspace_for(const struct kl_attention_decode_params *p, int splits);

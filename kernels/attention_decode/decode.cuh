@@ -25,22 +25,32 @@ __device__ __forceinline__ int64_t kv_offset(const kl_attention_decode_params &p
 }
 
 /* The split-KV workspace (sized by kl_attention_decode_workspace_bytes): first one merge counter
- * per (request, kv head, block of 8 of its group x q_rows rows), then per (split, query row, qo
- * head) a partial row: the unnormalised output acc[head_dim], the running max m (log2 units) and
- * the sum l. Query rows are numbered as in out; q_rows (kl_attention_decode_q_rows: max_q_len with
- * several query tokens, else 1) bounds them at batch x q_rows. */
+ * per (request, kv head, block of 8 of its group x q_rows rows) and KL_DECODE_SCHEDULER_WORDS words
+ * for a persistent variant's work items, then per (split, query row, qo head) a partial row: the
+ * unnormalised output acc[head_dim], the running max m (log2 units) and the sum l. Query rows are
+ * numbered as in out; q_rows (kl_attention_decode_q_rows: max_q_len with several query tokens, else
+ * 1) bounds them at batch x q_rows. */
 __device__ __forceinline__ unsigned *counters(const kl_attention_decode_params &p)
 {
     return static_cast<unsigned *>(p.workspace);
 }
 
+__device__ __forceinline__ int64_t merge_counters(const kl_attention_decode_params &p, int64_t q_rows = 1)
+{
+    return p.batch * p.num_kv_heads * ((p.num_qo_heads / p.num_kv_heads * q_rows + 7) / 8);
+}
+
+/* The scheduler words, after the merge counters. */
+__device__ __forceinline__ unsigned *scheduler(const kl_attention_decode_params &p, int64_t q_rows = 1)
+{
+    return counters(p) + merge_counters(p, q_rows);
+}
+
 __device__ __forceinline__ float *partial(const kl_attention_decode_params &p, int split, int row, int h,
                                           int64_t q_rows = 1)
 {
-    const int64_t group = p.num_qo_heads / p.num_kv_heads;
-    const int64_t n_counters = p.batch * p.num_kv_heads * ((group * q_rows + 7) / 8);
-    float *base = reinterpret_cast<float *>(static_cast<char *>(p.workspace) +
-                                            (n_counters * sizeof(unsigned) + 255) / 256 * 256);
+    const int64_t words = merge_counters(p, q_rows) + KL_DECODE_SCHEDULER_WORDS;
+    float *base = reinterpret_cast<float *>(static_cast<char *>(p.workspace) + (words * sizeof(unsigned) + 255) / 256 * 256);
     return base + ((split * p.batch * q_rows + row) * p.num_qo_heads + h) * (p.head_dim + 2);
 }
 

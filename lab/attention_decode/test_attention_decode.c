@@ -239,15 +239,16 @@ Test(attention_decode, the_wave_split_fills_whole_waves)
 Test(attention_decode, the_workspace_holds_a_partial_for_every_draft_row)
 {
     /* With qo_indptr the partials are per (split, request x max_q_len slot, head) and the merge
-     * counters per block of 8 of the group x max_q_len rows; without, what it always was. */
+     * counters per block of 8 of the group x max_q_len rows; without, what it always was. The
+     * scheduler words follow the counters either way. */
     struct kl_attention_decode_params p = {.batch = 64, .num_qo_heads = 32, .num_kv_heads = 8, .head_dim = 128,
                                            .page_size = 16, .max_kv_len = 8192};
     const size_t one = kl_attention_decode_workspace_for(&p, 4);
-    cr_assert_eq(one, (64 * 8 * 4 + 255) / 256 * 256 + (size_t)4 * 64 * 32 * 130 * 4);
+    cr_assert_eq(one, ((64 * 8 + KL_DECODE_SCHEDULER_WORDS) * 4 + 255) / 256 * 256 + (size_t)4 * 64 * 32 * 130 * 4);
     static int32_t dummy[1];
     p.qo_indptr = dummy, p.max_q_len = 4;
     cr_assert_eq(kl_attention_decode_workspace_for(&p, 4),
-                 (64 * 8 * 2 * 4 + 255) / 256 * 256 + (size_t)4 * 64 * 4 * 32 * 130 * 4);
+                 ((64 * 8 * 2 + KL_DECODE_SCHEDULER_WORDS) * 4 + 255) / 256 * 256 + (size_t)4 * 64 * 4 * 32 * 130 * 4);
     cr_assert_eq(kl_attention_decode_q_rows(&p), 4);
 }
 

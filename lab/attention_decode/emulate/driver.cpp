@@ -44,8 +44,7 @@ struct problem {
     bool q_spread = false; /* qo head h's q times 1e-3, 1, 3e4, 1e5 for h % 4: past fp16's range and far below it */
 };
 
-/* A ragged batch of `n` requests: 1 .. 150 keys, request 40 empty, request 50 of 700 keys (the longest,
- * past the first 32 requests, so a plan made on the device must look at them all). */
+/* A ragged batch of `n` requests: 1 .. 150 keys, request 40 empty, request 50 of 700 keys. */
 std::vector<int> ragged_lengths(int n)
 {
     std::vector<int> lens(n);
@@ -92,7 +91,8 @@ const std::vector<problem> &problems()
         /* One head a kv head at head_dim 256: a split's partial row (258 floats) is not a multiple of 16 bytes, so
          * v20 merges it with loads. */
         {"one query, MHA, head_dim 256, split", KL_F16, 256, 4, 4, 16, {3000}, {}, 25},
-        /* More requests than a warp's lanes: v29 finds an item's request 32 requests a step. */
+        /* Many short requests, an empty one and a long one past the first 32: the persistent variants' work
+         * lists and the split plans on a ragged batch. */
         {"one query, 70 ragged requests", KL_BF16, 64, 8, 2, 16, ragged_lengths(70), {}, 26},
     };
     return ps;

@@ -289,13 +289,20 @@ MUTANTS = [
     {   # v29: the ring's flips forgotten between work items: a stage's next round waits on a parity its barrier
         # has already shown, so a consumer reads the stage before its copies land
         "name": "mutant_v29_forgets_the_flips",
-        "variant": "v29_device_plan",
+        "variant": "v29_work_queue",
         "edits": [("flips ^= odd_rounds<STAGES>(", "flips ^= 0 * odd_rounds<STAGES>(")],
         "expect": "after its stage was handed back",
     },
+    {   # v29: the queue's counter never reset: the next launch finds it past the end, takes no item and leaves
+        # the outputs as they were
+        "name": "mutant_v29_queue_never_reset",
+        "variant": "v29_work_queue",
+        "edits": [("*queue = 0, *ended = 0;", "*ended = 0;")],
+        "expect": "the first launch left a merge counter at",
+    },
     {   # v29: a request with no keys gets no item: its output (and lse) are never written
         "name": "mutant_v29_empty_request_has_no_item",
-        "variant": "v29_device_plan",
+        "variant": "v29_work_queue",
         "edits": [("return n > 0 ? (n + chunk - 1) / chunk : 1;", "return n > 0 ? (n + chunk - 1) / chunk : 0;")],
         "expect": "outside the attention policy's bound",
     },
