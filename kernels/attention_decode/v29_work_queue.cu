@@ -2,31 +2,31 @@
  * queue, each CTA the next chunk as soon as it is done with its last.
  *
  * What changed from v26, and why: v26 launches a CTA for each (request, head block, chunk), one chunk a
- * request on the large batches, and each CTA reads its chunk at the rate its SM gets. The launch
- * timelines show the key loops ending over the last quarter or so of the call even on a uniform batch
- * (b64-kv8k-p16: every CTA the same bytes), and on a ragged one (ragged-b64-p16) over most of it: the
- * SMs do not read at one rate, and towards the end fewer and fewer CTAs are left to keep the memory
- * busy. Here the grid is one wave (as many CTAs as the SMs hold, G), the keys are cut in chunks about
- * kItemsPerCta times finer than v26's whole-wave split (the host planner's cost with kItemsPerCta x G
- * slots, from the shape alone), and the work items (a chunk of a request for one block of up to 8 qo
- * heads of one kv head) are handed out by a counter in the workspace: thread 0 takes the next item with
- * an atomic add, so a CTA on a fast SM takes more of them and the key loops end together, to about
- * an item. Items go out longest requests' last chunks first (split S - 1 of every request that has
- * one, then S - 2, ...; a request's head blocks side by side, so memory sees the kv heads' rows of the
- * same slots asked for together, as in v26's grid), so the short requests' only chunks come last; an
- * item past its request's keys is skipped by taking the next. An item is v26's key loop and finish
- * over its chunk: the last CTA to count a request's chunk merges its partials. Between items the ring
- * is the merge area, so a CTA starts its next item after its finish, and the ring's barriers carry on
- * from item to item: each item starts at stage 0, and `flips` holds, a bit a stage, whether the stage
- * has taken an odd number of rounds since the launch, which every wait XORs into its parity
- * (page_ring.cuh). The CTA that takes the queue's end last resets the counter for the next launch, so a
- * CUDA graph replays the call with any lengths.
- * Why faster (the prediction): the key loops end within about an item of one another, on uniform and
- * ragged batches alike, for the price of a few more chunk starts and merges a request.
- * KL_DECODE_V29_ITEMS_PER_CTA=k (1 to 8) plans for k items a CTA instead: how the guide's sweep was
- * measured.
- * Records its launch's timeline (params.trace): a CTA's first tile is its first item's, its key loop's
- * end its last item's.
+ * request on the large batches, and each CTA reads its chunk at the rate its SM gets. The launch timelines
+ * of v20 (v26's split) show the key loops ending at different times even on a uniform batch (b64-kv8k-p16:
+ * every CTA the same bytes), and far apart on a ragged one (ragged-b64-p16): the SMs do not read at one
+ * rate, and towards the end fewer and fewer CTAs are left to keep the memory busy. Here the grid is one
+ * wave (as many CTAs as the SMs hold, G). The keys are cut in chunks about kItemsPerCta times finer than
+ * v26's whole-wave split (the host planner's cost with kItemsPerCta x G slots, from the shape alone), or in
+ * v26's own chunks where that would make them shorter than kMinChunk tokens, since each item starts with a
+ * refill of the ring and ends with a merge. The work items (a chunk of a request for one block of up to 8 qo
+ * heads of one kv head) are handed out by a counter in the workspace: thread 0 takes the next item with an
+ * atomic add, so a CTA on a fast SM takes more of them and the key loops end together, to about an item.
+ * Thread 0 takes a CTA's next item as the current one starts, so the atomic's round trip overlaps its first
+ * copies. Items go out last chunks first (split S - 1 of every request that has one, then S - 2, ...; a
+ * request's head blocks side by side, so memory sees the kv heads' rows of the same slots asked for
+ * together, as in v26's grid), so the short requests' only chunks come last; an item past its request's keys
+ * is skipped by taking the next. An item is v26's key loop and finish over its chunk: the last CTA to count
+ * a request's chunk merges its partials. Between items the ring is the merge area, so a CTA starts its next
+ * item after its finish, and the ring's barriers carry on from item to item: each item starts at stage 0,
+ * and `flips` holds, a bit a stage, whether the stage has taken an odd number of rounds since the launch,
+ * which every wait XORs into its parity (page_ring.cuh). The CTA that takes the queue's end last resets the
+ * counter for the next launch, so a CUDA graph replays the call with any lengths.
+ * Why faster (the prediction): the key loops end within about an item of one another, on uniform and ragged
+ * batches alike, for the price of a few more chunk starts and merges a request.
+ * KL_DECODE_V29_ITEMS_PER_CTA=k (1 to 8) plans for k items a CTA instead, so the choice can be measured
+ * again on any GPU. Records its launch's timeline (params.trace): a CTA's first tile is its first item's,
+ * its key loop's end its last item's.
  * Bound: the read bandwidth. bf16/fp16, head_dim 64/128/256, sm_90a (fp32: cudaErrorNotSupported).
  * Run alone: build/kernlab bench attention_decode --variant v29_work_queue --workload ragged-b64-p16 */
 #include <stdint.h>
@@ -46,7 +46,8 @@ constexpr int kConsumers = 3; /* consumer warps a CTA: warps 0 .. 2 */
 constexpr int kGatherers = 3; /* producer warps a CTA: warps 3 .. 5, taking turns by group */
 constexpr int kCtasPerSm = 4; /* v26's: what the ring's size allows at head_dim 64 and 128 */
 constexpr int kThreads = 32 * (kConsumers + kGatherers);
-constexpr int kItemsPerCta = 3; /* what the split plans for: enough items that fast CTAs take the slow ones' */
+constexpr int kItemsPerCta = 4; /* what the split plans for: enough items that fast CTAs take the slow ones' */
+constexpr int kMinChunk = 2048; /* a finer chunk pays its start (the ring's refill, a merge) too often */
 
 /* Chunks of a request of n keys: one when it has no keys (its items write the empty output). */
 __device__ __forceinline__ int chunks_of(int n, int chunk) { return n > 0 ? (n + chunk - 1) / chunk : 1; }
@@ -120,6 +121,8 @@ __global__ void __launch_bounds__(kThreads, HD == 256 ? 1 : kCtasPerSm)
     __syncthreads();
     uint32_t flips = 0; /* stages that have taken an odd number of rounds */
     for (int k = 0; taken[k % 2] >= 0; k++) {
+        /* The next item, taken now: its atomic's round trip overlaps this item's first copies. */
+        if (threadIdx.x == 0) taken[(k + 1) % 2] = take_item(p, chunk, splits, hb_items);
         const work w = work_at(p, taken[k % 2], splits, hb_items);
         const int g = w.y / blocks, h0 = g * group + w.y % blocks * 8, nh = min(8, g * group + group - h0);
         const int n = kl::decode::kv_len(p, w.b), t0 = w.split * chunk, t1 = min(n, t0 + chunk);
@@ -161,9 +164,8 @@ __global__ void __launch_bounds__(kThreads, HD == 256 ? 1 : kCtasPerSm)
                                               min(8, vg * group + group - vh0), v.split, chunks_of(vn, chunk));
             flips ^= odd_rounds<STAGES>((min(vn, v.split * chunk + chunk) - v.split * chunk + 15) / 16);
         }
-        if (threadIdx.x == 0) taken[(k + 1) % 2] = take_item(p, chunk, splits, hb_items);
         /* The merge area is the ring again: this thread's accesses ordered before the next item's copies
-         * write the same bytes, then every thread's; the next item is taken. */
+         * write the same bytes, then every thread's. */
         kl::ptx::fence_async_smem();
         __syncthreads();
     }
@@ -214,7 +216,8 @@ cudaError_t launch_hd(const struct kl_attention_decode_params *p, const kl::deco
     if (per_sm < 1) return cudaErrorNotSupported;
     const int64_t ctas = (int64_t)per_sm * kl_attention_decode_sms(); /* one wave */
     const int64_t hb_items = p->num_kv_heads * ((p->num_qo_heads / p->num_kv_heads + 7) / 8);
-    const struct kl_decode_split plan = kl_attention_decode_split_waves(p, p->batch * hb_items, items_per_cta() * ctas);
+    struct kl_decode_split plan = kl_attention_decode_split_waves(p, p->batch * hb_items, items_per_cta() * ctas);
+    if (plan.chunk < kMinChunk && plan.splits > 1) plan = kl_attention_decode_split_waves(p, p->batch * hb_items, ctas);
     if (plan.splits * p->batch * hb_items > INT32_MAX) return cudaErrorNotSupported; /* items are ints */
     /* The queue's words come after the merge counters, so every plan needs the workspace. */
     if (p->workspace_bytes < kl_attention_decode_workspace_for(p, plan.splits)) {
@@ -252,5 +255,5 @@ cudaError_t launch(const struct kl_attention_decode_params *p, cudaStream_t stre
 } // namespace
 
 KL_VARIANT(attention_decode, v29_work_queue, launch, .min_cc = 90,
-           .summary = "v26's CTA made persistent: one wave of CTAs takes chunks about three times finer than v26's "
+           .summary = "v26's CTA made persistent: one wave of CTAs takes chunks about four times finer than v26's "
                       "from a queue in the workspace (an atomic counter), so the key loops end together");
