@@ -50,7 +50,8 @@ __device__ __forceinline__ float *partial(const kl_attention_decode_params &p, i
                                           int64_t q_rows = 1)
 {
     const int64_t words = merge_counters(p, q_rows) + KL_DECODE_SCHEDULER_WORDS;
-    float *base = reinterpret_cast<float *>(static_cast<char *>(p.workspace) + (words * sizeof(unsigned) + 255) / 256 * 256);
+    float *base =
+        reinterpret_cast<float *>(static_cast<char *>(p.workspace) + (words * sizeof(unsigned) + 255) / 256 * 256);
     return base + ((split * p.batch * q_rows + row) * p.num_qo_heads + h) * (p.head_dim + 2);
 }
 

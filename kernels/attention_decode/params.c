@@ -122,7 +122,8 @@ size_t kl_attention_decode_workspace_for(const struct kl_attention_decode_params
     const int64_t group = p->num_qo_heads / (p->num_kv_heads > 0 ? p->num_kv_heads : 1);
     const int64_t q_rows = kl_attention_decode_q_rows(p) > 1 ? kl_attention_decode_q_rows(p) : 1;
     const size_t counters =
-        (size_t)(p->batch * p->num_kv_heads * ((group * q_rows + 7) / 8) + KL_DECODE_SCHEDULER_WORDS) * sizeof(unsigned);
+        (size_t)(p->batch * p->num_kv_heads * ((group * q_rows + 7) / 8) + KL_DECODE_SCHEDULER_WORDS) *
+        sizeof(unsigned);
     const size_t partials =
         (size_t)splits * (size_t)(p->batch * q_rows * p->num_qo_heads) * (size_t)(p->head_dim + 2) * 4;
     return (counters + 255) / 256 * 256 + partials;
