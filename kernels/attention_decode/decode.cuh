@@ -24,6 +24,15 @@ __device__ __forceinline__ int64_t kv_offset(const kl_attention_decode_params &p
     return ((page * p.page_size + t % (int)p.page_size) * p.num_kv_heads + g) * p.head_dim;
 }
 
+/* The threads that run a finish (the merges below): the whole block, or a team of its warps (v30_item_pipeline:
+ * the consumer warps, meeting at a named barrier, while the producer warps go on gathering). rank() counts
+ * from 0 at thread 0 of the block, which is in every team; unsigned, as threadIdx.x and blockDim.x are. */
+struct whole_block {
+    __device__ __forceinline__ unsigned rank() const { return threadIdx.x; }
+    __device__ __forceinline__ unsigned size() const { return blockDim.x; }
+    __device__ __forceinline__ void sync() const { __syncthreads(); }
+};
+
 /* The split-KV workspace (sized by kl_attention_decode_workspace_bytes): first one merge counter
  * per (request, kv head, block of 8 of its group x q_rows rows) and KL_DECODE_SCHEDULER_WORDS words
  * for a persistent variant's work items, then per (split, query row, qo head) a partial row: the
@@ -68,7 +77,7 @@ struct out_row {
 
 /* The final outputs of nr (query row, qo head) pairs, at(r) for r < nr, from the partials of
  * `splits` splits s0, s0 + every, s0 + 2 every, ..., computed by the whole block (every thread must
- * call it; it synchronises once); TO_PARTIAL: their merge as one partial, written over split s0's
+ * call it; it synchronises once), or by `team` alone; TO_PARTIAL: their merge as one partial, written over split s0's
  * rows (acc unnormalised, m = M, l = L), for a merge of merges to take up. With
  * M = max m_s, the weights w_s = 2^(m_s - M) put every partial on one scale: out = sum acc_s w_s
  * / L and lse = ln 2 (M + log2 L), L = sum l_s w_s. Phase 1: one warp per pair computes its
@@ -79,13 +88,13 @@ struct out_row {
  * register count of the kernels this merge is inlined into: v9 loses a CTA an SM at 16). The sums
  * run in split order, as a one-at-a-time loop would. Partials were written by other blocks: read
  * through L2 (__ldcg), never from a stale L1 line. */
-template <typename T, bool TO_PARTIAL, typename At>
+template <typename T, bool TO_PARTIAL, typename At, typename Team = whole_block>
 __device__ __forceinline__ void merge_split_rows(const kl_attention_decode_params &p, int nr, int s0, int splits,
-                                                 int every, float *w, int64_t q_rows, At at)
+                                                 int every, float *w, int64_t q_rows, At at, Team team = {})
 {
     const int hd = (int)p.head_dim, lane = threadIdx.x % 32, stride = splits + 2;
     const int64_t step = partial_split_stride(p, q_rows) * every;
-    for (int h = threadIdx.x / 32; h < nr; h += blockDim.x / 32) {
+    for (int h = team.rank() / 32; h < nr; h += team.size() / 32) {
         const out_row o = at(h);
         const float *first = partial(p, s0, o.row, o.h0 + o.h, q_rows); /* split s0's row; the s-th is s steps on */
         float *wh = w + h * stride, m = -INFINITY, l = 0;
@@ -102,9 +111,9 @@ __device__ __forceinline__ void merge_split_rows(const kl_attention_decode_param
         l = kl::warp_sum(l);
         if (lane == 0) wh[splits] = m, wh[splits + 1] = l;
     }
-    __syncthreads();
+    team.sync();
     constexpr int MERGE_LOADS = 8;
-    for (int i = threadIdx.x; i < nr * hd / 2; i += blockDim.x) {
+    for (int i = team.rank(); i < nr * hd / 2; i += team.size()) {
         const int h = i / (hd / 2), d = 2 * (i % (hd / 2));
         const out_row o = at(h);
         const float *wh = w + h * stride, *first = partial(p, s0, o.row, o.h0 + o.h, q_rows) + d;
@@ -133,19 +142,19 @@ __device__ __forceinline__ void merge_split_rows(const kl_attention_decode_param
 }
 
 /* merge_split_rows over every split of a request, to the output. */
-template <typename T, typename At>
+template <typename T, typename At, typename Team = whole_block>
 __device__ __forceinline__ void merge_partials_at(const kl_attention_decode_params &p, int nr, int splits, float *w,
-                                                  int64_t q_rows, At at)
+                                                  int64_t q_rows, At at, Team team = {})
 {
-    merge_split_rows<T, false>(p, nr, 0, splits, 1, w, q_rows, at);
+    merge_split_rows<T, false>(p, nr, 0, splits, 1, w, q_rows, at, team);
 }
 
 /* merge_partials_at for one query per request: heads h0 .. h0 + nh - 1 of request b. */
-template <typename T>
+template <typename T, typename Team = whole_block>
 __device__ __forceinline__ void merge_partials(const kl_attention_decode_params &p, int b, int h0, int nh, int splits,
-                                               float *w)
+                                               float *w, Team team = {})
 {
-    merge_partials_at<T>(p, nh, splits, w, 1, [=](int h) { return out_row{b, h0, h}; });
+    merge_partials_at<T>(p, nh, splits, w, 1, [=](int h) { return out_row{b, h0, h}; }, team);
 }
 
 /* The end of a variant whose WARPS warps each kept an online softmax over part of a chunk for up to COLS
@@ -351,14 +360,14 @@ __device__ __forceinline__ void write_output(const kl_attention_decode_params &p
 
 /* The first step of finish_cta_heads (below), and of v13_cluster_merge's finish: the CW warps' rows
  * of each head merged on their common max into res, the row after the CW * 8 rows of the head's
- * area (a warp with no tile has m = -inf and weighs 0). Every thread calls it; it synchronises
- * before and after. */
-template <int HD, int CW, int HEADS>
-__device__ __forceinline__ void merge_warp_states(float *mrg, int stride, int nh)
+ * area (a warp with no tile has m = -inf and weighs 0). Every thread of `team` calls it; it synchronises
+ * the team before and after. */
+template <int HD, int CW, int HEADS, typename Team = whole_block>
+__device__ __forceinline__ void merge_warp_states(float *mrg, int stride, int nh, Team team = {})
 {
     constexpr int ROW = HD + 2;
-    __syncthreads();
-    for (int i = threadIdx.x; i < HEADS * nh * ROW; i += blockDim.x) {
+    team.sync();
+    for (int i = team.rank(); i < HEADS * nh * ROW; i += team.size()) {
         const int k = i / (nh * ROW), h = i / ROW % nh, d = i % ROW;
         float *rows = mrg + k * stride;
         float mx = -INFINITY, sum = 0;
@@ -369,7 +378,7 @@ __device__ __forceinline__ void merge_warp_states(float *mrg, int stride, int nh
         }
         rows[CW * 8 * ROW + i % (nh * ROW)] = d == HD ? mx : sum;
     }
-    __syncthreads();
+    team.sync();
 }
 
 /* The merge counter of block hb (of 8 qo heads) of kv head g of request b. */
@@ -403,18 +412,19 @@ struct count_last {
  * unless the variant merges otherwise). Returns true in the block that merges (`last`: a flag in the
  * kernel's shared memory): the partials counted before it are visible to it, and its merge areas
  * are free. One fence publishes every head's partials: the fence waits for the block's stores to
- * reach the whole device, so a block over eight heads pays for it once instead of eight times. */
-template <typename T, int HD, int CW, int HEADS, typename Count>
+ * reach the whole device, so a block over eight heads pays for it once instead of eight times.
+ * `team`: the threads that run it, where they are not the whole block (v30_item_pipeline). */
+template <typename T, int HD, int CW, int HEADS, typename Count, typename Team = whole_block>
 __device__ __forceinline__ bool file_cta_heads(const kl_attention_decode_params &p, float *mrg, int stride,
                                                bool &last, int b, int g, int hb, int h0, int nh, int split,
-                                               int splits, Count count)
+                                               int splits, Count count, Team team = {})
 {
     constexpr int ROW = HD + 2;
     auto res = [&](int k) { return mrg + k * stride + CW * 8 * ROW; };
-    merge_warp_states<HD, CW, HEADS>(mrg, stride, nh);
+    merge_warp_states<HD, CW, HEADS>(mrg, stride, nh, team);
 
     if (splits == 1) { /* the whole request in this block: write the output */
-        for (int i = threadIdx.x; i < HEADS * nh * HD; i += blockDim.x) {
+        for (int i = team.rank(); i < HEADS * nh * HD; i += team.size()) {
             const int k = i / (nh * HD), h = i / HD % nh, d = i % HD;
             const float *r = res(k) + h * ROW;
             const int64_t row = (int64_t)b * p.num_qo_heads + h0 + k * nh + h;
@@ -423,7 +433,7 @@ __device__ __forceinline__ bool file_cta_heads(const kl_attention_decode_params 
         }
         return false;
     }
-    for (int i = threadIdx.x; i < HEADS * nh * ROW; i += blockDim.x) {
+    for (int i = team.rank(); i < HEADS * nh * ROW; i += team.size()) {
         const int k = i / (nh * ROW), j = i % (nh * ROW);
         kl::decode::partial(p, split, b, h0 + k * nh + j / ROW)[j % ROW] = res(k)[j];
     }
@@ -431,32 +441,33 @@ __device__ __forceinline__ bool file_cta_heads(const kl_attention_decode_params 
      * device-wide before the barrier lets thread 0 increment the counter; the block that brings the
      * count to `splits` merges, reading the partials through L2. */
     __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = count(counter_of(p, b, g, hb));
-    __syncthreads();
+    team.sync();
+    if (team.rank() == 0) last = count(counter_of(p, b, g, hb));
+    team.sync();
     if (!last) return false;
     __threadfence();
     return true;
 }
 
 /* file_cta_heads, then the final merge where this block counted last. */
-template <typename T, int HD, int CW, int HEADS>
+template <typename T, int HD, int CW, int HEADS, typename Team = whole_block>
 __device__ __forceinline__ void finish_cta_heads(const kl_attention_decode_params &p, float *mrg, int stride,
                                                  bool &last, int b, int g, int hb, int h0, int nh, int split,
-                                                 int splits)
+                                                 int splits, Team team = {})
 {
-    if (!file_cta_heads<T, HD, CW, HEADS>(p, mrg, stride, last, b, g, hb, h0, nh, split, splits, count_last{splits}))
+    if (!file_cta_heads<T, HD, CW, HEADS>(p, mrg, stride, last, b, g, hb, h0, nh, split, splits, count_last{splits},
+                                          team))
         return;
     for (int k = 0; k < HEADS; k++) /* each merge uses its own head's area: no barrier between them */
-        kl::decode::merge_partials<T>(p, b, h0 + k * nh, nh, splits, mrg + k * stride);
+        kl::decode::merge_partials<T>(p, b, h0 + k * nh, nh, splits, mrg + k * stride, team);
 }
 
 /* finish_cta_heads for the one kv head g of a block. */
-template <typename T, int HD, int CW>
+template <typename T, int HD, int CW, typename Team = whole_block>
 __device__ __forceinline__ void finish_cta(const kl_attention_decode_params &p, float *mrg, bool &last, int b,
-                                           int g, int hb, int h0, int nh, int split, int splits)
+                                           int g, int hb, int h0, int nh, int split, int splits, Team team = {})
 {
-    finish_cta_heads<T, HD, CW, 1>(p, mrg, 0, last, b, g, hb, h0, nh, split, splits);
+    finish_cta_heads<T, HD, CW, 1>(p, mrg, 0, last, b, g, hb, h0, nh, split, splits, team);
 }
 
 /* The online softmax of one 16-token tile in the mma.sync layout the ring consumers share

@@ -306,6 +306,30 @@ MUTANTS = [
         "edits": [("return n > 0 ? (n + chunk - 1) / chunk : 1;", "return n > 0 ? (n + chunk - 1) / chunk : 0;")],
         "expect": "outside the attention policy's bound",
     },
+    {   # v30: the ring's flips forgotten between work items, as v29's: the producers run on into the next item,
+        # and a copy waits on a parity its stage's empty barrier has already shown, landing under a consumer
+        "name": "mutant_v30_forgets_the_flips",
+        "variant": "v30_item_pipeline",
+        "edits": [("flips ^= odd_rounds<STAGES>(tiles);", "flips ^= 0 * odd_rounds<STAGES>(tiles);")],
+        "expect": "while a copy into it is in flight",
+    },
+    {   # v30: an item slot counts one warp short of its readers: thread 0 takes the slot's next item before the
+        # last warp has read the one in it, and that warp skips an item the others work on: the CTA's warps
+        # wait on each other's tiles forever
+        "name": "mutant_v30_slot_freed_a_warp_early",
+        "variant": "v30_item_pipeline",
+        "edits": [("kl::ptx::mbar_init(&item_empty[s], kThreads / 32);",
+                   "kl::ptx::mbar_init(&item_empty[s], kThreads / 32 - 1);")],
+        "expect": "deadlock: every live thread of the cluster is blocked",
+    },
+    {   # v30: the merge meets at __syncthreads, as v29's did: the producer warps, waiting for the ring's stages
+        # of the next item, never come
+        "name": "mutant_v30_merge_waits_for_the_producers",
+        "variant": "v30_item_pipeline",
+        "edits": [("chunks_of(kl::decode::kv_len(p, v.b), chunk), consumer_warps{});",
+                   "chunks_of(kl::decode::kv_len(p, v.b), chunk));")],
+        "expect": "deadlock: every live thread of the cluster is blocked",
+    },
     {   # v25: the full barriers count one gatherer's lanes: the other three gatherers' arrivals complete later
         # phases, and a consumer waits on a phase that never comes
         "name": "mutant_v25_full_counts_one_gatherer",
