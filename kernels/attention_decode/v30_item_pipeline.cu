@@ -17,10 +17,10 @@
  * item as in v29: each item starts at stage 0, and `flips` holds the stages that have taken an odd number of
  * rounds, which every warp keeps from the items' tile counts. The merge area makes a CTA larger than v29's:
  * three CTAs an SM at head_dim 128 instead of four.
- * Why faster (the prediction): an item's start costs its CTA almost nothing, so items can be finer than
- * v29's (kItemsPerCta, and a lower floor kMinChunk on a chunk's tokens): the key loops end closer together
- * on ragged batches, and on uniform ones the ring no longer drains between items. Against that, an SM
- * holds three rings instead of four.
+ * Why faster (the prediction): an item's start costs its CTA little, so items can be finer than v29's
+ * (kItemsPerCta three times v29's, and a chunk's floor kMinChunk a quarter of v29's): the key loops end
+ * closer together on ragged batches, and on uniform ones the ring no longer drains between items. Against
+ * that, an SM holds three rings instead of four, and every item still starts with its page lookups.
  * KL_DECODE_V30_ITEMS_PER_CTA=k (1 to 16) and KL_DECODE_V30_MIN_CHUNK=n (64 to 65536 tokens) plan the split
  * otherwise, so the choice can be measured again on any GPU. Records its launch's timeline (params.trace):
  * a CTA's first tile is its first item's, its key loop's end its last item's.
@@ -43,8 +43,8 @@ constexpr int kConsumers = 3; /* consumer warps a CTA: warps 0 .. 2 */
 constexpr int kGatherers = 3; /* producer warps a CTA: warps 3 .. 5, taking turns by group */
 constexpr int kCtasPerSm = 3; /* what the ring and the merge area allow at head_dim 64 and 128 */
 constexpr int kThreads = 32 * (kConsumers + kGatherers);
-constexpr int kItemsPerCta = 8;  /* what the split plans for */
-constexpr int kMinChunk = 1024;  /* below it, v26's split: a chunk still pays its page lookups and a merge */
+constexpr int kItemsPerCta = 12; /* what the split plans for: three times v29's */
+constexpr int kMinChunk = 512;   /* below it, v26's split: a chunk still pays its page lookups and a merge */
 constexpr int kSlots = 4;        /* items taken and not yet read by every warp */
 constexpr int kMergeBarrier = 1; /* the consumer warps' named barrier */
 static_assert(kSlots >= 2, "the item being merged stays in its slot while the next one is taken");
@@ -291,4 +291,4 @@ cudaError_t launch(const struct kl_attention_decode_params *p, cudaStream_t stre
 
 KL_VARIANT(attention_decode, v30_item_pipeline, launch, .min_cc = 90,
            .summary = "v29's queue pipelined: the merge has its own shared memory, so the producer warps gather the "
-                      "next item while the consumer warps merge, and items can be twice as fine");
+                      "next item while the consumer warps merge, and items can be three times as fine");
