@@ -53,7 +53,12 @@ static_assert(kSlots >= 2, "the item being merged stays in its slot while the ne
 struct consumer_warps {
     __device__ __forceinline__ unsigned rank() const { return threadIdx.x; }
     __device__ __forceinline__ unsigned size() const { return 32 * kConsumers; }
-    __device__ __forceinline__ void sync() const { kl::ptx::named_sync(kMergeBarrier, 32 * kConsumers); }
+    __device__ __forceinline__ void sync() const
+    {
+#if KL_SM90A /* the named barriers' wrappers are sm_90a's; the sm_80 pass compiles the kernel empty */
+        kl::ptx::named_sync(kMergeBarrier, 32 * kConsumers);
+#endif
+    }
 };
 
 /* Chunks of a request of n keys: one when it has no keys (its items write the empty output). */
@@ -177,12 +182,13 @@ __global__ void __launch_bounds__(kThreads, HD == 256 ? 1 : kCtasPerSm)
                 for (int h = 0; h < nh; h++)
                     kl::decode::write_empty<T>(p, w.b, h0 + h, threadIdx.x, 32 * CW);
             } else {
-                float o[S::KSTEPS][4] = {};                         /* the online softmax: O^T, m, l (bf16_ring_tile.cuh) */
-                float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0}; /* heads 2 tq and 2 tq + 1 */
+                /* the online softmax: O^T, m, l (bf16_ring_tile.cuh), for heads 2 tq and 2 tq + 1 */
+                float o[S::KSTEPS][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};
                 uint32_t qf[S::KSTEPS][2];
                 kl::decode::bf16_ring::q_operand<T, HD>(p, w.b, h0, nh, qf);
                 const float scale = p.sm_scale * 1.44269504089f;
-                /* Tile i in stage i % STAGES, consumed by warp i % CW, its round's parity flipped by the stage's past. */
+                /* Tile i in stage i % STAGES, consumed by warp i % CW, its round's parity flipped by the
+                 * stage's past. */
                 for (int i = warp; i < tiles; i += CW) {
                     const int st = i % STAGES;
                     kl::ptx::mbar_wait(&full[st], (i / STAGES & 1) ^ (flips >> st & 1));
