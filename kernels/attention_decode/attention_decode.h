@@ -170,6 +170,10 @@ size_t kl_attention_decode_workspace_for(const struct kl_attention_decode_params
  * every decode step and must not query it each time). */
 int kl_attention_decode_sms(void);
 
+/* A launcher's plan knob: the environment variable `name` where it holds a whole number within [lo, hi],
+ * else `fallback` (unset, empty, not a number or out of range). */
+int kl_attention_decode_knob(const char *name, int lo, int hi, int fallback);
+
 #ifdef __cplusplus
 }
 #endif

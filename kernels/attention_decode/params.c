@@ -2,6 +2,7 @@
  * workspace. */
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include <cuda_runtime_api.h>
 
@@ -147,6 +148,14 @@ int kl_attention_decode_sms(void)
         if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) sms = 1;
     }
     return sms;
+}
+
+int kl_attention_decode_knob(const char *name, int lo, int hi, int fallback)
+{
+    const char *e = getenv(name);
+    char *end = NULL;
+    const long v = e ? strtol(e, &end, 10) : 0;
+    return e && *e && *end == '\0' && v >= lo && v <= hi ? (int)v : fallback;
 }
 
 const char *const *kl_attention_decode_by_shape(const struct kl_attention_decode_params *p, int sms)

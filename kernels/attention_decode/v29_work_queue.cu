@@ -31,7 +31,6 @@
  * Run alone: build/kernlab bench attention_decode --variant v29_work_queue --workload ragged-b64-p16 */
 #include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
 
 #include "kernels/attention_decode/bf16_ring_tile.cuh"
 #include "kernels/attention_decode/decode.cuh"
@@ -180,12 +179,7 @@ __global__ void __launch_bounds__(kThreads, HD == 256 ? 1 : kCtasPerSm)
 /* KL_DECODE_V29_ITEMS_PER_CTA=k (1 .. 8): the split planned for k items a CTA. */
 int items_per_cta()
 {
-    static int k = -1;
-    if (k < 0) {
-        const char *e = getenv("KL_DECODE_V29_ITEMS_PER_CTA");
-        k = e ? atoi(e) : 0;
-        if (k < 1 || k > 8) k = kItemsPerCta;
-    }
+    static const int k = kl_attention_decode_knob("KL_DECODE_V29_ITEMS_PER_CTA", 1, 8, kItemsPerCta);
     return k;
 }
 

@@ -28,7 +28,6 @@
  * Run alone: build/kernlab bench attention_decode --variant v30_item_pipeline --workload ragged-b64-p16 */
 #include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
 
 #include "kernels/attention_decode/bf16_ring_tile.cuh"
 #include "kernels/attention_decode/decode.cuh"
@@ -220,14 +219,6 @@ __global__ void __launch_bounds__(kThreads, HD == 256 ? 1 : kCtasPerSm)
 
 /* ---- host ---- */
 
-/* An integer knob from the environment, read once: its value where it is set within [lo, hi], else fallback. */
-int knob(const char *name, int lo, int hi, int fallback)
-{
-    const char *e = getenv(name);
-    const int v = e ? atoi(e) : 0;
-    return v >= lo && v <= hi ? v : fallback;
-}
-
 /* The CTAs an SM hold (once per instantiation, with its shared memory set past 48 KB), or 0. */
 template <typename T, int HD, int STAGES> int ctas_per_sm()
 {
@@ -251,8 +242,8 @@ cudaError_t launch_hd(const struct kl_attention_decode_params *p, const kl::deco
 {
     constexpr int STAGES = 2 * kGatherers;
     using P = pipeline_shape<T, HD, STAGES>;
-    static const int items_per_cta = knob("KL_DECODE_V30_ITEMS_PER_CTA", 1, 16, kItemsPerCta);
-    static const int min_chunk = knob("KL_DECODE_V30_MIN_CHUNK", 64, 65536, kMinChunk);
+    static const int items_per_cta = kl_attention_decode_knob("KL_DECODE_V30_ITEMS_PER_CTA", 1, 16, kItemsPerCta);
+    static const int min_chunk = kl_attention_decode_knob("KL_DECODE_V30_MIN_CHUNK", 64, 65536, kMinChunk);
     const int per_sm = ctas_per_sm<T, HD, STAGES>();
     if (per_sm < 1) return cudaErrorNotSupported;
     const int64_t ctas = (int64_t)per_sm * kl_attention_decode_sms(); /* one wave */

@@ -236,6 +236,20 @@ Test(attention_decode, the_wave_split_fills_whole_waves)
               (long long)s.chunk);
 }
 
+Test(attention_decode, a_plan_knob_is_its_fallback_unless_set_to_a_whole_number_in_range)
+{
+    const char *name = "KL_DECODE_TEST_KNOB";
+    unsetenv(name);
+    cr_assert_eq(kl_attention_decode_knob(name, 0, 4, 2), 2, "unset: the fallback, though 0 is in range");
+    const char *set[] = {"0", "4", "3", "", "5", "-1", "3x", "x", " "};
+    const int want[] = {0, 4, 3, 2, 2, 2, 2, 2, 2};
+    for (int i = 0; i < 9; i++) {
+        setenv(name, set[i], 1);
+        cr_assert_eq(kl_attention_decode_knob(name, 0, 4, 2), want[i], "set to \"%s\"", set[i]);
+    }
+    unsetenv(name);
+}
+
 Test(attention_decode, the_workspace_holds_a_partial_for_every_draft_row)
 {
     /* With qo_indptr the partials are per (split, request x max_q_len slot, head) and the merge

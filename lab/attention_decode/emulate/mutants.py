@@ -330,6 +330,20 @@ MUTANTS = [
                    "chunks_of(kl::decode::kv_len(p, v.b), chunk));")],
         "expect": "deadlock: every live thread of the cluster is blocked",
     },
+    {   # v31: every split reads a whole chunk from its first key, as v30's did: the first chunk's pieces overlap,
+        # and the keys of a request's first chunk are counted up to three times
+        "name": "mutant_v31_pieces_overlap",
+        "variant": "v31_shrinking_items",
+        "edits": [("t1 = min(n, c.first(w.split + 1));", "t1 = min(n, c.first(w.split) + c.chunk);")],
+        "expect": "outside the attention policy's bound",
+    },
+    {   # v31: a request's split count misses its last piece: that split is never handed out, and the merge
+        # waits for one partial fewer, so the request's last keys are never read
+        "name": "mutant_v31_a_piece_uncounted",
+        "variant": "v31_shrinking_items",
+        "edits": [("for (int t = 1; t <= tail; t++)", "for (int t = 1; t < tail; t++)")],
+        "expect": "outside the attention policy's bound",
+    },
     {   # v25: the full barriers count one gatherer's lanes: the other three gatherers' arrivals complete later
         # phases, and a consumer waits on a phase that never comes
         "name": "mutant_v25_full_counts_one_gatherer",
