@@ -162,14 +162,14 @@ const char *const *kl_attention_decode_by_shape(const struct kl_attention_decode
 {
     static const char *const fp8[] = {"v27_fp8_tile_gatherers", "v10_fp8_page_heads", "v7_fp8_f16_mma", NULL};
     static const char *const pages16_split[] = {"v13_cluster_merge", "v8_tma_pages", "v4_tensor_cores", NULL};
-    static const char *const pages16[] = {"v30_item_pipeline", "v8_tma_pages", "v4_tensor_cores", NULL};
+    static const char *const pages16[] = {"v31_shrinking_items", "v8_tma_pages", "v4_tensor_cores", NULL};
     static const char *const gather[] = {"v19_one_gatherer", "v12_cp_async_gather", "v4_tensor_cores", NULL};
     static const char *const draft[] = {"v28_draft_tile_gatherers", "v4_tensor_cores", NULL};
     if (p->k_scale) return fp8;
     if (p->qo_indptr) return draft;
     if (p->page_size % 16) return gather;
     /* v8's plan splits the keys when the pairs cannot fill about three CTAs an SM: there the merge of
-     * the splits is the call's tail, and v13 merges them inside a cluster. Where they do fill them, v30's
+     * the splits is the call's tail, and v13 merges them inside a cluster. Where they do fill them, v31's
      * queue: a serving batch is ragged, and the queue ends its CTAs' key loops together whatever the
      * lengths (on a batch of equal lengths v26's grid, one chunk a CTA, is a little faster). */
     const int64_t heads = p->num_kv_heads > 0 ? p->num_kv_heads : 1;

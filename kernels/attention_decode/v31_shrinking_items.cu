@@ -4,7 +4,7 @@
  * What changed from v30, and why: v30's items are all one size, so on a uniform batch the CTAs' key loops
  * end over about one item's reading time (each CTA finishes the item it took last, and those were taken at
  * different times), while finer items everywhere would cost every item its page lookups and a merge. Here
- * the queue keeps v30's order (last chunks first) and v30's plan for the chunk, but split 0 .. kTail of
+ * the queue keeps v30's order (last chunks first) and plans the chunk as v30 does, but split 0 .. kTail of
  * each request are the pieces of its first chunk (with kTail 2: a quarter, a quarter and a half of it;
  * struct cut), so the items that are left when CTAs start running dry are a fraction of a chunk long. Only
  * the queue's arithmetic changes: a split's keys come from cut::first, a request's split count from
@@ -12,7 +12,9 @@
  * equal in number). Everything else (the item slots, the pipelined merge, the ring's flips) is v30's.
  * Why faster (the prediction): the end spread of the key loops on b64-kv8k-p16 shrinks from about one
  * item to about one piece, for kTail more items a request; ragged-b64-p16 keeps v30's balance, whose last
- * items were already the short requests' single chunks. KL_DECODE_V31_TAIL=t (0 to 4; 0 is v30's cut),
+ * items were already the short requests' single chunks. Every item costs its CTA a start and a merge, so
+ * the plan asks for fewer items a CTA than v30's (kItemsPerCta), and a plan that keeps every request in
+ * one chunk gets no pieces. KL_DECODE_V31_TAIL=t (0 to 4; 0 is v30's cut),
  * KL_DECODE_V31_ITEMS_PER_CTA=k (1 to 16) and KL_DECODE_V31_MIN_CHUNK=n (64 to 65536 tokens) plan the
  * split otherwise. Records its launch's timeline (params.trace), as v30.
  * Bound: the read bandwidth. bf16/fp16, head_dim 64/128/256, sm_90a (fp32: cudaErrorNotSupported).
@@ -33,7 +35,7 @@ constexpr int kConsumers = 3; /* consumer warps a CTA: warps 0 .. 2 */
 constexpr int kGatherers = 3; /* producer warps a CTA: warps 3 .. 5, taking turns by group */
 constexpr int kCtasPerSm = 3; /* what the ring and the merge area allow at head_dim 64 and 128 */
 constexpr int kThreads = 32 * (kConsumers + kGatherers);
-constexpr int kItemsPerCta = 12; /* what the split plans for: three times v29's */
+constexpr int kItemsPerCta = 8; /* what the split plans for, the pieces not counted */
 constexpr int kMinChunk = 512;   /* below it, v26's split: a chunk still pays its page lookups and a merge */
 constexpr int kTail = 2;         /* a request's first chunk cut in kTail + 1 pieces (the queue's last items) */
 constexpr int kMinPiece = 128;   /* the smallest piece: fewer tail pieces where the chunk is short */
@@ -262,14 +264,15 @@ cudaError_t launch_hd(const struct kl_attention_decode_params *p, const kl::deco
     const int64_t hb_items = p->num_kv_heads * ((p->num_qo_heads / p->num_kv_heads + 7) / 8);
     struct kl_decode_split plan = kl_attention_decode_split_waves(p, p->batch * hb_items, items_per_cta * ctas);
     if (plan.chunk < min_chunk && plan.splits > 1) plan = kl_attention_decode_split_waves(p, p->batch * hb_items, ctas);
-    /* The first chunk's pieces: as many as asked for where the smallest keeps kMinPiece keys and the splits
-     * fit the merge and the workspace (the workspace's words come after the merge counters, so every plan
-     * needs it). */
+    /* The first chunk's pieces: none where the plan keeps every request in one chunk (pieces would add a
+     * merge through the workspace to every request), else as many as asked for where the smallest keeps
+     * kMinPiece keys and the splits fit the merge and the workspace (the workspace's words come after the
+     * merge counters, so every plan needs it). */
     auto fits = [&](cut x) {
         const int s = x.splits_of((int)p->max_kv_len);
         return s <= KL_DECODE_MAX_SPLITS && p->workspace_bytes >= kl_attention_decode_workspace_for(p, s);
     };
-    cut c = {(int)plan.chunk, tail};
+    cut c = {(int)plan.chunk, plan.splits > 1 ? tail : 0}; /* a request in one chunk merges nothing: no pieces */
     while (c.tail > 0 && (c.chunk >> c.tail < kMinPiece || !fits(c))) c.tail--;
     const int splits = c.splits_of((int)p->max_kv_len);
     if (splits * p->batch * hb_items > INT32_MAX) return cudaErrorNotSupported; /* items are ints */

@@ -186,9 +186,9 @@ Test(attention_decode, by_shape_sends_each_kind_of_call_to_its_rung)
         bool draft, fp8;
         const char *first, *second, *third;
     } cases[] = {
-        {16, 64, false, false, "v30_item_pipeline", "v8_tma_pages", "v4_tensor_cores"},
-        {32, 64, false, false, "v30_item_pipeline", "v8_tma_pages", "v4_tensor_cores"},
-        {16, 50, false, false, "v30_item_pipeline", "v8_tma_pages", "v4_tensor_cores"},
+        {16, 64, false, false, "v31_shrinking_items", "v8_tma_pages", "v4_tensor_cores"},
+        {32, 64, false, false, "v31_shrinking_items", "v8_tma_pages", "v4_tensor_cores"},
+        {16, 50, false, false, "v31_shrinking_items", "v8_tma_pages", "v4_tensor_cores"},
         {16, 49, false, false, "v13_cluster_merge", "v8_tma_pages", "v4_tensor_cores"},
         {16, 1, false, false, "v13_cluster_merge", "v8_tma_pages", "v4_tensor_cores"},
         {1, 1, false, false, "v19_one_gatherer", "v12_cp_async_gather", "v4_tensor_cores"},
