@@ -29,4 +29,10 @@ if(Python3_FOUND AND CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
     set_tests_properties(attention_decode_emulated_${name}_24_sms PROPERTIES LABELS cpu TIMEOUT 900
                          ENVIRONMENT KL_EMU_SMS=24)
   endforeach()
+  # The queue rungs under a schedule that runs one warp far ahead of the others (emulator.h's
+  # set_schedule): their consumer warps share a merge area between items, which only such a schedule
+  # reuses before every reader is done (the mutants that need it name it).
+  add_test(NAME attention_decode_emulated_queues_priority_schedule
+           COMMAND decode_emulator --schedule 1 v29_work_queue v30_item_pipeline v31_shrinking_items)
+  set_tests_properties(attention_decode_emulated_queues_priority_schedule PROPERTIES LABELS cpu TIMEOUT 900)
 endif()

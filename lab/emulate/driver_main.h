@@ -4,7 +4,10 @@
  *   TOOL [--problem N] [NAME...]   the variants named, or all of them: PASS, SKIP or FAIL a problem, in order,
  *                                  up to a variant's first failure; a variant that runs none fails
  *   TOOL --mutants [NAME...]       every planted bug must fail with its expected message on a problem its
- *                                  variant passes (CAUGHT), else MISSED
+ *                                  variant passes (CAUGHT), else MISSED; a planted bug that names a schedule
+ *                                  runs, and its variant is judged, under that schedule
+ *   TOOL --schedule SEED ...       the threads run in the order of priorities drawn from SEED (set_schedule,
+ *                                  emulator.h) instead of the round robin
  *   TOOL --list                    the variants and mutants built in
  * The exit status is 0 when every variant passed or every mutant was caught. */
 #pragma once
@@ -56,7 +59,9 @@ inline int run_problems(const driver &d, const variant &v, const std::vector<siz
 
 inline int driver_usage(const driver &d, const char *why)
 {
-    fprintf(stderr, "%s: %s\nusage: %s [--problem N] [NAME...]\n       %s --mutants [NAME...]\n       %s --list\n",
+    fprintf(stderr,
+            "%s: %s\nusage: %s [--schedule SEED] [--problem N] [NAME...]\n       %s [--schedule SEED] --mutants "
+            "[NAME...]\n       %s --list\n",
             d.tool, why, d.tool, d.tool, d.tool);
     return 2;
 }
@@ -64,6 +69,7 @@ inline int driver_usage(const driver &d, const char *why)
 inline int driver_main(const driver &d, int argc, char **argv)
 {
     bool mutants = false, list = false;
+    unsigned long long schedule = 0;
     std::vector<size_t> which;
     std::vector<const variant *> chosen;
     for (int i = 1; i < argc; i++) {
@@ -71,6 +77,11 @@ inline int driver_main(const driver &d, int argc, char **argv)
         if (a == "--mutants") mutants = true;
         else if (a == "--list") list = true;
         else if (a == "--problem" && i + 1 < argc) which.push_back((size_t)atoi(argv[++i]));
+        else if (a == "--schedule" && i + 1 < argc) {
+            char *end = nullptr;
+            schedule = strtoull(argv[++i], &end, 10);
+            if (!*argv[i] || *end) return driver_usage(d, "--schedule: not a whole number");
+        }
         else if (a[0] == '-') return driver_usage(d, ("unknown option " + a).c_str());
         else if (const variant *v = find_variant(a)) chosen.push_back(v);
         else return driver_usage(d, ("no variant or mutant named " + a).c_str());
@@ -89,6 +100,7 @@ inline int driver_main(const driver &d, int argc, char **argv)
     int good = 0, bad = 0;
     for (const variant *v : chosen) {
         std::string why;
+        set_schedule(v->schedule ? v->schedule : schedule); /* the mutant's variant is judged under it too */
         const int at = run_problems(d, *v, which, why);
         if (v->mutant_of.empty()) {
             (at < 0 ? good : bad)++;

@@ -3,7 +3,9 @@
  *
  * Execution. Every CUDA thread of a cluster is a fiber (its own stack, switched in user space) on one
  * OS thread; a fiber runs until it blocks (a barrier, an mbarrier wait, a warp-wide instruction) and
- * the next runnable one takes over, in a fixed order, so a run is deterministic. When no fiber of the
+ * the next runnable one takes over, in a fixed order, so a run is deterministic: first come, first run, or
+ * (set_schedule) the warps in an order of priorities drawn from a seed, so that one warp runs far ahead of
+ * the others, as a GPU's scheduler may let it. When no fiber of the
  * cluster can run and some have not exited, that is a deadlock, reported with every thread's wait:
  * progress decides, never a clock.
  *
@@ -36,7 +38,9 @@
  *   afterwards: a prefetch of the wrong tile leaves the results right and only wastes bandwidth.
  * What it cannot see: timing, register limits, a read of an A fragment in flight or a plain copy of an
  * accumulator (they carry poison on: the results fail, unnamed), reads of registers before a wgmma
- * without a wgmma.fence (only writes are seen), plain shared-memory stores' order and authors, the
+ * without a wgmma.fence (only writes are seen), plain shared-memory stores' order and authors (a buffer
+ * reused before its readers are done shows only in the results, and only under a schedule that runs the
+ * writer ahead: the planted bugs that need one name it), the
  * order between clusters (a launch's clusters run one after another, each to its end: a merge run too
  * early and then again once every cluster has filed leaves the later, right, output, where a GPU running
  * them at once may finish them in either order), and a misreading of the hardware shared by a kernel and
@@ -413,12 +417,18 @@ struct variant {
     launch_fn launch;
     bool traced, overlapped;  /* records CTA 0's trace (traced_cta), S_j issued before P_{j-1} V_{j-1} waits */
     std::string mutant_of, expect; /* a planted bug: its variant and the failure it must cause */
+    unsigned long long schedule = 0; /* a planted bug's schedule (set_schedule), 0: the round robin */
 };
 std::vector<variant> &variants();
 struct registration {
     registration(const char *name, launch_fn fn, const char *file, const char *override_name, bool traced,
-                 bool overlapped, const char *mutant_of, const char *expect);
+                 bool overlapped, const char *mutant_of, const char *expect, unsigned long long schedule);
 };
+/* The order in which runnable threads run, for the launches after it: 0, the round robin (first come,
+ * first run); any other seed, the warps in an order of priorities drawn from it, each warp running as
+ * far ahead of the lower ones as its waits let it, the order drawn again every few thousand switches.
+ * Deterministic for a seed, as the round robin is. */
+void set_schedule(unsigned long long seed);
 
 /* Helper scopes: gen.py gives each helper of the module's headers that reaches an
  * emulated instruction a trailing `emu::site emu_at = EMU_HERE` and opens one of these, so that a
@@ -451,7 +461,7 @@ extern emu_dim3 gridDim, blockDim;
 #undef KL_VARIANT
 #define KL_VARIANT(mod, vname, fn, ...)                                                                       \
     static ::emu::registration emu_registration_##vname(#vname, (::emu::launch_fn)(fn), __FILE__, EMU_NAME, EMU_TRACED, EMU_OVERLAPPED, \
-                                                        EMU_MUTANT_OF, EMU_EXPECT)
+                                                        EMU_MUTANT_OF, EMU_EXPECT, EMU_SCHEDULE)
 
 /* ---- the CUDA built-ins the kernels call ---- */
 inline void __syncthreads(::emu::site s = EMU_HERE) { ::emu::syncthreads(s); }

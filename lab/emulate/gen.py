@@ -344,6 +344,7 @@ def variant_unit(name, path, text, helpers, mutant=None):
         "EMU_OVERLAPPED": "true" if "wgmma_wait<1>" in text else "false",
         "EMU_MUTANT_OF": c_string(name) if mutant else "nullptr",
         "EMU_EXPECT": c_string(resolve_lines(mutant["expect"], text, emu_name)) if mutant else "nullptr",
+        "EMU_SCHEDULE": "%dull" % int(mutant.get("schedule", 0)) if mutant else "0ull",
     }
     out = [f"#define {k} {v}" for k, v in defs.items()]
     out.append(f"namespace emu_{emu_name} {{")

@@ -129,7 +129,37 @@ struct scheduler {
     unsigned long long clock = 0;
     std::unordered_map<const void *, int> smem_limit;
     bool trap_masked = false; /* the invalid-operation trap, masked after an invalid operation not ours */
+    uint64_t schedule = 0;    /* 0: first come, first run; else the seed of the warps' priorities */
+    uint64_t switches = 0;    /* fibers taken from runq in this cluster's run, for the priorities' epochs */
+    uint64_t cluster_salt = 0; /* this cluster's first block, so that each cluster draws its own priorities */
 } S;
+
+/* The next fiber to run, taken from runq. First come, first run, unless a schedule is set: then the
+ * runnable fiber of the warp with the highest priority, the priorities drawn from the seed anew every
+ * kEpoch switches, so that one warp at a time runs as far ahead of the others as its waits let it (a
+ * schedule the round robin does not make, and a GPU may). */
+fiber *take_runnable()
+{
+    constexpr uint64_t kEpoch = 4096;
+    S.switches++;
+    if (S.schedule == 0 || S.runq.size() == 1) {
+        fiber *f = S.runq.front();
+        S.runq.pop_front();
+        return f;
+    }
+    auto priority = [](const fiber *f) {
+        uint64_t x = S.schedule ^ S.cluster_salt ^ (S.switches / kEpoch) * 0x9E3779B97F4A7C15ull ^
+                     (uint64_t)(f->flat / 32) << 40;
+        x ^= x >> 33, x *= 0xFF51AFD7ED558CCDull, x ^= x >> 33, x *= 0xC4CEB9FE1A85EC53ull, x ^= x >> 33;
+        return x;
+    };
+    size_t best = 0;
+    for (size_t i = 1; i < S.runq.size(); i++)
+        if (priority(S.runq[i]) > priority(S.runq[best])) best = i;
+    fiber *f = S.runq[best];
+    S.runq.erase(S.runq.begin() + (long)best);
+    return f;
+}
 
 void thread_exit(fiber *f);
 
@@ -184,8 +214,7 @@ void block_current()
         emu_switch(&f->sp, S.main_sp);
         return;
     }
-    fiber *next = S.runq.front();
-    S.runq.pop_front();
+    fiber *next = take_runnable();
     cur = next;
     emu_switch(&f->sp, next->sp);
 }
@@ -633,10 +662,12 @@ cudaError_t run(const launch_shape &l, void (*body)(void *), void *ctx)
                     }
                 }
                 S.failed = false, S.failure.clear();
+                const emu_dim3 first = cl.ctas[0]->block;
+                S.switches = 0;
+                S.cluster_salt = ((uint64_t)first.z << 42 ^ (uint64_t)first.y << 21 ^ first.x) * 0xD6E8FEB86659FD93ull;
                 S.runq.assign(cl.threads.begin(), cl.threads.end());
                 while (!S.failed && !S.runq.empty()) { /* returns when no fiber can run, or one failed */
-                    fiber *f = S.runq.front();
-                    S.runq.pop_front();
+                    fiber *f = take_runnable();
                     cur = f;
                     emu_switch(&S.main_sp, f->sp);
                 }
@@ -688,11 +719,12 @@ std::vector<variant> &variants()
     return all;
 }
 registration::registration(const char *name, launch_fn fn, const char *file, const char *override_name, bool traced,
-                           bool overlapped, const char *mutant_of, const char *expect)
+                           bool overlapped, const char *mutant_of, const char *expect, unsigned long long schedule)
 {
     variants().push_back({override_name ? override_name : name, file, fn, traced, overlapped, mutant_of ? mutant_of : "",
-                          expect ? expect : ""});
+                          expect ? expect : "", schedule});
 }
+void set_schedule(unsigned long long seed) { S.schedule = seed; }
 } // namespace emu
 
 /* kernels/variant.h's lookup, for a variant whose launcher hands some calls to another: the emulated

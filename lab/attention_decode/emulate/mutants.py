@@ -330,6 +330,22 @@ MUTANTS = [
                    "chunks_of(kl::decode::kv_len(p, v.b), chunk));")],
         "expect": "deadlock: every live thread of the cluster is blocked",
     },
+    {   # v30: the consumer warps go on to the next item without meeting after the merge: the first one done
+        # writes its next state over the merge area while the others still read the last item's rows. The
+        # round robin keeps the warps together and passes it; a schedule that lets one warp run ahead fails it
+        "name": "mutant_v30_merge_area_reused_early",
+        "variant": "v30_item_pipeline",
+        "edits": [("consumer_warps{}.sync(); /* the merge area is read: the next item's states may go in */", "")],
+        "schedule": 1,
+        "expect": "outside the attention policy's bound",
+    },
+    {   # v31: the same, on the rung v11_by_shape runs
+        "name": "mutant_v31_merge_area_reused_early",
+        "variant": "v31_shrinking_items",
+        "edits": [("consumer_warps{}.sync(); /* the merge area is read: the next item's states may go in */", "")],
+        "schedule": 1,
+        "expect": "outside the attention policy's bound",
+    },
     {   # v31: every split reads a whole chunk from its first key, as v30's did: the first chunk's pieces overlap,
         # and the keys of a request's first chunk are counted up to three times
         "name": "mutant_v31_pieces_overlap",
