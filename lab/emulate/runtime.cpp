@@ -154,8 +154,9 @@ fiber *take_runnable()
         return x;
     };
     size_t best = 0;
+    uint64_t top = priority(S.runq[0]);
     for (size_t i = 1; i < S.runq.size(); i++)
-        if (priority(S.runq[i]) > priority(S.runq[best])) best = i;
+        if (const uint64_t p = priority(S.runq[i]); p > top) best = i, top = p;
     fiber *f = S.runq[best];
     S.runq.erase(S.runq.begin() + (long)best);
     return f;

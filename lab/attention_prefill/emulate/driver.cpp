@@ -6,7 +6,8 @@
  *                                             the variants named (v10_pingpong or v10), or all of them;
  *                                             --full adds larger problems, --problem N runs one
  *   prefill_emulator --mutants [NAME...]      every planted bug of mutants.py (or those named) must fail
- *                                             with its expected message, where its variant passes
+ *                                             with its expected message, where its variant passes (both
+ *                                             under the mutant's schedule, where it names one: emulator.h)
  *   prefill_emulator --list                   the variants and mutants built in
  * One line per variant and problem as it runs. Each problem gets fresh random inputs, a shuffled page
  * table with spare pages, NaN in the cache slots past each request's keys, NaN in the outputs. */
@@ -415,9 +416,10 @@ int main(int argc, char **argv)
         printf("%d variants passed, %d failed\n", passed, failed);
         return failed != 0;
     }
-    std::map<std::pair<std::string, size_t>, bool> base_passes; /* (variant, problem) */
+    std::map<std::tuple<std::string, size_t, unsigned long long>, bool> base_passes; /* (variant, problem, schedule) */
     for (const emu::variant *m : chosen) {
         if (m->mutant_of.empty()) return usage((m->name + " is not a mutant").c_str());
+        emu::set_schedule(m->schedule); /* a mutant that names a schedule runs, and its variant is judged, under it */
         std::string first;
         const int at = run_mutant(*m, ps, first);
         /* expect may name alternatives, " || " between them: a mutant whose first failure depends on the
@@ -432,7 +434,7 @@ int main(int argc, char **argv)
         std::string why = at == -1 ? "passed every problem" : at == -2 ? first : "failed with: " + first;
         const emu::variant *base = find_variant(m->mutant_of);
         for (int i = 0; ok && i <= at; i++) { /* the failure is the mutation's: its variant passes there */
-            auto key = std::make_pair(m->mutant_of, (size_t)i);
+            auto key = std::make_tuple(m->mutant_of, (size_t)i, m->schedule);
             if (!base_passes.count(key)) {
                 std::string stats;
                 const verdict r = check(ps[i], *base, stats);
