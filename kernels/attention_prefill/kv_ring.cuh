@@ -74,23 +74,30 @@ template <typename T, int D> struct kv_ring {
 
 #if KL_SM90A
 
+/* Rows from .. BN - 1 of a K or V tile zeroed by the calling warp (its lanes' stores fenced for the
+ * tensor cores): the caller's arrival, after a __syncwarp, publishes them. */
+template <typename T, int D> __device__ __forceinline__ void zero_rows_from(T *tile, int from)
+{
+    constexpr int BN = ws_shape<D>::kBN;
+    using KL = swizzled_tile<BN, D>;
+    uint4 *t16 = reinterpret_cast<uint4 *>(tile);
+    for (int i = threadIdx.x % 32; i < (BN - from) * (D / 8); i += 32)
+        t16[KL::offset(from + i / (D / 8), i % (D / 8)) / 8] = make_uint4(0, 0, 0, 0);
+    fence_async_smem();
+}
+
 /* The request's last V tile, by the warp that issued its copy on the tail barrier (tails: the CTA's
  * uses of it so far): the rows valid .. BN - 1 (a page's unused slots, or stale rows of an
- * earlier tile) are zeroed when it has landed, and only then is the stage full. K's stale rows need
- * nothing: the mask overwrites their logits. */
+ * earlier tile) are zeroed when it has landed, and only then is the stage full. K's rows past its
+ * boxes are zeroed before its copy (produce_kv); its rows within the last box past kv_len need nothing:
+ * the mask overwrites their logits. */
 template <typename T, int D>
 __device__ __forceinline__ void publish_last_v(const kv_ring<T, D> &sm, int stage, int valid, uint32_t &tails)
 {
-    constexpr int BN = kv_ring<T, D>::BN;
-    using KL = swizzled_tile<BN, D>;
-    const int lane = threadIdx.x % 32;
     mbar_wait(sm.tail, (int)(tails++ & 1));
-    uint4 *v16 = reinterpret_cast<uint4 *>(sm.v_stage(stage));
-    for (int i = lane; i < (BN - valid) * (D / 8); i += 32)
-        v16[KL::offset(valid + i / (D / 8), i % (D / 8)) / 8] = make_uint4(0, 0, 0, 0);
-    fence_async_smem();
+    zero_rows_from<T, D>(sm.v_stage(stage), valid);
     __syncwarp();
-    if (lane == 0) mbar_arrive(&sm.full_v[stage]);
+    if (threadIdx.x % 32 == 0) mbar_arrive(&sm.full_v[stage]);
 }
 
 /* The producer warpgroup's work for one work tile: key tiles 0 .. n_tiles - 1 of request r, kv head
@@ -140,6 +147,13 @@ __device__ __forceinline__ void produce_kv(const kv_ring<T, D> &sm, const CUtens
             const bool last_v = v_warp && valid < BN;
             T *tile = v_warp ? sm.v_stage(at.stage) : sm.k_stage(at.stage);
             uint64_t *bar = last_v ? sm.tail : v_warp ? &sm.full_v[at.stage] : &sm.full_k[at.stage];
+            /* K rows no box writes (a request's last tile) are zeroed before the arrival publishes the
+             * stage: a consumer that reads K by ldmatrix (v14's recomputation of S) must not read rows
+             * an earlier tile left, handed back; the boxes write the rows below, so no wait is needed */
+            if (!v_warp && boxes * box_rows < BN) {
+                zero_rows_from<T, D>(tile, boxes * box_rows);
+                __syncwarp();
+            }
             if (lane == 0) mbar_arrive_expect(bar, (uint32_t)boxes * box_bytes);
             __syncwarp();
             if (lane < boxes)

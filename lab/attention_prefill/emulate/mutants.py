@@ -201,6 +201,13 @@ MUTANTS = [
                   ("            __syncwarp();\n            if (lane == 0) mbar_arrive(&sm.empty_k[stage(j)]);\n", "")],
         "expect": "after its stage was handed back",
     },
+    {   # v17: one of a thread's two row sums checked, the other row's exponentials never bounded: on the
+        # growing keys that row's P is formed against a stale max (fp16 P overflows, as with v14's check ignored)
+        "name": "mutant_sum_check_one_row",
+        "variant": "v17_sum_check",
+        "edits": [("sum[0] <= kBound && sum[1] <= kBound", "sum[0] <= kBound")],
+        "expect": "elements of out",
+    },
     {   # v14's trace: the second work tile's events written over the first's slots (the guide would read a
         # boundary that never happened)
         "name": "mutant_trace_second_work_tile_over_the_first",
