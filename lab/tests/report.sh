@@ -104,10 +104,10 @@ grep -q 'after setmaxnreg: the producer warpgroup 72 registers/thread, each cons
   || { echo "timeline: the story does not give the traced variant's register split after setmaxnreg"; exit 1; }
 grep -q 'barrier .*<- waiting at a barrier, not a per-tile __syncthreads (this kernel has none in its loop)' "$g" \
   || { echo "timeline: a warp-specialized variant's barrier stall is read as a per-tile __syncthreads"; exit 1; }
-# The way in judges the gated variant (v16_lean_gather) and names its miss, marked as throttled (the row is).
+# The way in judges the gated variant (v17_sum_check) and names its miss, marked as throttled (the row is).
 # causal-8k has two targets (tc_frac and the time against the peer, which this fixture has no row for);
 # the targets of the workloads the fixture has no row for at all count too, each not measured.
-grep -q '^| \[attention_prefill\](attention_prefill.md) | .* | `v16_lean_gather`: 0 of 8 targets met (causal-8k tc_frac 0.366 >= 0.78: \*\*miss\*\* (throttled); causal-8k time_vs_peer - <= 0.95: not measured (throttled); noncausal-4k tc_frac - >= 0.80: not measured; .*; causal-8k-p1 time_vs:causal-8k - <= 1.11: not measured) |$' \
+grep -q '^| \[attention_prefill\](attention_prefill.md) | .* | `v17_sum_check`: 0 of 8 targets met (causal-8k tc_frac 0.366 >= 0.78: \*\*miss\*\* (throttled); causal-8k time_vs_peer - <= 0.95: not measured (throttled); noncausal-4k tc_frac - >= 0.80: not measured; .*; causal-8k-p1 time_vs:causal-8k - <= 1.11: not measured) |$' \
   "$tmp/timeline/README.md" || { echo "README.md: the gate does not name the gated variant's miss"; grep attention_prefill.md "$tmp/timeline/README.md"; exit 1; }
 # Each row says how it was timed and which re-check its timed launches got (the Fixture-B rows carry
 # the bench's recheck object; rows without one say "not recorded"), and a throttled median is marked.
