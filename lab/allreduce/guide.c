@@ -624,8 +624,8 @@ static void ar_fused(FILE *f, const struct kl_guide *md, const struct kl_targets
     }
     fprintf(f, "%s\n",
             said ? ""
-                 : "Not measured yet: `build/kernlab bench allreduce --variant v18_lamport_add_rmsnorm_early_done` "
-                   "on two GPUs writes these rows.\n");
+                 : "Not measured yet: `build/kernlab bench allreduce` on two GPUs writes these rows (with "
+                   "`--variant` and the gated fused variant, perf/targets/sm_90.csv, only its own).\n");
     for (int wi = 0; wi < nw; wi++)
         ar_fused_story(f, md, t90, worlds[wi], false), ar_fused_story(f, md, t90, worlds[wi], true);
 }

@@ -50,12 +50,12 @@ grep -q '^| \[allreduce\](allreduce.md) | .* | v6_switch 8KB-world2: 6.52 us = 0
   || { echo "README.md lacks the allreduce figure"; exit 1; }
 # The gate judges the variant perf/targets names (v6_switch), never NCCL against itself; the sizes
 # without a target row are listed as ungated.
-grep -q '^| \[allreduce\](allreduce.md) | .* | `v6_switch` (`v18_lamport_add_rmsnorm_early_done` on add-rmsnorm-\*): 5 of 8 targets met (8KB-world2 latency_us 6.520 <= 3.00: \*\*miss\*\*; 512KB-world2 latency_us 8.090 <= 5.00: \*\*miss\*\*; 1MB-world2 latency_us 9.680 <= 6.00: \*\*miss\*\*); ungated: 8MB-world2, 64MB-world2 |' "$tmp/a/README.md" \
+grep -q '^| \[allreduce\](allreduce.md) | .* | `v6_switch` (`v20_lamport_add_rmsnorm_stored_sums` on add-rmsnorm-\*): 5 of 8 targets met (8KB-world2 latency_us 6.520 <= 3.00: \*\*miss\*\*; 512KB-world2 latency_us 8.090 <= 5.00: \*\*miss\*\*; 1MB-world2 latency_us 9.680 <= 6.00: \*\*miss\*\*); ungated: 8MB-world2, 64MB-world2 |' "$tmp/a/README.md" \
   || { echo "README.md's allreduce gate is not v6_switch's, with the ungated sizes"; grep allreduce.md "$tmp/a/README.md"; exit 1; }
 grep -q '^Ungated (no target row): `8MB-world2`, `64MB-world2`.' "$g" || { echo "the guide does not list the ungated sizes"; exit 1; }
-# A fused workload is judged on the fused variant perf/targets names for add-rmsnorm-* (v18), not on
+# A fused workload is judged on the fused variant perf/targets names for add-rmsnorm-* (v20), not on
 # v6_switch (which cannot run it) nor on another fused variant: the fixture plus three fused rows, two of
-# them traced (story.graph), and a traced plain row of the same bytes for the fused phase table; v18 again at
+# them traced (story.graph), and a traced plain row of the same bytes for the fused phase table; v20 again at
 # 64 tokens (512 KB), traced with the last block's exit, under v6's traced 512 KB call.
 mkdir -p "$tmp/fused"
 python3 - "$fixture/allreduce.jsonl" "$tmp/fused/allreduce.jsonl" <<'PY'
@@ -79,8 +79,8 @@ for r in rows:
     if r["variant"] == "v6_switch" and r["workload"] == "512KB-world2":
         r["story"] = graph(4000, 250)
     out.write(json.dumps(r) + "\n")
-for variant, time, over, tokens in (("v12_lamport_add_rmsnorm_early", 4.2, 0.2, 1), ("v18_lamport_add_rmsnorm_early_done", 4.3, 0.3, 1),
-                                    ("v10_lamport_add_rmsnorm", 4.9, 0.9, 1), ("v18_lamport_add_rmsnorm_early_done", 5.1, 0.9, 64)):
+for variant, time, over, tokens in (("v12_lamport_add_rmsnorm_early", 4.2, 0.2, 1), ("v20_lamport_add_rmsnorm_stored_sums", 4.3, 0.3, 1),
+                                    ("v10_lamport_add_rmsnorm", 4.9, 0.9, 1), ("v20_lamport_add_rmsnorm_stored_sums", 5.1, 0.9, 64)):
     f = copy.deepcopy(base)
     f["variant"], f["workload"] = variant, f"add-rmsnorm-t{tokens}-h4096-world2"
     f["params"].update({"op": "add_rmsnorm", "tokens": tokens, "hidden": 4096, "bytes": 8192 * tokens, "n": 4096 * tokens})
@@ -93,27 +93,27 @@ for variant, time, over, tokens in (("v12_lamport_add_rmsnorm_early", 4.2, 0.2, 
     out.write(json.dumps(f) + "\n")
 PY
 "$kl" report --results "$tmp/fused" --out "$tmp/fused_out" > /dev/null
-grep -q '^| \[allreduce\](allreduce.md) | .* | `v6_switch` (`v18_lamport_add_rmsnorm_early_done` on add-rmsnorm-\*): 6 of 10 targets met' "$tmp/fused_out/README.md" \
-  || { echo "README.md does not judge the fused row on v18"; grep allreduce.md "$tmp/fused_out/README.md"; exit 1; }
-grep -Eq '^\| add-rmsnorm-t1-h4096-world2 \| v18_lamport_add_rmsnorm_early_done \| 4\.30 \| 4\.00 \| 0\.30 \| <= 0\.50 \| \*\*pass\*\* \|' "$tmp/fused_out/allreduce.md" \
+grep -q '^| \[allreduce\](allreduce.md) | .* | `v6_switch` (`v20_lamport_add_rmsnorm_stored_sums` on add-rmsnorm-\*): 6 of 10 targets met' "$tmp/fused_out/README.md" \
+  || { echo "README.md does not judge the fused row on v20"; grep allreduce.md "$tmp/fused_out/README.md"; exit 1; }
+grep -Eq '^\| add-rmsnorm-t1-h4096-world2 \| v20_lamport_add_rmsnorm_stored_sums \| 4\.30 \| 4\.00 \| 0\.30 \| <= 0\.50 \| \*\*pass\*\* \|' "$tmp/fused_out/allreduce.md" \
   && grep -Eq '^\| add-rmsnorm-t1-h4096-world2 \| v10_lamport_add_rmsnorm \| 4\.90 \| 4\.00 \| 0\.90 \| - \| - \|' "$tmp/fused_out/allreduce.md" \
-  || { echo "the fused table shows the target on another row than v18's"; grep add-rmsnorm "$tmp/fused_out/allreduce.md"; exit 1; }
+  || { echo "the fused table shows the target on another row than v20's"; grep add-rmsnorm "$tmp/fused_out/allreduce.md"; exit 1; }
 # The fused phase table, workload by workload: the plain 8 KB call first, then each traced fused variant (v12
-# was not traced); then the plain 512 KB call and v18 at 64 tokens, whose last-block column is stamped.
+# was not traced); then the plain 512 KB call and v20 at 64 tokens, whose last-block column is stamped.
 fg=$tmp/fused_out/allreduce.md
 grep -A6 '^| variant | workload | boundary | start | send | data wait | exit | last block | period | timed replays, us |' "$fg" > "$tmp/phases" || true
 sed -n 3p "$tmp/phases" | grep -Eq '^\| v6_switch \| 8KB-world2 \| 0\.48 \| 0\.35 \| 0\.58 \| 1\.25 \| 0\.03 \| - \| 2\.69 \| 2\.79 \|$' \
   && sed -n 4p "$tmp/phases" | grep -Eq '^\| v10_lamport_add_rmsnorm \| add-rmsnorm-t1-h4096-world2 \| .* \| 4\.80 \| 4\.90 \|$' \
-  && sed -n 5p "$tmp/phases" | grep -Eq '^\| v18_lamport_add_rmsnorm_early_done \| add-rmsnorm-t1-h4096-world2 \| 0\.48 \| 0\.35 \| 0\.58 \| 2\.76 \| 0\.03 \| - \| 4\.20 \| 4\.30 \|$' \
+  && sed -n 5p "$tmp/phases" | grep -Eq '^\| v20_lamport_add_rmsnorm_stored_sums \| add-rmsnorm-t1-h4096-world2 \| 0\.48 \| 0\.35 \| 0\.58 \| 2\.76 \| 0\.03 \| - \| 4\.20 \| 4\.30 \|$' \
   && sed -n 6p "$tmp/phases" | grep -Eq '^\| v6_switch \| 512KB-world2 \| 0\.48 \| 0\.35 \| 0\.58 \| 2\.56 \| 0\.03 \| 0\.25 \| 4\.00 \| 4\.10 \|$' \
-  && sed -n 7p "$tmp/phases" | grep -Eq '^\| v18_lamport_add_rmsnorm_early_done \| add-rmsnorm-t64-h4096-world2 \| 0\.48 \| 0\.35 \| 0\.58 \| 3\.56 \| 0\.03 \| 0\.90 \| 5\.00 \| 5\.10 \|$' \
+  && sed -n 7p "$tmp/phases" | grep -Eq '^\| v20_lamport_add_rmsnorm_stored_sums \| add-rmsnorm-t64-h4096-world2 \| 0\.48 \| 0\.35 \| 0\.58 \| 3\.56 \| 0\.03 \| 0\.90 \| 5\.00 \| 5\.10 \|$' \
   && ! grep -q '^| v12_lamport_add_rmsnorm_early | add-rmsnorm-t1-h4096-world2 | 0' "$fg" \
   || { echo "the fused phase table is wrong"; cat "$tmp/phases"; exit 1; }
-# The same calls' means, only for the rows that record them (the 512 KB call and v18 at 64 tokens), with the
-# five phases' sum beside the period: v18's boundary carries the time its median period hides.
+# The same calls' means, only for the rows that record them (the 512 KB call and v20 at 64 tokens), with the
+# five phases' sum beside the period: v20's boundary carries the time its median period hides.
 grep -A4 '^| variant | workload | boundary | start | send | data wait | exit | sum of the five | period | last block |' "$fg" > "$tmp/means" || true
 sed -n 3p "$tmp/means" | grep -Eq '^\| v6_switch \| 512KB-world2 \| 0\.48 \| 0\.35 \| 0\.58 \| 2\.56 \| 0\.03 \| 4\.00 \| 4\.00 \| 0\.25 \|$' \
-  && sed -n 4p "$tmp/means" | grep -Eq '^\| v18_lamport_add_rmsnorm_early_done \| add-rmsnorm-t64-h4096-world2 \| 1\.63 \| 0\.35 \| 0\.58 \| 3\.56 \| 0\.03 \| 6\.15 \| 6\.15 \| 0\.90 \|$' \
+  && sed -n 4p "$tmp/means" | grep -Eq '^\| v20_lamport_add_rmsnorm_stored_sums \| add-rmsnorm-t64-h4096-world2 \| 1\.63 \| 0\.35 \| 0\.58 \| 3\.56 \| 0\.03 \| 6\.15 \| 6\.15 \| 0\.90 \|$' \
   && [ "$(sed -n 5p "$tmp/means")" = "" ] \
   || { echo "the fused phases' means table is wrong"; cat "$tmp/means"; exit 1; }
 # nvidia-smi underlines its header with terminal escapes: the guide keeps the text, not the escapes.
