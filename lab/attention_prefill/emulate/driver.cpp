@@ -2,9 +2,11 @@
  * the emulation of lab/emulate/emulator.h, through each variant's own launcher, and judges their outputs against
  * the float64 reference with the module's own policy (lab/core/compare.c's attention rows, given what
  * lab/attention_prefill/module.c gives them).
- *   prefill_emulator [--full] [--problem N] [NAME...]
+ *   prefill_emulator [--full] [--problem N] [--schedule SEED] [NAME...]
  *                                             the variants named (v10_pingpong or v10), or all of them;
- *                                             --full adds larger problems, --problem N runs one
+ *                                             --full adds larger problems, --problem N runs one,
+ *                                             --schedule runs the threads in the order of priorities
+ *                                             drawn from SEED instead of the round robin (emulator.h)
  *   prefill_emulator --mutants [NAME...]      every planted bug of mutants.py (or those named) must fail
  *                                             with its expected message, where its variant passes (both
  *                                             under the mutant's schedule, where it names one: emulator.h)
@@ -363,9 +365,11 @@ int run_mutant(const emu::variant &m, const std::vector<problem> &ps, std::strin
 
 int usage(const char *why, FILE *to = stderr)
 {
-    fprintf(to, "prefill_emulator: %s\nusage: prefill_emulator [--full] [--problem N] [NAME...]\n"
+    fprintf(to, "prefill_emulator: %s\nusage: prefill_emulator [--full] [--problem N] [--schedule SEED] [NAME...]\n"
                     "       prefill_emulator --mutants [NAME...]\n       prefill_emulator --list\n"
-                    "NAME: a variant's full name (v10_pingpong) or its number (v10), or a mutant's name\n", why);
+                    "NAME: a variant's full name (v10_pingpong) or its number (v10), or a mutant's name\n"
+                    "--schedule SEED: the threads run in the order of priorities drawn from SEED (emulator.h's\n"
+                    "set_schedule) instead of the round robin; a mutant that names a schedule runs under its own\n", why);
     return 2;
 }
 
@@ -386,7 +390,8 @@ int main(int argc, char **argv)
 {
     sort_variants();
     bool full = false, mutants = false, list = false;
-    int only = -1; /* --problem N: that problem alone */
+    int only = -1;                      /* --problem N: that problem alone */
+    unsigned long long schedule = 0;    /* --schedule SEED: 0 is the round robin */
     std::vector<const emu::variant *> chosen;
     for (int i = 1; i < argc; i++) {
         const std::string a = argv[i];
@@ -394,6 +399,11 @@ int main(int argc, char **argv)
         else if (a == "--mutants") mutants = true;
         else if (a == "--list") list = true;
         else if (a == "--problem" && i + 1 < argc) only = atoi(argv[++i]);
+        else if (a == "--schedule" && i + 1 < argc) {
+            char *end = nullptr;
+            schedule = strtoull(argv[++i], &end, 10);
+            if (!*argv[i] || *end) return usage("--schedule: not a whole number");
+        }
         else if (a == "--help" || a == "-h") {
             usage("runs the tensor-core variants under emulation", stdout);
             return 0;
@@ -421,6 +431,7 @@ int main(int argc, char **argv)
     }
     int passed = 0, failed = 0;
     if (!mutants) {
+        emu::set_schedule(schedule);
         for (const emu::variant *v : chosen) (run_variant(*v, ps) ? passed : failed)++;
         printf("%d variants passed, %d failed\n", passed, failed);
         return failed != 0;
@@ -428,7 +439,7 @@ int main(int argc, char **argv)
     std::map<std::tuple<std::string, size_t, unsigned long long>, bool> base_passes; /* (variant, problem, schedule) */
     for (const emu::variant *m : chosen) {
         if (m->mutant_of.empty()) return usage((m->name + " is not a mutant").c_str());
-        emu::set_schedule(m->schedule); /* a mutant that names a schedule runs, and its variant is judged, under it */
+        emu::set_schedule(m->schedule ? m->schedule : schedule); /* a mutant's own schedule first; its variant is judged under the same */
         std::string first;
         const int at = run_mutant(*m, ps, first);
         /* expect may name alternatives, " || " between them: a mutant whose first failure depends on the
@@ -443,7 +454,7 @@ int main(int argc, char **argv)
         std::string why = at == -1 ? "passed every problem" : at == -2 ? first : "failed with: " + first;
         const emu::variant *base = find_variant(m->mutant_of);
         for (int i = 0; ok && i <= at; i++) { /* the failure is the mutation's: its variant passes there */
-            auto key = std::make_tuple(m->mutant_of, (size_t)i, m->schedule);
+            auto key = std::make_tuple(m->mutant_of, (size_t)i, m->schedule ? m->schedule : schedule);
             if (!base_passes.count(key)) {
                 std::string stats;
                 const verdict r = check(ps[i], *base, stats);
