@@ -78,9 +78,7 @@ inline int driver_main(const driver &d, int argc, char **argv)
         else if (a == "--list") list = true;
         else if (a == "--problem" && i + 1 < argc) which.push_back((size_t)atoi(argv[++i]));
         else if (a == "--schedule" && i + 1 < argc) {
-            char *end = nullptr;
-            schedule = strtoull(argv[++i], &end, 10);
-            if (!*argv[i] || *end) return driver_usage(d, "--schedule: not a whole number");
+            if (!parse_schedule(argv[++i], schedule)) return driver_usage(d, "--schedule: not a whole number");
         }
         else if (a[0] == '-') return driver_usage(d, ("unknown option " + a).c_str());
         else if (const variant *v = find_variant(a)) chosen.push_back(v);
@@ -100,7 +98,7 @@ inline int driver_main(const driver &d, int argc, char **argv)
     int good = 0, bad = 0;
     for (const variant *v : chosen) {
         std::string why;
-        set_schedule(v->schedule ? v->schedule : schedule); /* the mutant's variant is judged under it too */
+        set_schedule(schedule_of(*v, schedule)); /* the mutant's variant is judged under it too */
         const int at = run_problems(d, *v, which, why);
         if (v->mutant_of.empty()) {
             (at < 0 ? good : bad)++;

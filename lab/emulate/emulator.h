@@ -56,6 +56,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -429,6 +430,15 @@ struct registration {
  * far ahead of the lower ones as its waits let it, the order drawn again every few thousand switches.
  * Deterministic for a seed, as the round robin is. */
 void set_schedule(unsigned long long seed);
+/* A driver's --schedule argument: true, with seed set, for a whole number (0 included). */
+inline bool parse_schedule(const char *text, unsigned long long &seed)
+{
+    char *end = nullptr;
+    seed = strtoull(text, &end, 10);
+    return *text && !*end;
+}
+/* The schedule a variant runs under: a planted bug's own, else the one the driver was given. */
+inline unsigned long long schedule_of(const variant &v, unsigned long long given) { return v.schedule ? v.schedule : given; }
 
 /* Helper scopes: gen.py gives each helper of the module's headers that reaches an
  * emulated instruction a trailing `emu::site emu_at = EMU_HERE` and opens one of these, so that a

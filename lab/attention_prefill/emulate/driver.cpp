@@ -400,9 +400,7 @@ int main(int argc, char **argv)
         else if (a == "--list") list = true;
         else if (a == "--problem" && i + 1 < argc) only = atoi(argv[++i]);
         else if (a == "--schedule" && i + 1 < argc) {
-            char *end = nullptr;
-            schedule = strtoull(argv[++i], &end, 10);
-            if (!*argv[i] || *end) return usage("--schedule: not a whole number");
+            if (!emu::parse_schedule(argv[++i], schedule)) return usage("--schedule: not a whole number");
         }
         else if (a == "--help" || a == "-h") {
             usage("runs the tensor-core variants under emulation", stdout);
@@ -439,7 +437,8 @@ int main(int argc, char **argv)
     std::map<std::tuple<std::string, size_t, unsigned long long>, bool> base_passes; /* (variant, problem, schedule) */
     for (const emu::variant *m : chosen) {
         if (m->mutant_of.empty()) return usage((m->name + " is not a mutant").c_str());
-        emu::set_schedule(m->schedule ? m->schedule : schedule); /* a mutant's own schedule first; its variant is judged under the same */
+        const unsigned long long seed = emu::schedule_of(*m, schedule);
+        emu::set_schedule(seed); /* a mutant's own schedule first; its variant is judged under the same */
         std::string first;
         const int at = run_mutant(*m, ps, first);
         /* expect may name alternatives, " || " between them: a mutant whose first failure depends on the
@@ -454,7 +453,7 @@ int main(int argc, char **argv)
         std::string why = at == -1 ? "passed every problem" : at == -2 ? first : "failed with: " + first;
         const emu::variant *base = find_variant(m->mutant_of);
         for (int i = 0; ok && i <= at; i++) { /* the failure is the mutation's: its variant passes there */
-            auto key = std::make_tuple(m->mutant_of, (size_t)i, m->schedule ? m->schedule : schedule);
+            auto key = std::make_tuple(m->mutant_of, (size_t)i, seed);
             if (!base_passes.count(key)) {
                 std::string stats;
                 const verdict r = check(ps[i], *base, stats);
