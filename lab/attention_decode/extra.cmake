@@ -21,10 +21,11 @@ if(Python3_FOUND AND CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
   # 3 SMs give at most 12 pieces; v23's final merge then takes the partials of several clusters, and v24,
   # v26, v27 and v28 split as v19 (the three gathering warps of v26, of v27 on e4m3 pages and of v28 on
   # draft tokens, then take turns over tiles of many short chunks); v29's, v30's and v31's queues hand those
-  # chunks out (v31's first chunks in pieces).
+  # chunks out (v31's first chunks in pieces); v32's final merge takes a dozen clusters' partials, more than
+  # one batch of loads.
   foreach(name v19_one_gatherer v20_bulk_merge v21_merge_tree v23_cluster_prefetch v24_four_gatherers
           v26_tile_gatherers v27_fp8_tile_gatherers v28_draft_tile_gatherers v29_work_queue
-          v30_item_pipeline v31_shrinking_items)
+          v30_item_pipeline v31_shrinking_items v32_cluster_tail)
     add_test(NAME attention_decode_emulated_${name}_24_sms COMMAND decode_emulator ${name})
     set_tests_properties(attention_decode_emulated_${name}_24_sms PROPERTIES LABELS cpu TIMEOUT 900
                          ENVIRONMENT KL_EMU_SMS=24)

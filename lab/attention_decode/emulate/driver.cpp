@@ -293,11 +293,11 @@ bool check(const problem &pr, const emu::variant &variant, std::string &why)
 
 /* What is wrong with a launch's timeline, or "": a CTA's events out of order, or a CTA that ran its key
  * loop without stamping its first tile and its end; the variants that record timelines (v20_bulk_merge,
- * v21_merge_tree) must have recorded one. */
+ * v21_merge_tree, v32_cluster_tail) must have recorded one. */
 std::string trace_fault(const kl_decode_trace &t, const emu::variant &v)
 {
     const std::string &name = v.mutant_of.empty() ? v.name : v.mutant_of;
-    const bool records = name == "v20_bulk_merge" || name == "v21_merge_tree";
+    const bool records = name == "v20_bulk_merge" || name == "v21_merge_tree" || name == "v32_cluster_tail";
     bool any = false;
     for (int c = 0; c < KL_DECODE_TRACE_CTAS; c++) {
         const unsigned long long *a = t.at[c];

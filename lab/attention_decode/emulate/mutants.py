@@ -471,4 +471,50 @@ MUTANTS = [
                    "merge_cluster<T, HD>(p, res, b, h0, nh, cluster, whole, k * cluster);")],
         "expect": "outside the attention policy's bound",
     },
+    {   # v32: the cluster merge without its first cluster barrier: a CTA reads its neighbours' merged rows
+        # before they are written
+        "name": "mutant_v32_reads_before_cluster_barrier",
+        "variant": "v32_cluster_tail",
+        "edits": [("kl::ptx::cluster_sync(); /* every CTA's merged rows are written */", "/* no cluster barrier */")],
+        "expect": "outside the attention policy's bound",
+    },
+    {   # v32: no second cluster barrier: a CTA leaves (its shared memory gone) while its neighbours still read it
+        "name": "mutant_v32_leaves_before_neighbours_read",
+        "variant": "v32_cluster_tail",
+        "edits": [("kl::ptx::cluster_sync(); /* every CTA has read the others' rows, and written its share */",
+                   "/* no cluster barrier */")],
+        "expect": "which had exited",
+    },
+    {   # v32: a CTA of the padding (its chunk past the request's keys) leaves instead of meeting its cluster
+        "name": "mutant_v32_padding_leaves_its_cluster",
+        "variant": "v32_cluster_tail",
+        "edits": [("    if (k >= clusters) return;\n", "    if (k >= clusters || split >= splits) return;\n")],
+        "expect": "which had exited",
+    },
+    {   # v32: the final merge leaves out the last cluster's partial
+        "name": "mutant_v32_last_cluster_dropped",
+        "variant": "v32_cluster_tail",
+        "edits": [("merge_states(clusters, [&]", "merge_states(clusters - 1, [&]")],
+        "expect": "outside the attention policy's bound",
+    },
+    {   # v32: the running sums not put on a later batch's larger max (batches of one state, so that the merges
+        # of two or more have a later batch, and some later state has the larger max)
+        "name": "mutant_v32_running_sums_not_rescaled",
+        "variant": "v32_cluster_tail",
+        "edits": [("        r.l *= keep, r.a0 *= keep, r.a1 *= keep;\n", ""),
+                  ("constexpr int kBatch = 8; ", "constexpr int kBatch = 1; ")],
+        "expect": "outside the attention policy's bound",
+    },
+    {   # v32: the counter not reset: the next launch's CTAs count on from this one's total
+        "name": "mutant_v32_counter_not_reset",
+        "variant": "v32_cluster_tail",
+        "edits": [("        if (last) *counter = 0; /* every other CTA of this request has counted: reset for the next launch */\n", "")],
+        "expect": "left a merge counter at",
+    },
+    {   # v32: a CTA that ends at the cluster merge does not stamp its end
+        "name": "mutant_v32_end_not_stamped",
+        "variant": "v32_cluster_tail",
+        "edits": [("    if (whole) {\n        if (tiles > 0) stamp(KL_DECODE_END);\n", "    if (whole) {\n")],
+        "expect": "ran its key loop without stamping its first tile and its end",
+    },
 ]
