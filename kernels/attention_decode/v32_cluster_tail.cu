@@ -43,51 +43,55 @@ constexpr int kMaxCluster = 8; /* the portable cluster size */
 constexpr int kBatch = 8;      /* states whose loads a thread issues together in merge_states */
 
 #if KL_SM90A
-/* One output pair of dims merged from `count` states: load(j, m, l, a0, a1) gives state j's running
- * max m (log2 units, -inf for a state with no keys), its sum l and its unnormalised acc at the two dims.
- * Every state is put on the common max M: acc = sum a_j 2^(m_j - M), L = sum l_j 2^(m_j - M). */
+/* Four adjacent dims of one output row merged from `count` states: load(j, m, l, a) gives state j's
+ * running max m (log2 units, -inf for a state with no keys), its sum l and its unnormalised acc at the
+ * four dims. Every state is put on the common max M: acc = sum a_j 2^(m_j - M), L = sum l_j 2^(m_j - M). */
 struct merged {
-    float m, l, a0, a1;
+    float m, l, a[4];
 };
 template <typename Load> __device__ __forceinline__ merged merge_states(int count, Load load)
 {
-    merged r{-INFINITY, 0.f, 0.f, 0.f};
+    merged r{-INFINITY, 0.f, {0.f, 0.f, 0.f, 0.f}};
     for (int j0 = 0; j0 < count; j0 += kBatch) {
-        float m[kBatch], l[kBatch], a0[kBatch], a1[kBatch];
+        float m[kBatch], l[kBatch], a[kBatch][4];
 #pragma unroll
         for (int j = 0; j < kBatch; j++) {
-            m[j] = -INFINITY, l[j] = a0[j] = a1[j] = 0.f;
-            if (j0 + j < count) load(j0 + j, m[j], l[j], a0[j], a1[j]);
+            m[j] = -INFINITY, l[j] = a[j][0] = a[j][1] = a[j][2] = a[j][3] = 0.f;
+            if (j0 + j < count) load(j0 + j, m[j], l[j], a[j]);
         }
         float mx = r.m;
 #pragma unroll
         for (int j = 0; j < kBatch; j++) mx = fmaxf(mx, m[j]);
         const float base = mx == -INFINITY ? 0.f : mx, keep = exp2f(r.m - base); /* exp2(-inf) = 0 */
-        r.l *= keep, r.a0 *= keep, r.a1 *= keep;
+        r.l *= keep, r.a[0] *= keep, r.a[1] *= keep, r.a[2] *= keep, r.a[3] *= keep;
 #pragma unroll
         for (int j = 0; j < kBatch; j++) {
             const float w = exp2f(m[j] - base);
-            r.l += l[j] * w, r.a0 += a0[j] * w, r.a1 += a1[j] * w;
+            r.l += l[j] * w;
+#pragma unroll
+            for (int e = 0; e < 4; e++) r.a[e] += a[j][e] * w;
         }
         r.m = mx;
     }
     return r;
 }
 
-/* Writes a merged pair: the output (and lse, at dim 0) of (request b, qo head h) where `whole`, else
- * the unnormalised pair (and m, l at dim 0) into partial row `k` of that head. */
+/* Writes a merged quad of dims d .. d + 3: the output (and lse, at dim 0) of (request b, qo head h)
+ * where `whole`, else the unnormalised dims (and m, l at dim 0) into partial row `k` of that head. */
 template <typename T, int HD>
-__device__ __forceinline__ void store_pair(const kl_attention_decode_params &p, const merged &r, int b, int h, int d,
+__device__ __forceinline__ void store_quad(const kl_attention_decode_params &p, const merged &r, int b, int h, int d,
                                            bool whole, int k)
 {
     if (whole) {
         const int64_t row = (int64_t)b * p.num_qo_heads + h;
         T *out = static_cast<T *>(p.out) + row * HD + d;
-        out[0] = kl::from_f32<T>(r.a0 / r.l), out[1] = kl::from_f32<T>(r.a1 / r.l);
+#pragma unroll
+        for (int e = 0; e < 4; e++) out[e] = kl::from_f32<T>(r.a[e] / r.l);
         if (d == 0) p.lse[row] = (r.m + log2f(r.l)) * 0.69314718056f;
     } else {
         float *part = kl::decode::partial(p, k, b, h);
-        part[d] = r.a0, part[d + 1] = r.a1;
+#pragma unroll
+        for (int e = 0; e < 4; e++) part[d + e] = r.a[e];
         if (d == 0) part[HD] = r.m, part[HD + 1] = r.l;
     }
 }
@@ -164,19 +168,20 @@ static __global__ void __launch_bounds__(kThreads, HD == 256 ? 1 : kCtasPerSm)
     kl::decode::merge_warp_states<HD, CW, 1>(mrg, 0, nh);
     const uint32_t res_at = kl::ptx::smem_addr(mrg + CW * 8 * S::ROW); /* this CTA's merged row a head */
 
-    /* The cluster's merge: CTA `rank` takes pairs [rank * per, rank * per + per) of the nh x HD / 2 and
+    /* The cluster's merge: CTA `rank` takes quads [rank * per, rank * per + per) of the nh x HD / 4 and
      * reads them from every CTA of the cluster (rank 0's chunk holds keys, so every merged max is finite). */
     kl::ptx::cluster_sync(); /* every CTA's merged rows are written */
     const bool whole = clusters == 1;
-    const int pairs = nh * HD / 2, per = (pairs + cluster - 1) / cluster, rank = (int)kl::ptx::cluster_rank();
-    for (int i = rank * per + (int)threadIdx.x; i < min(pairs, rank * per + per); i += kThreads) {
-        const int h = i / (HD / 2), d = 2 * (i % (HD / 2));
+    const int quads = nh * HD / 4, per = (quads + cluster - 1) / cluster, rank = (int)kl::ptx::cluster_rank();
+    for (int i = rank * per + (int)threadIdx.x; i < min(quads, rank * per + per); i += kThreads) {
+        const int h = i / (HD / 4), d = 4 * (i % (HD / 4));
         const uint32_t row = res_at + (uint32_t)(h * S::ROW) * 4;
-        const merged r = merge_states(cluster, [&](int j, float &mj, float &lj, float &a0, float &a1) {
+        const merged r = merge_states(cluster, [&](int j, float &mj, float &lj, float (&a)[4]) {
             mj = kl::ptx::ld_cluster_f32(row + HD * 4, j), lj = kl::ptx::ld_cluster_f32(row + (HD + 1) * 4, j);
-            a0 = kl::ptx::ld_cluster_f32(row + d * 4, j), a1 = kl::ptx::ld_cluster_f32(row + (d + 1) * 4, j);
+#pragma unroll
+            for (int e = 0; e < 4; e++) a[e] = kl::ptx::ld_cluster_f32(row + (d + e) * 4, j);
         });
-        store_pair<T, HD>(p, r, b, h0 + h, d, whole, k);
+        store_quad<T, HD>(p, r, b, h0 + h, d, whole, k);
     }
     kl::ptx::cluster_sync(); /* every CTA has read the others' rows, and written its share */
     if (whole) {
@@ -200,15 +205,16 @@ static __global__ void __launch_bounds__(kThreads, HD == 256 ? 1 : kCtasPerSm)
     }
     __threadfence();
     const int64_t step = kl::decode::partial_split_stride(p); /* from cluster j's partial row to j + 1's */
-    for (int i = threadIdx.x; i < pairs; i += kThreads) {
-        const int h = i / (HD / 2), d = 2 * (i % (HD / 2));
+    for (int i = threadIdx.x; i < quads; i += kThreads) {
+        const int h = i / (HD / 4), d = 4 * (i % (HD / 4));
         const float *first = kl::decode::partial(p, 0, b, h0 + h);
-        const merged r = merge_states(clusters, [&](int j, float &mj, float &lj, float &a0, float &a1) {
-            const float *row = first + j * step;
-            const float2 a = __ldcg(reinterpret_cast<const float2 *>(row + d)); /* a row is HD + 2 floats: 8-byte aligned */
-            mj = __ldcg(row + HD), lj = __ldcg(row + HD + 1), a0 = a.x, a1 = a.y;
+        const merged r = merge_states(clusters, [&](int j, float &mj, float &lj, float (&a)[4]) {
+            const float *row = first + j * step; /* HD + 2 floats: 8-byte aligned */
+            const float2 lo = __ldcg(reinterpret_cast<const float2 *>(row + d));
+            const float2 hi = __ldcg(reinterpret_cast<const float2 *>(row + d + 2));
+            mj = __ldcg(row + HD), lj = __ldcg(row + HD + 1), a[0] = lo.x, a[1] = lo.y, a[2] = hi.x, a[3] = hi.y;
         });
-        store_pair<T, HD>(p, r, b, h0 + h, d, true, 0);
+        store_quad<T, HD>(p, r, b, h0 + h, d, true, 0);
     }
     if (tiles > 0) stamp(KL_DECODE_END);
 #else
@@ -235,6 +241,36 @@ template <typename T, int HD, int STAGES> static int max_active_clusters(int clu
     return fit[cluster];
 }
 
+/* v26's whole-wave split, in clusters of up to 8 splits, made to fit one wave of clusters: a cluster waits
+ * until all of its CTAs fit together, so whole clusters can need a second wave where loose CTAs did not.
+ * Where they would, longer chunks (whole tiles: the gathering warps copy any run of 16 tokens), first in as
+ * many clusters a (request, head block) as one wave holds, else in one smaller cluster each. A batch of
+ * more pairs than one wave holds at all runs unsplit, one CTA a cluster, as v26's does. */
+template <typename T, int HD, int STAGES>
+static struct kl_decode_split cluster_plan(const struct kl_attention_decode_params *p, int64_t pairs, int *cluster)
+{
+    struct kl_decode_split plan =
+        kl_attention_decode_split_waves(p, pairs, kCtasPerSm * (int64_t)kl_attention_decode_sms());
+    const int64_t n = p->max_kv_len;
+    auto split_into = [&](int64_t pieces) {
+        plan.chunk = ((n + pieces - 1) / pieces + 15) / 16 * 16;
+        plan.splits = n > 0 ? (int)((n + plan.chunk - 1) / plan.chunk) : 1;
+    };
+    for (int c = plan.splits < kMaxCluster ? plan.splits : kMaxCluster;; c--) {
+        const int64_t fit = max_active_clusters<T, HD, STAGES>(c), per_pair = fit / pairs;
+        if (pairs * ((plan.splits + c - 1) / c) <= fit || c == 1) {
+            *cluster = plan.splits < c ? plan.splits : c;
+            return plan;
+        }
+        if (per_pair >= 1) { /* per_pair clusters of c a pair: at most c x per_pair splits */
+            split_into(per_pair * c);
+            *cluster = plan.splits < c ? plan.splits : c;
+            return plan;
+        }
+        split_into(c - 1); /* one cluster of c - 1 a pair, tried next */
+    }
+}
+
 template <typename T, int HD, int STAGES>
 static cudaError_t launch_shape(const struct kl_attention_decode_params *p, const kl::decode::page_maps &m,
                                 cudaStream_t stream)
@@ -248,21 +284,9 @@ static cudaError_t launch_shape(const struct kl_attention_decode_params *p, cons
         if (rc != cudaSuccess) return rc;
         configured = true;
     }
-    /* v26's whole-wave split (chunks of 64-token multiples, so every tile starts at a multiple of 16), in
-     * clusters of up to 8 splits; where its clusters would not all run at once, fewer and longer chunks
-     * (a cluster waits until all of its CTAs fit together, so whole clusters can need a second wave where
-     * loose CTAs did not). */
     const int64_t blocks = (p->num_qo_heads / p->num_kv_heads + 7) / 8, pairs = p->batch * p->num_kv_heads * blocks;
-    struct kl_decode_split plan =
-        kl_attention_decode_split_waves(p, pairs, kCtasPerSm * (int64_t)kl_attention_decode_sms());
-    int cluster = plan.splits < kMaxCluster ? plan.splits : kMaxCluster;
-    const int64_t fit = max_active_clusters<T, HD, STAGES>(cluster), per_pair = fit / pairs;
-    if (per_pair >= 1 && pairs * ((plan.splits + cluster - 1) / cluster) > fit) {
-        const int64_t n = p->max_kv_len, want = per_pair * cluster;
-        plan.chunk = ((n + want - 1) / want + 63) / 64 * 64;
-        plan.splits = (int)((n + plan.chunk - 1) / plan.chunk);
-        cluster = plan.splits < kMaxCluster ? plan.splits : kMaxCluster;
-    }
+    int cluster = 1;
+    const struct kl_decode_split plan = cluster_plan<T, HD, STAGES>(p, pairs, &cluster);
     const int clusters = (plan.splits + cluster - 1) / cluster; /* the workspace holds one partial per cluster */
     if (clusters > 1 && p->workspace_bytes < kl_attention_decode_workspace_for(p, clusters)) {
         fprintf(stderr, "attention_decode v32_cluster_tail: workspace of %zu bytes, %zu needed\n", p->workspace_bytes,

@@ -802,19 +802,29 @@ cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int)
     default: return cudaErrorInvalidValue;
     }
 }
-/* The emulation runs one cluster after another, with no residency limit: as many clusters at once as
- * a launch could ask for, so a planner that fits its grid to one wave plans as for an unbounded GPU. */
-cudaError_t cudaOccupancyMaxActiveClusters(int *clusters, const void *, const cudaLaunchConfig_t *)
-{
-    *clusters = 1 << 20;
-    return cudaSuccess;
-}
 /* As many CTAs as the shared memory (dynamic, plus a kilobyte) and 2048 threads allow, at least one. */
 cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *blocks, const void *, int block_size,
                                                                    size_t smem, unsigned int)
 {
     const int by_smem = (int)(kMaxSmem / (smem + 1024)), by_threads = block_size > 0 ? 2048 / block_size : 1;
     *blocks = std::max(1, std::min(by_smem, by_threads));
+    return cudaSuccess;
+}
+/* The emulation runs one cluster after another, with no residency limit, but answers as a GPU of
+ * emulated_sms() SMs in one GPC would: the whole clusters of the launch's size that its SMs hold at
+ * once (the CTAs an SM holds by the count above), at least one. So a planner that fits its grid to one
+ * wave of clusters takes its smaller-wave paths on the emulated problems, as it does on a real GPU
+ * whose clusters must each fit one GPC. */
+cudaError_t cudaOccupancyMaxActiveClusters(int *clusters, const void *func, const cudaLaunchConfig_t *cfg)
+{
+    unsigned size = 1;
+    for (unsigned i = 0; i < cfg->numAttrs; i++)
+        if (cfg->attrs[i].id == cudaLaunchAttributeClusterDimension)
+            size = cfg->attrs[i].val.clusterDim.x * cfg->attrs[i].val.clusterDim.y * cfg->attrs[i].val.clusterDim.z;
+    int per_sm = 1;
+    const int threads = (int)(cfg->blockDim.x * cfg->blockDim.y * cfg->blockDim.z);
+    cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&per_sm, func, threads, cfg->dynamicSmemBytes, 0);
+    *clusters = std::max(1, emulated_sms() * per_sm / (int)std::max(1u, size));
     return cudaSuccess;
 }
 cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, const void *func, int block_size, size_t smem)

@@ -501,7 +501,7 @@ MUTANTS = [
         # of two or more have a later batch, and some later state has the larger max)
         "name": "mutant_v32_running_sums_not_rescaled",
         "variant": "v32_cluster_tail",
-        "edits": [("        r.l *= keep, r.a0 *= keep, r.a1 *= keep;\n", ""),
+        "edits": [("        r.l *= keep, r.a[0] *= keep, r.a[1] *= keep, r.a[2] *= keep, r.a[3] *= keep;\n", ""),
                   ("constexpr int kBatch = 8; ", "constexpr int kBatch = 1; ")],
         "expect": "outside the attention policy's bound",
     },
