@@ -124,9 +124,11 @@ int64_t kl_attention_decode_q_rows(const struct kl_attention_decode_params *p);
 /* v11_by_shape's rungs for a call on a GPU of `sms` SMs, in order of preference, NULL-terminated:
  * e4m3 caches (k_scale set) v27_fp8_tile_gatherers, v10_fp8_page_heads, then v7_fp8_f16_mma; draft
  * tokens (qo_indptr) v28_draft_tile_gatherers, then v4_tensor_cores; one query a request on pages of a multiple of 16
- * slots v13_cluster_merge where the (request, kv head) pairs are too few to fill three CTAs an SM, so the keys are
- * split, else v31_shrinking_items, then v8_tma_pages, then v4_tensor_cores; other page sizes v19_one_gatherer,
- * v12_cp_async_gather, then v4_tensor_cores. From the params and the SM count alone, never the lengths on the device.
+ * slots, where the (request, kv head) pairs are too few to fill three CTAs an SM, so the keys are split,
+ * v13_cluster_merge when v8's plan splits a request 8 ways or fewer (one cluster), else v32_cluster_tail first, then
+ * v8_tma_pages, then v4_tensor_cores; where the pairs fill the SMs v31_shrinking_items, then v8_tma_pages, then
+ * v4_tensor_cores; other page sizes v32_cluster_tail, v19_one_gatherer, v12_cp_async_gather, then v4_tensor_cores.
+ * From the params and the SM count alone, never the lengths on the device.
  */
 const char *const *kl_attention_decode_by_shape(const struct kl_attention_decode_params *p, int sms);
 

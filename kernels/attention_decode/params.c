@@ -162,17 +162,23 @@ const char *const *kl_attention_decode_by_shape(const struct kl_attention_decode
 {
     static const char *const fp8[] = {"v27_fp8_tile_gatherers", "v10_fp8_page_heads", "v7_fp8_f16_mma", NULL};
     static const char *const pages16_split[] = {"v13_cluster_merge", "v8_tma_pages", "v4_tensor_cores", NULL};
+    static const char *const pages16_long[] = {"v32_cluster_tail", "v13_cluster_merge", "v8_tma_pages",
+                                               "v4_tensor_cores", NULL};
     static const char *const pages16[] = {"v31_shrinking_items", "v8_tma_pages", "v4_tensor_cores", NULL};
-    static const char *const gather[] = {"v19_one_gatherer", "v12_cp_async_gather", "v4_tensor_cores", NULL};
+    static const char *const gather[] = {"v32_cluster_tail", "v19_one_gatherer", "v12_cp_async_gather",
+                                         "v4_tensor_cores", NULL};
     static const char *const draft[] = {"v28_draft_tile_gatherers", "v4_tensor_cores", NULL};
     if (p->k_scale) return fp8;
     if (p->qo_indptr) return draft;
     if (p->page_size % 16) return gather;
     /* v8's plan splits the keys when the pairs cannot fill about three CTAs an SM: there the merge of
-     * the splits is the call's tail, and v13 merges them inside a cluster. Where they do fill them, v31's
-     * queue: a serving batch is ragged, and the queue ends its CTAs' key loops together whatever the
-     * lengths (on a batch of equal lengths v26's grid, one chunk a CTA, is a little faster). */
+     * the splits is the call's tail, and v13 merges them inside a cluster, never through memory where a
+     * request's splits fit one cluster of 8; where they do not (long requests), v32, whose clusters'
+     * partials meet in one batch of loads. Where the pairs do fill the SMs, v31's queue: a serving batch
+     * is ragged, and the queue ends its CTAs' key loops together whatever the lengths (on a batch of
+     * equal lengths v26's grid, one chunk a CTA, is a little faster). */
     const int64_t heads = p->num_kv_heads > 0 ? p->num_kv_heads : 1;
     const int64_t pairs = p->batch * heads * ((p->num_qo_heads / heads + 7) / 8);
-    return pairs < 3 * (int64_t)sms ? pages16_split : pages16;
+    if (pairs >= 3 * (int64_t)sms) return pages16;
+    return kl_attention_decode_split(p, sms, 3, 64, 128, 2048).splits > 8 ? pages16_long : pages16_split;
 }

@@ -2,9 +2,10 @@
  * engine picks its decode kernel by the batch's shape: no new kernel, a choice among v4, v7, v8, v10
  * and the later rungs built for the calls v8 serves worst: v12 and v19 (the page sizes v8 gathers) and
  * v13 (batches so small that their keys are split), v26 (gathering warps that each copy whole tiles
- * into a six-stage ring), v27 (v26's gathering on FP8 pages), v28 (v26's ring for draft tokens) and v31
+ * into a six-stage ring), v27 (v26's gathering on FP8 pages), v28 (v26's ring for draft tokens), v31
  * (v26's CTA made persistent, taking its chunks from a queue, so ragged batches end together, the
- * queue's last items the smallest).
+ * queue's last items the smallest) and v32 (v26's CTA whose splits meet in clusters, the clusters'
+ * partials in one batch of loads).
  *
  * What changed from v10, and why: no single rung runs every workload at its best. v8_tma_pages reads a
  * 16-bit cache fastest where every tile is 16 slots of one page, but it declines draft tokens and
@@ -14,9 +15,11 @@
  * Here the call goes, in order of preference (kl_attention_decode_by_shape, params.c), to
  *   an e4m3 cache:                                      v27_fp8_tile_gatherers, else v10, else v7
  *   one query a request, page size a multiple of 16,
- *     too few (request, kv head) pairs for 3 CTAs an SM: v13_cluster_merge, else v8, else v4
+ *     too few (request, kv head) pairs for 3 CTAs an SM,
+ *       a request in 8 splits or fewer by v8's plan:    v13_cluster_merge, else v8, else v4
+ *       a request in more:                              v32_cluster_tail, else v13, else v8, else v4
  *     enough pairs:                                     v31_shrinking_items, else v8, else v4
- *   one query a request, any other page size (page 1):  v19_one_gatherer, else v12, else v4
+ *   one query a request, any other page size (page 1):  v32_cluster_tail, else v19, else v12, else v4
  *   draft tokens (qo_indptr):                           v28_draft_tile_gatherers, else v4
  * "else": the next one where a rung is not built, needs a newer device, or declines the shape
  * (cudaErrorNotSupported, before it launches anything). The choice reads only the params and the SM
@@ -44,5 +47,5 @@ static cudaError_t launch(const struct kl_attention_decode_params *p, cudaStream
 
 KL_VARIANT(attention_decode, v11_by_shape, launch, .min_cc = 80,
            .summary = "by shape: v31 on whole 16-slot pages with one query (v13 where the batch is too small to "
-                      "fill the SMs), v19 on other pages, v28 (else v4) for draft tokens, v27 (else v10, v7) on "
-                      "e4m3 caches");
+                      "fill the SMs, v32 where its requests are also long), v32 on other pages, v28 (else v4) for "
+                      "draft tokens, v27 (else v10, v7) on e4m3 caches");

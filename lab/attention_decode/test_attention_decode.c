@@ -176,39 +176,45 @@ Test(attention_decode, launch_checks_take_an_fp8_cache_only_from_variants_that_d
 Test(attention_decode, by_shape_sends_each_kind_of_call_to_its_rung)
 {
     /* Llama's 32 query and 8 kv heads: a request is 8 (request, kv head) pairs, and on 132 SMs
-     * (an H100) 49 requests or fewer cannot fill three CTAs an SM, so their keys are split. */
+     * (an H100) 49 requests or fewer cannot fill three CTAs an SM, so their keys are split: into 4 by
+     * v8's plan for 1 or 8 requests of 512 keys, 2 for 49 requests of 512, one cluster's worth or fewer,
+     * and into 47 for one request of 32768. */
     struct kl_attention_decode_params p = {.page_size = 16, .num_qo_heads = 32, .num_kv_heads = 8};
     const int32_t qo[2] = {0, 4};
     const float scale[1] = {1};
     const int sms = 132;
     const struct {
-        int64_t page, batch;
+        int64_t page, batch, kv;
         bool draft, fp8;
-        const char *first, *second, *third;
+        const char *order[5];
     } cases[] = {
-        {16, 64, false, false, "v31_shrinking_items", "v8_tma_pages", "v4_tensor_cores"},
-        {32, 64, false, false, "v31_shrinking_items", "v8_tma_pages", "v4_tensor_cores"},
-        {16, 50, false, false, "v31_shrinking_items", "v8_tma_pages", "v4_tensor_cores"},
-        {16, 49, false, false, "v13_cluster_merge", "v8_tma_pages", "v4_tensor_cores"},
-        {16, 1, false, false, "v13_cluster_merge", "v8_tma_pages", "v4_tensor_cores"},
-        {1, 1, false, false, "v19_one_gatherer", "v12_cp_async_gather", "v4_tensor_cores"},
-        {8, 64, false, false, "v19_one_gatherer", "v12_cp_async_gather", "v4_tensor_cores"},
-        {1, 1, true, false, "v28_draft_tile_gatherers", "v4_tensor_cores", NULL},
-        {16, 1, true, false, "v28_draft_tile_gatherers", "v4_tensor_cores", NULL},
-        {16, 64, true, false, "v28_draft_tile_gatherers", "v4_tensor_cores", NULL},
-        {16, 1, false, true, "v27_fp8_tile_gatherers", "v10_fp8_page_heads", "v7_fp8_f16_mma"},
-        {1, 64, false, true, "v27_fp8_tile_gatherers", "v10_fp8_page_heads", "v7_fp8_f16_mma"},
+        {16, 64, 8192, false, false, {"v31_shrinking_items", "v8_tma_pages", "v4_tensor_cores"}},
+        {32, 64, 8192, false, false, {"v31_shrinking_items", "v8_tma_pages", "v4_tensor_cores"}},
+        {16, 50, 512, false, false, {"v31_shrinking_items", "v8_tma_pages", "v4_tensor_cores"}},
+        {16, 49, 512, false, false, {"v13_cluster_merge", "v8_tma_pages", "v4_tensor_cores"}},
+        {16, 8, 512, false, false, {"v13_cluster_merge", "v8_tma_pages", "v4_tensor_cores"}},
+        {16, 1, 512, false, false, {"v13_cluster_merge", "v8_tma_pages", "v4_tensor_cores"}},
+        {16, 1, 32768, false, false, {"v32_cluster_tail", "v13_cluster_merge", "v8_tma_pages", "v4_tensor_cores"}},
+        {1, 1, 512, false, false, {"v32_cluster_tail", "v19_one_gatherer", "v12_cp_async_gather", "v4_tensor_cores"}},
+        {8, 64, 512, false, false, {"v32_cluster_tail", "v19_one_gatherer", "v12_cp_async_gather", "v4_tensor_cores"}},
+        {1, 1, 512, true, false, {"v28_draft_tile_gatherers", "v4_tensor_cores"}},
+        {16, 1, 512, true, false, {"v28_draft_tile_gatherers", "v4_tensor_cores"}},
+        {16, 64, 512, true, false, {"v28_draft_tile_gatherers", "v4_tensor_cores"}},
+        {16, 1, 512, false, true, {"v27_fp8_tile_gatherers", "v10_fp8_page_heads", "v7_fp8_f16_mma"}},
+        {1, 64, 512, false, true, {"v27_fp8_tile_gatherers", "v10_fp8_page_heads", "v7_fp8_f16_mma"}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        p.page_size = cases[i].page, p.batch = cases[i].batch, p.qo_indptr = cases[i].draft ? qo : NULL;
+        p.page_size = cases[i].page, p.batch = cases[i].batch, p.max_kv_len = cases[i].kv;
+        p.qo_indptr = cases[i].draft ? qo : NULL;
         p.k_scale = p.v_scale = cases[i].fp8 ? scale : NULL;
         const char *const *order = kl_attention_decode_by_shape(&p, sms);
-        cr_assert_str_eq(order[0], cases[i].first, "page %lld, batch %lld%s%s", (long long)cases[i].page,
-                         (long long)cases[i].batch, cases[i].draft ? ", draft tokens" : "",
-                         cases[i].fp8 ? ", e4m3" : "");
-        if (cases[i].second) cr_assert_str_eq(order[1], cases[i].second);
-        if (cases[i].third) cr_assert_str_eq(order[2], cases[i].third);
-        cr_assert_null(order[!cases[i].second ? 1 : !cases[i].third ? 2 : 3]);
+        int k = 0;
+        for (; cases[i].order[k]; k++)
+            cr_assert(order[k] && strcmp(order[k], cases[i].order[k]) == 0,
+                      "page %lld, batch %lld, %lld keys%s%s: rung %d is %s, not %s", (long long)cases[i].page,
+                      (long long)cases[i].batch, (long long)cases[i].kv, cases[i].draft ? ", draft tokens" : "",
+                      cases[i].fp8 ? ", e4m3" : "", k, order[k] ? order[k] : "(none)", cases[i].order[k]);
+        cr_assert_null(order[k], "case %zu names more rungs than expected", i);
         for (const char *const *n = order; *n; n++)
             cr_assert(kl_variant_find("attention_decode", *n), "%s is not a registered variant", *n);
     }
