@@ -54,10 +54,19 @@ def c_round(fmt, v):
 
 # ---- results ----
 
+# The peers' median times of each run: (module, workload, device name, commit) -> [(time, peer)]. A
+# row's time against the peers is a figure of its own run (the bench writes it against the peers it
+# timed), so it is recomputed from these where its run's peers are in the results, whichever peer row
+# the tables show for that device. One commit may hold several runs (`bench --variant` once for each
+# variant, each with its peers): the row's own peers are the ones its stored peer_time_us names.
+RUN_PEERS = {}
+
+
 def load_rows(results):
     """Every row, keyed by (module, variant, workload, device name): a device folder's row wins
-    over a flat file's, as kernlab report does."""
+    over a flat file's, as kernlab report does. Fills RUN_PEERS from every peer row."""
     rows = {}
+    RUN_PEERS.clear()
     for path in sorted(glob.glob(os.path.join(results, "*.jsonl"))) + sorted(glob.glob(os.path.join(results, "*", "*.jsonl"))):
         for line in open(path):
             if line.strip():
@@ -65,7 +74,26 @@ def load_rows(results):
                 key = (r["module"], r["variant"], r["workload"], r.get("device", {}).get("name", "?"))
                 if key not in rows or os.sep in os.path.relpath(path, results):
                     rows[key] = r
+                if r.get("peer") is True and math.isfinite(num(r, "time_us.median")):
+                    RUN_PEERS.setdefault((key[0], key[2], key[3], r.get("commit")), []).append(
+                        (num(r, "time_us.median"), r["variant"]))
     return rows
+
+
+def run_peers(r, rows):
+    """The peers (time, name) of r's own run, fastest first: of its commit, and where it stores the
+    peer time it was written against and a peer row of its commit has that time, that one first;
+    where the results hold no peer of its commit, the peer rows the tables show for its workload and
+    device."""
+    dev = r.get("device", {}).get("name", "?")
+    own = sorted(RUN_PEERS.get((r["module"], r["workload"], dev, r.get("commit")), []))
+    stored = num(r, "peer_time_us")
+    named = [p for p in own if math.isfinite(stored) and abs(p[0] - stored) <= 1e-9 * stored][:1]
+    if own:
+        return named + [p for p in own if p not in named]
+    return sorted((num(v, "time_us.median"), k[1]) for k, v in (rows or {}).items()
+                  if k[0] == r["module"] and k[2] == r["workload"] and k[3] == dev and v.get("peer") is True
+                  and math.isfinite(num(v, "time_us.median")))
 
 
 def get(o, path, default=None):
@@ -338,9 +366,7 @@ def check_ladder(name, text, rows, module, labels):
         med = num(r, "time_us.median")
         before = [k for k in numbered if k[2] == key[2] and k[3] == device and rung(k[1]) < rung(key[1])]
         prev = numbered[max(before, key=lambda k: (rung(k[1]), k[1]))] if before else None
-        peers = sorted((num(v, "time_us.median"), k[1]) for k, v in rows.items()
-                       if k[0] == module and k[2] == key[2] and k[3] == device and v.get("peer") is True
-                       and math.isfinite(num(v, "time_us.median")))
+        peers = run_peers(r, rows)
         stored = metric_value(r, "time_vs_peer", rows)  # fails where the stored figure disagrees with the peer rows
         mhz = num(r, "sm_clock_mhz_after")
         cyc = num(r, "counters.active_cycles")
@@ -384,12 +410,11 @@ def metric_value(r, metric, rows=None):
     if metric == "tc_frac":
         return num(r, "flops") / (num(r, "time_us.median") * 1e6) / num(r, "device.gemm_tflops")
     if metric == "time_vs_peer" or metric.startswith("time_vs:"):
-        # Recomputed from the run's rows: the fastest peer row of the same workload, or the same
-        # variant's row of the named workload, on the same device.
+        # Recomputed from the run's rows: the peer of the same workload in the row's own run
+        # (run_peers), or the same variant's row of the named workload, on the same device.
         module, variant, workload, dev = r["module"], r["variant"], r["workload"], r.get("device", {}).get("name", "?")
         if metric == "time_vs_peer":
-            base = [num(v, "time_us.median") for k, v in (rows or {}).items()
-                    if k[0] == module and k[2] == workload and k[3] == dev and v.get("peer") is True]
+            base = [t for t, _ in run_peers(r, rows)][:1]
         else:
             other_workload, _, by = metric[len("time_vs:"):].partition("@")  # @<variant>: that variant's row
             other = (rows or {}).get((module, by or variant, other_workload, dev))
