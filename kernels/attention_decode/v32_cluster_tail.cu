@@ -245,10 +245,15 @@ template <typename T, int HD, int STAGES> static int max_active_clusters(int clu
  * until all of its CTAs fit together, so whole clusters can need a second wave where loose CTAs did not.
  * Where they would, longer chunks (whole tiles: the gathering warps copy any run of 16 tokens), first in as
  * many clusters a (request, head block) as one wave holds, else in one smaller cluster each. A batch of
- * more pairs than one wave holds at all runs unsplit, one CTA a cluster, as v26's does. */
+ * more pairs than one wave holds at all runs unsplit, one CTA a cluster, as v26's does.
+ * KL_DECODE_V32_CLUSTER=c (1 to 8) caps the cluster at c CTAs, and KL_DECODE_V32_SPLITS=s (1 to
+ * KL_DECODE_MAX_SPLITS) asks for s splits a request in place of the whole-wave split: knobs to measure
+ * the plan by (exercise 11). */
 template <typename T, int HD, int STAGES>
 static struct kl_decode_split cluster_plan(const struct kl_attention_decode_params *p, int64_t pairs, int *cluster)
 {
+    static const int most = kl_attention_decode_knob("KL_DECODE_V32_CLUSTER", 1, kMaxCluster, kMaxCluster);
+    static const int asked = kl_attention_decode_knob("KL_DECODE_V32_SPLITS", 1, KL_DECODE_MAX_SPLITS, 0);
     struct kl_decode_split plan =
         kl_attention_decode_split_waves(p, pairs, kCtasPerSm * (int64_t)kl_attention_decode_sms());
     const int64_t n = p->max_kv_len;
@@ -256,7 +261,8 @@ static struct kl_decode_split cluster_plan(const struct kl_attention_decode_para
         plan.chunk = ((n + pieces - 1) / pieces + 15) / 16 * 16;
         plan.splits = n > 0 ? (int)((n + plan.chunk - 1) / plan.chunk) : 1;
     };
-    for (int c = plan.splits < kMaxCluster ? plan.splits : kMaxCluster;; c--) {
+    if (asked) split_into(asked);
+    for (int c = plan.splits < most ? plan.splits : most;; c--) {
         const int64_t fit = max_active_clusters<T, HD, STAGES>(c), per_pair = fit / pairs;
         if (pairs * ((plan.splits + c - 1) / c) <= fit || c == 1) {
             *cluster = plan.splits < c ? plan.splits : c;
