@@ -12,13 +12,13 @@
  * its share of the heads' dims from every CTA of the cluster (ld.shared::cluster): into the output where
  * the request's splits fit one cluster (b8-kv512-p16: no workspace, fence or counter at all), else into
  * the cluster's partial, after which each CTA counts itself as v13's do and the last one merges the
- * clusters' partials. Both merges are merge_states below: a thread takes two adjacent dims and loads the
- * max, the sum and the two dims of up to kBatch states at once, so eight clusters' partials (b1-kv32k-p16
- * at 64 splits) cost one round trip, where v19's merge of 64 splits cost ten. A CTA whose chunk lies past
- * its request's keys (the grid is padded to whole clusters) attends nothing, weighs 0 and still meets
- * its cluster at both barriers. v26's one-wave split, unless its clusters would not all run at once
- * (cudaOccupancyMaxActiveClusters); then fewer, longer chunks, as in v13. It records its launch's
- * timeline as v20 does.
+ * clusters' partials. Both merges are merge_states below: a thread takes four adjacent dims and loads
+ * the max, the sum and the four dims of up to kBatch states at once, so up to eight clusters' partials
+ * (b1-kv32k-p16's seven) cost one round trip, where v19's merge of 64 splits takes about ten (the maxima,
+ * the sums, then eight batches of rows). A CTA whose chunk lies past its request's keys (the grid is
+ * padded to whole clusters) attends nothing, weighs 0 and still meets its cluster at both barriers.
+ * v26's one-wave split, unless its clusters would not all run at once (cudaOccupancyMaxActiveClusters);
+ * then longer chunks, or smaller clusters (cluster_plan). It records its launch's timeline as v20 does.
  * Why faster (the prediction): on b1-kv32k-p16 and b8-kv512-p16 the time after the last key loop falls
  * to a cluster barrier and a merge (b8), or that plus one fence, one atomic and one round trip of loads
  * (b1); b32-kv4k-p1 (two splits) loses its merge through the workspace; the batches that fill the SMs
