@@ -250,11 +250,13 @@ int kl_rep_load(const char *results, struct kl_guide *mods, int *nm)
 }
 
 /* One row per (variant, workload, device): where two files both hold it (a device's folder and an
- * old flat file, or a run appended twice), a device folder's row wins over a flat file's, else the
- * first loaded; the loser is dropped with a note, so a fresh run never hides behind a stale one. */
+ * old flat file), a device folder's row wins over a flat file's, else the first loaded; the loser is
+ * dropped with a note, so a fresh run never hides behind a stale one. Repeats within one file (runs
+ * appended to it: a bench run of one variant brings its own peer rows) keep the file's first row, and
+ * are noted once for the file with their count. */
 static void drop_repeats(struct kl_guide *md)
 {
-    int kept = 0;
+    int kept = 0, within[KL_MAX_FILES] = {0}; /* repeats within each file */
     for (int j = 0; j < md->rows.n; j++) {
         const cJSON *r = md->rows.r[j];
         int k = 0;
@@ -267,9 +269,13 @@ static void drop_repeats(struct kl_guide *md)
             continue;
         }
         const bool newer = strchr(md->files[md->rows.file[j]], '/') && !strchr(md->files[md->rows.file[k]], '/');
-        fprintf(stderr, "kernlab report: %s %s %s on %s is in reports/data/%s and reports/data/%s: using the latter's\n",
-                md->name, kl_json_str(r, "variant", ""), kl_json_str(r, "workload", ""), kl_row_device(r),
-                md->files[md->rows.file[newer ? k : j]], md->files[md->rows.file[newer ? j : k]]);
+        if (md->rows.file[j] == md->rows.file[k]) {
+            within[md->rows.file[j]]++;
+        } else {
+            fprintf(stderr, "kernlab report: %s %s %s on %s is in reports/data/%s and reports/data/%s: using the latter's\n",
+                    md->name, kl_json_str(r, "variant", ""), kl_json_str(r, "workload", ""), kl_row_device(r),
+                    md->files[md->rows.file[newer ? k : j]], md->files[md->rows.file[newer ? j : k]]);
+        }
         if (newer) {
             cJSON_Delete(md->rows.r[k]);
             md->rows.r[k] = md->rows.r[j], md->rows.file[k] = md->rows.file[j];
@@ -278,6 +284,12 @@ static void drop_repeats(struct kl_guide *md)
         }
     }
     md->rows.n = kept;
+    for (int f = 0; f < md->n_files; f++)
+        if (within[f])
+            fprintf(stderr,
+                    "kernlab report: reports/data/%s: %d rows repeat the variant, workload and device of an earlier row "
+                    "of the file (runs appended to it): the earlier rows are the ones shown\n",
+                    md->files[f], within[f]);
 }
 
 static int mod_by_name(const void *a, const void *b)
