@@ -40,9 +40,10 @@ constexpr int kGatherers = 3;  /* producer warps a CTA: warps 3 .. 5, taking tur
 constexpr int kCtasPerSm = 4;  /* what the ring's size allows at head_dim 64 and 128, and what the split plans for */
 constexpr int kThreads = 32 * (kConsumers + kGatherers);
 constexpr int kMaxCluster = 8; /* the portable cluster size */
-constexpr int kBatch = 8;      /* states whose loads a thread issues together in merge_states */
 
 #if KL_SM90A
+constexpr int kBatch = 8; /* states whose loads a thread issues together in merge_states */
+
 /* Four adjacent dims of one output row merged from `count` states: load(j, m, l, a) gives state j's
  * running max m (log2 units, -inf for a state with no keys), its sum l and its unnormalised acc at the
  * four dims. Every state is put on the common max M: acc = sum a_j 2^(m_j - M), L = sum l_j 2^(m_j - M). */
