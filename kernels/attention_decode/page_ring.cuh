@@ -54,6 +54,24 @@ inline cudaError_t make_page_maps(const struct kl_attention_decode_params *p, kl
     return rc;
 }
 
+/* How many clusters of `cluster` CTAs (along z, 1 to 8) of KERNEL, launched with THREADS threads and SMEM
+ * bytes of dynamic shared memory, the GPU runs at once: at least 1, asked once a size. A cluster waits
+ * until all of its CTAs fit one GPC together, so the cluster rungs (v13, v23, v32) keep their plans to
+ * what one wave of clusters holds. */
+template <auto KERNEL, int THREADS, int SMEM> int max_active_clusters(int cluster)
+{
+    static int fit[9] = {0};
+    if (!fit[cluster]) {
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = 1, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = (unsigned)cluster;
+        cudaLaunchConfig_t cfg = {dim3(1, 1, (unsigned)cluster), dim3(THREADS), (size_t)SMEM, 0, attr, 1};
+        if (cudaOccupancyMaxActiveClusters(&fit[cluster], KERNEL, &cfg) != cudaSuccess || fit[cluster] < 1)
+            fit[cluster] = 1;
+    }
+    return fit[cluster];
+}
+
 /* ---- device ---- */
 
 /* The ring's barriers, then the wait on the previous kernel: thread 0 sets up full[s] counting

@@ -166,33 +166,18 @@ static __global__ void __launch_bounds__(32 * (CW + 1))
 
 /* ---- host ---- */
 
-/* How many clusters of `cluster` CTAs of this kernel the GPU runs at once (cached per size). */
-template <typename T, int HD, int CW, int STAGES> static int max_active_clusters(int cluster)
-{
-    using S = kl::decode::bf16_ring::ring_shape<T, HD, CW, STAGES>;
-    static int fit[MAX_CLUSTER + 1] = {0};
-    if (!fit[cluster]) {
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = 1, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = (unsigned)cluster;
-        cudaLaunchConfig_t cfg = {dim3(1, 1, (unsigned)cluster), dim3(S::THREADS), (size_t)S::SMEM, 0, attr, 1};
-        if (cudaOccupancyMaxActiveClusters(&fit[cluster], decode_v13<T, HD, CW, STAGES>, &cfg) != cudaSuccess ||
-            fit[cluster] < 1)
-            fit[cluster] = 1;
-    }
-    return fit[cluster];
-}
-
 /* v8's split (about three CTAs an SM, chunks of 64-token multiples), in clusters of up to 8 splits;
  * where its clusters would not all run at once, fewer and longer chunks, so the grid stays one wave
  * (a cluster waits for room for all its CTAs together). */
 template <typename T, int HD, int CW, int STAGES>
 static struct kl_decode_split cluster_plan(const struct kl_attention_decode_params *p, int *cluster)
 {
+    using S = kl::decode::bf16_ring::ring_shape<T, HD, CW, STAGES>;
     struct kl_decode_split plan = kl_attention_decode_split(p, kl_attention_decode_sms(), 3, 64, 128, 2048);
     *cluster = plan.splits < MAX_CLUSTER ? plan.splits : MAX_CLUSTER;
     const int64_t pairs = p->batch * p->num_kv_heads * ((p->num_qo_heads / p->num_kv_heads + 7) / 8);
-    const int64_t fit = max_active_clusters<T, HD, CW, STAGES>(*cluster);
+    const int64_t fit =
+        kl::decode::max_active_clusters<decode_v13<T, HD, CW, STAGES>, S::THREADS, S::SMEM>(*cluster);
     const int64_t per_pair = fit / pairs; /* clusters a (request, head block) may have in one wave */
     if (per_pair >= 1 && pairs * ((plan.splits + *cluster - 1) / *cluster) > fit) {
         const int64_t n = p->max_kv_len, want = per_pair * *cluster;

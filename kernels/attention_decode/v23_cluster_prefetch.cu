@@ -168,35 +168,20 @@ static __global__ void __launch_bounds__(kThreads, HD == 256 ? 1 : kCtasPerSm)
 
 /* ---- host ---- */
 
-/* How many clusters of `cluster` CTAs of this kernel the GPU runs at once (cached per size). */
-template <typename T, int HD, int STAGES> static int max_active_clusters(int cluster)
-{
-    using S = kl::decode::bf16_ring::ring_shape<T, HD, kConsumers, STAGES>;
-    static int fit[MAX_CLUSTER + 1] = {0};
-    if (!fit[cluster]) {
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = 1, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = (unsigned)cluster;
-        cudaLaunchConfig_t cfg = {dim3(1, 1, (unsigned)cluster), dim3(kThreads), (size_t)S::SMEM, 0, attr, 1};
-        if (cudaOccupancyMaxActiveClusters(&fit[cluster], decode_v23<T, HD, STAGES>, &cfg) != cudaSuccess ||
-            fit[cluster] < 1)
-            fit[cluster] = 1;
-    }
-    return fit[cluster];
-}
-
 /* v19's whole-wave split for four CTAs an SM, whose CTAs fit the SMs at once, in the largest clusters of up
  * to 8 splits that still all run at once (a cluster waits for room for all its CTAs together, and the
  * splits are padded to whole clusters); clusters of one CTA always do. */
 template <typename T, int HD, int STAGES>
 static struct kl_decode_split cluster_plan(const struct kl_attention_decode_params *p, int *cluster)
 {
+    using S = kl::decode::bf16_ring::ring_shape<T, HD, kConsumers, STAGES>;
     const int64_t pairs = p->batch * p->num_kv_heads * ((p->num_qo_heads / p->num_kv_heads + 7) / 8);
     const struct kl_decode_split plan =
         kl_attention_decode_split_waves(p, pairs, kCtasPerSm * (int64_t)kl_attention_decode_sms());
     *cluster = 1;
     for (int c = plan.splits < MAX_CLUSTER ? plan.splits : MAX_CLUSTER; c > 1; c--)
-        if (pairs * ((plan.splits + c - 1) / c) <= max_active_clusters<T, HD, STAGES>(c)) {
+        if (pairs * ((plan.splits + c - 1) / c) <=
+            kl::decode::max_active_clusters<decode_v23<T, HD, STAGES>, kThreads, S::SMEM>(c)) {
             *cluster = c;
             break;
         }

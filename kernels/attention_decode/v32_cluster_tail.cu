@@ -14,7 +14,7 @@
  * the cluster's partial, after which each CTA counts itself as v13's do and the last one merges the
  * clusters' partials. Both merges are merge_states below: a thread takes four adjacent dims and loads
  * the max, the sum and the four dims of up to kBatch states at once, so up to eight clusters' partials
- * (b1-kv32k-p16's seven) cost one round trip, where v19's merge of 64 splits takes about ten (the maxima,
+ * cost one round trip, where v19's merge of 64 splits takes about ten (the maxima,
  * the sums, then eight batches of rows). A CTA whose chunk lies past its request's keys (the grid is
  * padded to whole clusters) attends nothing, weighs 0 and still meets its cluster at both barriers.
  * v26's one-wave split, unless its clusters would not all run at once (cudaOccupancyMaxActiveClusters);
@@ -225,23 +225,6 @@ static __global__ void __launch_bounds__(kThreads, HD == 256 ? 1 : kCtasPerSm)
 
 /* ---- host ---- */
 
-/* How many clusters of `cluster` CTAs of this kernel the GPU runs at once (cached per size). */
-template <typename T, int HD, int STAGES> static int max_active_clusters(int cluster)
-{
-    using S = kl::decode::bf16_ring::ring_shape<T, HD, kConsumers, STAGES>;
-    static int fit[kMaxCluster + 1] = {0};
-    if (!fit[cluster]) {
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = 1, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = (unsigned)cluster;
-        cudaLaunchConfig_t cfg = {dim3(1, 1, (unsigned)cluster), dim3(kThreads), (size_t)S::SMEM, 0, attr, 1};
-        if (cudaOccupancyMaxActiveClusters(&fit[cluster], decode_v32<T, HD, STAGES>, &cfg) != cudaSuccess ||
-            fit[cluster] < 1)
-            fit[cluster] = 1;
-    }
-    return fit[cluster];
-}
-
 /* v26's whole-wave split, in clusters of up to 8 splits, made to fit one wave of clusters: a cluster waits
  * until all of its CTAs fit together, so whole clusters can need a second wave where loose CTAs did not.
  * Where they would, longer chunks (whole tiles: the gathering warps copy any run of 16 tokens), first in as
@@ -253,6 +236,7 @@ template <typename T, int HD, int STAGES> static int max_active_clusters(int clu
 template <typename T, int HD, int STAGES>
 static struct kl_decode_split cluster_plan(const struct kl_attention_decode_params *p, int64_t pairs, int *cluster)
 {
+    using S = kl::decode::bf16_ring::ring_shape<T, HD, kConsumers, STAGES>;
     static const int most = kl_attention_decode_knob("KL_DECODE_V32_CLUSTER", 1, kMaxCluster, kMaxCluster);
     static const int asked = kl_attention_decode_knob("KL_DECODE_V32_SPLITS", 1, KL_DECODE_MAX_SPLITS, 0);
     struct kl_decode_split plan =
@@ -264,7 +248,8 @@ static struct kl_decode_split cluster_plan(const struct kl_attention_decode_para
     };
     if (asked) split_into(asked);
     for (int c = plan.splits < most ? plan.splits : most;; c--) {
-        const int64_t fit = max_active_clusters<T, HD, STAGES>(c), per_pair = fit / pairs;
+        const int64_t fit = kl::decode::max_active_clusters<decode_v32<T, HD, STAGES>, kThreads, S::SMEM>(c);
+        const int64_t per_pair = fit / pairs;
         if (pairs * ((plan.splits + c - 1) / c) <= fit || c == 1) {
             *cluster = plan.splits < c ? plan.splits : c;
             return plan;
